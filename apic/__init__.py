@@ -1,0 +1,33 @@
+"""apic: graph capture, serialization and replay for NVIDIA Warp.
+
+``import apic`` is the drop-in: afterwards ``wp.ScopedCapture(device="cpu")``,
+``wp.capture_begin/end`` and ``wp.capture_launch`` work on the CPU on every supported warp-lang
+version, and a captured graph replays in one native call with no Python per operation.
+``apic.uninstall()`` puts warp back exactly as it was.
+"""
+
+from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
+from apic.errors import ApicError, BindingError, CaptureError, FormatError, UnsupportedOperationError
+from apic.graph import Graph
+from apic.record.shims import install, is_installed, uninstall
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApicError",
+    "BindingError",
+    "CaptureError",
+    "FormatError",
+    "Graph",
+    "ScopedCapture",
+    "UnsupportedOperationError",
+    "__version__",
+    "capture_begin",
+    "capture_end",
+    "capture_launch",
+    "install",
+    "is_installed",
+    "uninstall",
+]
+
+install()

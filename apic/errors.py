@@ -1,0 +1,30 @@
+"""apic's exceptions. Each is also the built-in type a Warp user would expect to catch."""
+
+from __future__ import annotations
+
+
+class ApicError(Exception):
+    """Base class of every error apic raises on purpose."""
+
+
+class CaptureError(ApicError, RuntimeError):
+    """A capture cannot proceed (nested capture, wrong device, unknown memory, ...)."""
+
+
+class UnsupportedOperationError(ApicError, NotImplementedError):
+    """An operation issued during a capture that apic cannot record. The message names it."""
+
+    def __init__(self, operation: str, hint: str = ""):
+        message = f"apic cannot record '{operation}' during a CPU graph capture"
+        if hint:
+            message += f": {hint}"
+        super().__init__(message)
+        self.operation = operation
+
+
+class FormatError(ApicError, ValueError):
+    """A .wrp file (or byte string) is corrupt, truncated, foreign or of an unsupported version."""
+
+
+class BindingError(ApicError, ValueError):
+    """A named binding was used with the wrong name, size, dtype or shape."""

@@ -1,0 +1,121 @@
+"""Where the pointers are in packed kernel arguments and array descriptors.
+
+A CPU kernel receives its arguments as one C struct (``wp_args_<kernel>``) with natural alignment,
+byte-identical to a ctypes Structure of the packed parameters. Pointers live only inside array
+descriptors (``array_t``: data and grad; ``indexedarray_t``: its array and up to four index
+buffers), which may sit at the top level or nested in ``@wp.struct`` values. ``args_layout``
+finds them once per kernel signature; ``descriptor_pointers`` reads them out of a packed blob
+together with the byte range each one reaches, which the region table needs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+from dataclasses import dataclass
+
+from apic._compat import wp_codegen, wp_context, wp_types
+from apic.errors import UnsupportedOperationError
+from apic.record.ops import RawPtr
+
+_ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim (low 16 bits)
+_INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
+_INDEX_ELEM_SIZE = 4  # index buffers are int32
+
+
+@dataclass(frozen=True)
+class ArraySlot:
+    """An array descriptor at byte ``offset`` in a blob; ``elem_size`` is its dtype's size."""
+
+    offset: int
+    elem_size: int
+    indexed: bool
+
+
+# Descriptor types apic does not record yet (textures exist from warp 1.12 on, under various modules).
+_UNSUPPORTED_NAMES = ("fabricarray_t", "indexedfabricarray_t", "texture1d_t", "texture2d_t", "texture3d_t")
+_UNSUPPORTED = tuple(
+    {getattr(m, n) for m in (wp_types, wp_context) for n in _UNSUPPORTED_NAMES if isinstance(getattr(m, n, None), type)}
+)
+
+
+def array_slots(warp_type, ctype_cls, offset: int, arg_name: str) -> list[ArraySlot]:
+    """The array descriptors inside one argument of Warp type ``warp_type`` packed as ``ctype_cls``."""
+    if ctype_cls is wp_types.array_t:
+        return [ArraySlot(offset, wp_types.type_size_in_bytes(warp_type.dtype), False)]
+    if ctype_cls is wp_types.indexedarray_t:
+        return [ArraySlot(offset, wp_types.type_size_in_bytes(warp_type.dtype), True)]
+    if issubclass(ctype_cls, _UNSUPPORTED):
+        raise UnsupportedOperationError(
+            f"wp.launch with a {ctype_cls.__name__} argument '{arg_name}'",
+            "Fabric arrays and textures are not recorded yet",
+        )
+    if isinstance(warp_type, wp_codegen.Struct):
+        field_types = dict(ctype_cls._fields_)
+        slots = []
+        for name, var in warp_type.vars.items():
+            field_offset = getattr(ctype_cls, name).offset
+            slots += array_slots(var.type, field_types[name], offset + field_offset, f"{arg_name}.{name}")
+        return slots
+    return []
+
+
+@dataclass(frozen=True)
+class ArgsLayout:
+    """How one list of packed parameters becomes a ``wp_args`` blob, and where its arrays are."""
+
+    struct_type: type
+    slots: tuple[ArraySlot, ...]
+
+    def pack(self, params) -> bytes:
+        return bytes(self.struct_type(*params))
+
+
+@functools.lru_cache(maxsize=4096)
+def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
+    """The blob layout of ``kernel``'s argument struct for parameters of the given ctypes types."""
+    fields = [(f"a{i}", t) for i, t in enumerate(param_types)] or [("_empty", ctypes.c_byte)]
+    struct_type = type("ApicArgs", (ctypes.Structure,), {"_fields_": fields})
+    slots = []
+    for i, (arg, ctype_cls) in enumerate(zip(kernel.adj.args, param_types)):
+        slots += array_slots(arg.type, ctype_cls, getattr(struct_type, f"a{i}").offset, arg.label)
+    return ArgsLayout(struct_type, tuple(slots))
+
+
+def _extent(data: int, elem_size: int, shape, strides) -> tuple[int, int]:
+    """The byte range ``[lo, hi)`` that a strided array descriptor can reach."""
+    if any(n == 0 for n in shape):
+        return data, data
+    lo = data + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = data + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + elem_size
+    return lo, hi
+
+
+def descriptor_pointers(blob: bytes, slot: ArraySlot) -> list[tuple[int, RawPtr]]:
+    """The non-null pointers of the descriptor at ``slot``: ``(offset in blob, RawPtr)`` pairs."""
+    data, grad, *rest = _ARRAY_T.unpack_from(blob, slot.offset)
+    shape, strides, ndim = rest[0:4], rest[4:8], rest[8]
+    shape, strides = shape[:ndim], strides[:ndim]
+    found = []
+    for field_offset, address in ((0, data), (8, grad)):
+        if address:
+            lo, hi = _extent(address, slot.elem_size, shape, strides)
+            found.append((slot.offset + field_offset, RawPtr(address, lo, hi)))
+    if slot.indexed:
+        tail = _INDEXED_TAIL.unpack_from(blob, slot.offset + ctypes.sizeof(wp_types.array_t))
+        indices, index_shape = tail[:4], tail[4:]
+        for i, address in enumerate(indices):
+            if address:
+                at = slot.offset + 56 + 8 * i
+                found.append((at, RawPtr(address, address, address + _INDEX_ELEM_SIZE * index_shape[i])))
+    return found
+
+
+def blob_pointers(blob: bytes, slots) -> tuple[tuple[int, RawPtr], ...]:
+    """All pointers of all descriptors at ``slots`` in ``blob``."""
+    found = []
+    for slot in slots:
+        found += descriptor_pointers(blob, slot)
+    return tuple(found)
+

@@ -1,0 +1,170 @@
+"""The recorded operations: plain, frozen data with no live Python objects.
+
+A recording's ops refer to memory only through region references (``Ref``) and relocatable byte
+blobs (``Blob``), never through raw addresses, so the same ops serve live replay, saving and
+loading. While a capture is running the recorder fills the same dataclasses with ``RawPtr`` and
+``RawBlob`` (absolute addresses); ``resolve_op`` turns them into ``Ref``/``Blob`` once the region
+table is final.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Callable, Union
+
+
+class OpKind(IntEnum):
+    """Persisted op kinds: explicit values, never reused. Last used value: 7."""
+
+    LAUNCH = 1
+    MEMCPY = 2
+    MEMSET = 3
+    MEMTILE = 4
+    ARRAY_COPY = 5
+    ARRAY_FILL = 6
+    ALLOC = 7
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A byte address inside a region: ``region`` id and ``offset`` from its start."""
+
+    region: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Reloc:
+    """A pointer inside a blob: the u64 at ``at`` holds the address of ``target``."""
+
+    at: int
+    target: Ref
+
+
+@dataclass(frozen=True)
+class Blob:
+    """Bytes that live in the replay arena (packed kernel args, array descriptors, fill values)."""
+
+    data: bytes
+    relocs: tuple[Reloc, ...] = ()
+
+
+@dataclass(frozen=True)
+class RawPtr:
+    """An absolute address seen during capture, with the byte range ``[lo, hi)`` accessed through it."""
+
+    address: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class RawBlob:
+    """A blob as captured: ``pointers`` maps byte offsets in ``data`` to the ``RawPtr`` stored there."""
+
+    data: bytes
+    pointers: tuple[tuple[int, RawPtr], ...] = ()
+
+
+Pointer = Union[Ref, RawPtr]
+Bytes = Union[Blob, RawBlob]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A CPU kernel launch: ``kernel`` indexes the recording's kernel table."""
+
+    kernel: int
+    dim: tuple[int, ...]
+    bounds: Bytes
+    args: Bytes
+    adj_args: Bytes | None = None
+    kind = OpKind.LAUNCH
+
+
+@dataclass(frozen=True)
+class Memcpy:
+    dst: Pointer
+    src: Pointer
+    nbytes: int
+    kind = OpKind.MEMCPY
+
+
+@dataclass(frozen=True)
+class Memset:
+    dst: Pointer
+    value: int
+    nbytes: int
+    kind = OpKind.MEMSET
+
+
+@dataclass(frozen=True)
+class Memtile:
+    """Repeat ``value`` ``count`` times from ``dst`` (a contiguous ``fill_``)."""
+
+    dst: Pointer
+    value: Bytes
+    count: int
+    kind = OpKind.MEMTILE
+
+
+@dataclass(frozen=True)
+class ArrayCopy:
+    """A strided or indexed copy through Warp's ``wp_array_copy_host`` (descriptors as blobs)."""
+
+    dst: Bytes
+    src: Bytes
+    dst_type: int
+    src_type: int
+    elem_size: int
+    kind = OpKind.ARRAY_COPY
+
+
+@dataclass(frozen=True)
+class ArrayFill:
+    """A strided or indexed fill through Warp's ``wp_array_fill_host``."""
+
+    dst: Bytes
+    array_type: int
+    value: Bytes
+    kind = OpKind.ARRAY_FILL
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """Memory allocated inside the capture; owned by the graph. Nothing to do at replay."""
+
+    dst: Pointer
+    nbytes: int
+    kind = OpKind.ALLOC
+
+
+Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc]
+OP_TYPES: dict[OpKind, type] = {t.kind: t for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc)}
+
+
+def raw_pointers(op) -> list[RawPtr]:
+    """Every ``RawPtr`` an op holds, directly or inside its blobs."""
+    found = []
+    for field in dataclasses.fields(op):
+        value = getattr(op, field.name)
+        if isinstance(value, RawPtr):
+            found.append(value)
+        elif isinstance(value, RawBlob):
+            found.extend(ptr for _, ptr in value.pointers)
+    return found
+
+
+def resolve_op(op, resolve: Callable[[int], Ref]):
+    """Replace the raw addresses of a captured op by region references."""
+    changes = {}
+    for field in dataclasses.fields(op):
+        value = getattr(op, field.name)
+        if isinstance(value, RawPtr):
+            changes[field.name] = resolve(value.address)
+        elif isinstance(value, RawBlob):
+            relocs = tuple(Reloc(at, resolve(ptr.address)) for at, ptr in value.pointers)
+            changes[field.name] = Blob(value.data, relocs)
+    return dataclasses.replace(op, **changes) if changes else op

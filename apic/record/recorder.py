@@ -1,0 +1,212 @@
+"""The recorder: what a running CPU capture has seen, turned into a ``Recording`` at the end.
+
+The shims (``shims.py``) call in here; nothing in this module patches Warp. Each capturing thread
+has its own recorder (``active()``), so other threads keep running eagerly, as with Warp's
+thread-local CUDA capture.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from apic import _compat
+from apic._compat import wp_types
+from apic.errors import CaptureError, UnsupportedOperationError
+from apic.record import layout
+from apic.record.ops import Alloc, ArrayCopy, ArrayFill, Launch, Memcpy, Memset, Memtile, RawBlob, RawPtr
+from apic.record.ops import raw_pointers, resolve_op
+from apic.record.recording import KernelInfo, ModuleInfo, Recording
+from apic.record.regions import ArrayInfo, RegionTableBuilder
+
+_local = threading.local()
+
+# Warp's array type ids for the strided/indexed native copy and fill helpers.
+_ARRAY_TYPE_REGULAR = 0
+_ARRAY_TYPE_INDEXED = 1
+
+
+def active() -> "Recorder | None":
+    """The recorder of the capture running on this thread, if any."""
+    return getattr(_local, "recorder", None)
+
+
+def _set_active(recorder: "Recorder | None") -> None:
+    _local.recorder = recorder
+
+
+class Recorder:
+    """State of one CPU capture, from ``capture_begin`` to ``capture_end``."""
+
+    def __init__(self, device, apic: bool) -> None:
+        self.device = device
+        self.apic = apic
+        self.ops: list = []
+        self.keepalive: list = []  # Python objects whose memory the ops use
+        self._ranges = RegionTableBuilder()
+        self._modules: dict[int, int] = {}  # id(module_exec) -> index
+        self._module_infos: list[ModuleInfo] = []
+        self._kernels: dict[tuple[int, bool], int] = {}  # (id(module_exec), adjoint) per kernel key
+        self._kernel_infos: list[KernelInfo] = []
+        self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    @classmethod
+    def begin(cls, device, apic: bool) -> "Recorder":
+        if active() is not None:
+            raise CaptureError("Graph capture already in progress on this thread (nested captures are not supported)")
+        recorder = cls(device, apic)
+        _set_active(recorder)
+        return recorder
+
+    def abort(self) -> None:
+        if active() is self:
+            _set_active(None)
+
+    def end(self) -> Recording:
+        """Stop recording and resolve every address into a region reference."""
+        self.abort()
+        regions, resolve = self._ranges.build()
+        return Recording(
+            abi=_compat.KERNEL_ABI,
+            regions=tuple(regions),
+            modules=tuple(self._module_infos),
+            kernels=tuple(self._kernel_infos),
+            ops=tuple(resolve_op(op, resolve) for op in self.ops),
+        )
+
+    def _append(self, op) -> None:
+        for ptr in raw_pointers(op):
+            self._ranges.note(ptr.lo, ptr.hi, used=True)
+        self.ops.append(op)
+
+    # --- context from the Python-level API -------------------------------------------------------
+    def note_values(self, values) -> None:
+        """Keep ``values`` alive and note the whole allocations behind any Warp arrays among them."""
+        for value in values:
+            if value is None or isinstance(value, (int, float, bool)):
+                continue
+            self.keepalive.append(value)
+            self._note_arrays(value)
+
+    def _note_arrays(self, value) -> None:
+        if isinstance(value, wp_types.array):
+            self._note_allocation(value)
+            if getattr(value, "grad", None) is not None:
+                self._note_allocation(value.grad)
+        elif isinstance(value, wp_types.indexedarray):
+            self._note_arrays(value.data)
+            for index in value.indices:
+                if index is not None:
+                    self._note_arrays(index)
+        elif hasattr(type(value), "_constructors"):  # a @wp.struct instance: walk its fields
+            for name, _ in type(value)._constructors:
+                self._note_arrays(getattr(value, name))
+
+    def _note_allocation(self, arr, owned: bool = False) -> None:
+        root = arr
+        while isinstance(getattr(root, "_ref", None), wp_types.array):
+            root = root._ref
+        if not root.ptr or not root.capacity or not root.device.is_cpu:
+            return
+        nbytes = root.size * wp_types.type_size_in_bytes(root.dtype)
+        info = None
+        if root.is_contiguous and nbytes == root.capacity:
+            info = ArrayInfo(wp_types.type_repr(root.dtype), tuple(root.shape), tuple(root.strides))
+        self._ranges.note(root.ptr, root.ptr + root.capacity, used=owned, owned=owned, array=info)
+
+    def touches(self, arr) -> bool:
+        """Whether the capture so far has used any memory of ``arr``'s allocation."""
+        return bool(arr.ptr) and self._ranges.overlaps(arr.ptr, arr.ptr + max(arr.capacity, 1))
+
+    def record_alloc(self, arr) -> None:
+        """An array allocated inside the capture: the graph owns its memory from now on."""
+        if not arr.ptr:
+            return
+        self.keepalive.append(arr)
+        self._note_allocation(arr, owned=True)
+        self._append(Alloc(RawPtr(arr.ptr, arr.ptr, arr.ptr + arr.capacity), arr.capacity))
+
+    # --- native operations -------------------------------------------------------------------------
+    def record_launch(self, kernel, hooks, params, adjoint: bool) -> None:
+        """A CPU kernel invocation (what Warp's ``invoke`` would have run)."""
+        fn = hooks.backward if adjoint else hooks.forward
+        if fn is None:
+            raise CaptureError(f"kernel '{kernel.key}' has no {'backward' if adjoint else 'forward'} entry point")
+        self.keepalive.append(params)
+        nargs = len(kernel.adj.args)
+        fwd = params[1 : 1 + nargs]
+        fwd_layout = layout.args_layout(kernel, tuple(type(p) for p in fwd))
+        args_blob = fwd_layout.pack(fwd)
+        adj_blob = None
+        if adjoint:
+            adj = params[1 + nargs :]
+            adj_layout = layout.args_layout(kernel, tuple(type(p) for p in adj))
+            adj_data = adj_layout.pack(adj)
+            adj_blob = RawBlob(adj_data, layout.blob_pointers(adj_data, adj_layout.slots))
+        bounds = params[0]
+        self._append(
+            Launch(
+                kernel=self._kernel_index(kernel, hooks, fn, adjoint),
+                dim=tuple(bounds.shape[: bounds.ndim] if hasattr(bounds, "ndim") else bounds.shape),
+                bounds=RawBlob(bytes(bounds)),
+                args=RawBlob(args_blob, layout.blob_pointers(args_blob, fwd_layout.slots)),
+                adj_args=adj_blob,
+            )
+        )
+
+    def _kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
+        module_exec = _find_module_exec(kernel, hooks)
+        key = (id(module_exec), _compat.kernel_symbol(module_exec, kernel, adjoint))
+        index = self._kernels.get(key)
+        if index is None:
+            module_index = self._modules.get(id(module_exec))
+            if module_index is None:
+                module_index = self._modules[id(module_exec)] = len(self._module_infos)
+                self._module_infos.append(ModuleInfo(kernel.module.name, module_exec))
+            index = self._kernels[key] = len(self._kernel_infos)
+            self._kernel_infos.append(
+                KernelInfo(module_index, str(kernel.key), key[1], adjoint, _compat.function_address(fn))
+            )
+        return index
+
+    def record_memcpy(self, dst: int, src: int, nbytes: int) -> None:
+        self._append(Memcpy(RawPtr(dst, dst, dst + nbytes), RawPtr(src, src, src + nbytes), nbytes))
+
+    def record_memset(self, dst: int, value: int, nbytes: int) -> None:
+        self._append(Memset(RawPtr(dst, dst, dst + nbytes), value & 0xFF, nbytes))
+
+    def record_memtile(self, dst: int, src: int, srcsize: int, reps: int) -> None:
+        value = ctypes.string_at(src, srcsize)
+        self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
+
+    def record_array_copy(self, dst_desc: int, src_desc: int, dst_type: int, src_type: int, elem_size: int) -> None:
+        dst = _descriptor_blob(dst_desc, dst_type, elem_size, "wp.copy")
+        src = _descriptor_blob(src_desc, src_type, elem_size, "wp.copy")
+        self._append(ArrayCopy(dst, src, dst_type, src_type, elem_size))
+
+    def record_array_fill(self, desc: int, array_type: int, value: int, value_size: int) -> None:
+        # the element size of a fill is the size of the value being tiled
+        dst = _descriptor_blob(desc, array_type, value_size, "array.fill_")
+        self._append(ArrayFill(dst, array_type, RawBlob(ctypes.string_at(value, value_size))))
+
+
+def _descriptor_blob(address: int, array_type: int, elem_size: int, api: str) -> RawBlob:
+    """Copy a native array descriptor (array_t or indexedarray_t) out of Warp's temporary."""
+    if array_type == _ARRAY_TYPE_REGULAR:
+        size, indexed = _compat.ARRAY_T_SIZE, False
+    elif array_type == _ARRAY_TYPE_INDEXED:
+        size, indexed = _compat.INDEXEDARRAY_T_SIZE, True
+    else:
+        raise UnsupportedOperationError(f"{api} on a Fabric array", "only regular and indexed arrays are recorded")
+    data = ctypes.string_at(address, size)
+    return RawBlob(data, tuple(layout.descriptor_pointers(data, layout.ArraySlot(0, elem_size, indexed))))
+
+
+def _find_module_exec(kernel, hooks):
+    """The loaded module that owns ``hooks`` (kept by the graph so its code stays loaded)."""
+    for module_exec in list(kernel.module.execs.values()):
+        # kernel_hooks is keyed by kernel up to 1.18 and by mangled name from 1.19
+        if module_exec is not None and any(h is hooks for h in module_exec.kernel_hooks.values()):
+            return module_exec
+    raise CaptureError(f"cannot find the loaded module of kernel '{kernel.key}'")

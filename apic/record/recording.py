@@ -1,0 +1,41 @@
+"""The finished product of a capture: the single source of truth for replay and for saving."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from apic.record.ops import Op
+from apic.record.regions import Region
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """A compiled Warp module the graph calls into."""
+
+    name: str
+    # The live ``ModuleExec`` (None for a loaded graph): holding it keeps the LLVM object loaded, so
+    # the function pointers in the program stay valid even if the user reloads or drops the module.
+    module_exec: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One CPU entry point (forward or backward) of a kernel."""
+
+    module: int  # index into Recording.modules
+    key: str  # the kernel's Python name, for inspection
+    symbol: str  # exported symbol, e.g. "saxpy_2f51673c_cpu_forward"
+    adjoint: bool
+    address: int = 0  # live function pointer (resolved again after a load)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Ops plus the tables they refer to. Contains no raw addresses except the live ones noted."""
+
+    abi: str  # kernel entry ABI the modules were compiled for (see apic._compat.KERNEL_ABI)
+    regions: tuple[Region, ...]
+    modules: tuple[ModuleInfo, ...]
+    kernels: tuple[KernelInfo, ...]
+    ops: tuple[Op, ...]

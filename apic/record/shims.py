@@ -1,0 +1,295 @@
+"""Install and remove apic's patches on warp, and restore warp exactly as it was.
+
+Two layers, each with one job:
+
+* **Python-level shims** (``wp.launch``, ``Launch.launch``, ``wp.copy``, ``array.zero_/fill_``,
+  ``array._init_new``, reads such as ``array.numpy``, and the capture API) tell the recorder which
+  Python objects an operation uses, so it can keep them alive and know whole allocations, then call
+  Warp's own code unchanged: Warp still validates and packs everything.
+* **Native sinks** (Warp's ``invoke``, its host memory functions, and every other ``wp_*host*``
+  export) sit where Warp would execute. During a CPU capture on this thread they record instead of
+  running, or, when no recordable API led there, refuse with an error naming the function. Outside
+  a capture they call straight through.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import inspect
+
+import warp as wp
+
+from apic import _compat
+from apic._compat import wp_context, wp_types
+from apic.errors import CaptureError, UnsupportedOperationError
+from apic.record.recorder import active
+
+
+class _Patches:
+    """A log of attribute replacements that can be undone exactly, in reverse order."""
+
+    def __init__(self) -> None:
+        self._log: list[tuple[object, str, bool, object]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._log)
+
+    def set(self, owner, name: str, value) -> None:
+        own = vars(owner)
+        self._log.append((owner, name, name in own, own.get(name)))
+        setattr(owner, name, value)
+
+    def restore(self) -> None:
+        while self._log:
+            owner, name, had_own, original = self._log.pop()
+            if had_own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+
+_python_patches = _Patches()
+_native_patches = _Patches()
+_originals: dict[str, object] = {}
+
+
+# --- Python-level shims ------------------------------------------------------------------------------
+def _launch(*args, **kwargs):
+    recorder = active()
+    if recorder is not None:
+        call = _LAUNCH_SIGNATURE.bind(*args, **kwargs).arguments
+        stream = call.get("stream")
+        device = stream.device if stream is not None else wp.get_device(call.get("device"))
+        if device.is_cpu and not call.get("record_cmd", False):
+            recorder.note_values(
+                [*call.get("inputs", ()), *call.get("outputs", ()), *call.get("adj_inputs", ()), *call.get("adj_outputs", ())]
+            )
+    return _originals["launch"](*args, **kwargs)
+
+
+def _launch_object_launch(self, *args, **kwargs):
+    recorder = active()
+    if recorder is not None and self.device.is_cpu:
+        recorder.keepalive.append(self)
+        recorder.note_values([*(getattr(self, "fwd_args", None) or ()), *(getattr(self, "adj_args", None) or ())])
+    return _originals["Launch.launch"](self, *args, **kwargs)
+
+
+def _recorded_call(recorder, original, args, kwargs):
+    """Run Warp's own implementation with its native memory calls recorded."""
+    recorder.api_depth += 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        recorder.api_depth -= 1
+
+
+def _copy(*args, **kwargs):
+    recorder = active()
+    if recorder is None:
+        return _originals["copy"](*args, **kwargs)
+    call = _COPY_SIGNATURE.bind(*args, **kwargs).arguments
+    dest, src = call.get("dest"), call.get("src")
+    on_cpu = [a.device.is_cpu for a in (dest, src) if hasattr(a, "device")]
+    if not any(on_cpu):
+        return _originals["copy"](*args, **kwargs)  # a copy between CUDA arrays is not ours to record
+    if not all(on_cpu):
+        raise UnsupportedOperationError(
+            f"wp.copy from {src.device} to {dest.device}", "a CPU capture records host-to-host copies only"
+        )
+    recorder.note_values([dest, src])
+    return _recorded_call(recorder, _originals["copy"], args, kwargs)
+
+
+def _array_method(name: str, cls: type):
+    original = vars(cls)[name]
+
+    @functools.wraps(original)
+    def shim(self, *args, **kwargs):
+        recorder = active()
+        if recorder is None or not self.device.is_cpu:
+            return original(self, *args, **kwargs)
+        recorder.note_values([self])
+        return _recorded_call(recorder, original, (self, *args), kwargs)
+
+    return shim
+
+
+def _init_new(self, *args, **kwargs):
+    result = _originals["array._init_new"](self, *args, **kwargs)
+    recorder = active()
+    if recorder is not None and self.device is not None and self.device.is_cpu:
+        recorder.record_alloc(self)
+    return result
+
+
+def _read_guard(name: str, cls: type):
+    original = vars(cls)[name]
+
+    @functools.wraps(original)
+    def shim(self, *args, **kwargs):
+        recorder = active()
+        if recorder is not None and self.device.is_cpu and recorder.touches(self):
+            raise CaptureError(
+                f"array.{name}() reads an array during a CPU capture, before the captured work has run; "
+                "read it after wp.capture_launch()"
+            )
+        return original(self, *args, **kwargs)
+
+    return shim
+
+
+# --- native sinks ------------------------------------------------------------------------------------
+def _invoke_sink(original):
+    @functools.wraps(original)
+    def sink(kernel, hooks, params, adjoint):
+        recorder = active()
+        if recorder is None:
+            return original(kernel, hooks, params, adjoint)
+        recorder.record_launch(kernel, hooks, params, adjoint)
+
+    return sink
+
+
+def _as_int(value) -> int:
+    """An argument as ctypes code passes it (int, c_void_p, pointer(...), array) as an int."""
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, ctypes._SimpleCData):  # c_void_p, c_size_t, c_int, ...
+        return value.value or 0
+    if isinstance(value, ctypes._Pointer):
+        return ctypes.addressof(value.contents)
+    if isinstance(value, (ctypes.Array, ctypes.Structure)):
+        return ctypes.addressof(value)
+    raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
+
+
+def _memory_sink(name: str, original, method: str):
+    """A native host memory function that records when reached from a recordable API."""
+
+    @functools.wraps(original)
+    def sink(*args):
+        recorder = active()
+        if recorder is None:
+            return original(*args)
+        if recorder.api_depth == 0:
+            raise UnsupportedOperationError(
+                f"wp_{name} (native)", "only wp.copy, array.zero_ and array.fill_ may move host memory"
+            )
+        getattr(recorder, method)(*map(_as_int, args))
+        return True
+
+    return sink
+
+
+# Native host memory functions and the recorder method that records each (same argument order).
+_MEMORY_SINKS = {
+    "memcpy_h2h": "record_memcpy",
+    "memset_host": "record_memset",
+    "memtile_host": "record_memtile",
+    "array_copy_host": "record_array_copy",
+    "array_fill_host": "record_array_fill",
+}
+
+# Host exports that are safe to run during a capture: allocation, and queries that change nothing.
+_NATIVE_ALLOWED = ("alloc_host", "free_host", "is_", "get_", "_get", "float_to_", "half_bits", "cuda_")
+
+
+def _refusing_sink(name: str, original):
+    @functools.wraps(original)
+    def sink(*args):
+        if active() is not None:
+            raise UnsupportedOperationError(f"{name} (native)", "apic does not record this Warp native call yet")
+        return original(*args)
+
+    return sink
+
+
+def _install_native_sinks() -> None:
+    """Patch Warp's native entry points. Needs an initialised runtime, so runs at first capture."""
+    if _native_patches:
+        return
+    runtime = _compat.runtime()
+    _native_patches.set(wp_context, "invoke", _invoke_sink(wp_context.invoke))
+    if _compat.invoke_cpu_blocks is not None:
+        _native_patches.set(wp_context, "invoke_cpu_blocks", _invoke_sink(_compat.invoke_cpu_blocks))
+    core = runtime.core
+    sinks = {}
+    for attr, value in list(vars(core).items()):
+        name = attr[3:]
+        if not attr.startswith("wp_") or not isinstance(value, ctypes._CFuncPtr):
+            continue
+        if "host" not in name and name not in _MEMORY_SINKS:
+            continue
+        if name in _MEMORY_SINKS:
+            sinks[name] = _memory_sink(name, value, _MEMORY_SINKS[name])
+            _native_patches.set(core, attr, sinks[name])
+        elif not any(token in name for token in _NATIVE_ALLOWED):
+            _native_patches.set(core, attr, _refusing_sink(attr, value))
+    # The CPU device binds memset/memtile to the native functions once, at init.
+    cpu = runtime.cpu_device
+    _native_patches.set(cpu, "memset", sinks["memset_host"])
+    _native_patches.set(cpu, "memtile", sinks["memtile_host"])
+
+
+# --- install / uninstall -------------------------------------------------------------------------
+def _array_classes():
+    """Warp's array classes that define their own ``zero_``/``fill_`` (indexed, fixed, fabric...)."""
+    classes = []
+    for value in vars(wp_types).values():
+        if isinstance(value, type) and ("zero_" in vars(value) or "fill_" in vars(value)):
+            classes.append(value)
+    return classes
+
+
+def install() -> None:
+    """Install the Python-level shims (idempotent). Native sinks follow at the first CPU capture."""
+    if _python_patches:
+        return
+    from apic import capture  # the public capture API lives there; imported late to avoid a cycle
+
+    global _LAUNCH_SIGNATURE, _COPY_SIGNATURE
+    _originals["launch"] = wp_context.launch
+    _originals["copy"] = wp_context.copy
+    _originals["Launch.launch"] = vars(wp_context.Launch)["launch"]
+    _originals["array._init_new"] = vars(wp_types.array)["_init_new"]
+    _LAUNCH_SIGNATURE = inspect.signature(wp_context.launch)
+    _COPY_SIGNATURE = inspect.signature(wp_context.copy)
+
+    for owner in (wp, wp_context):
+        _python_patches.set(owner, "launch", functools.wraps(_originals["launch"])(_launch))
+        _python_patches.set(owner, "copy", functools.wraps(_originals["copy"])(_copy))
+    _python_patches.set(wp_context.Launch, "launch", _launch_object_launch)
+    _python_patches.set(wp_types.array, "_init_new", _init_new)
+    for cls in _array_classes():
+        for name in ("zero_", "fill_"):
+            if name in vars(cls):
+                _python_patches.set(cls, name, _array_method(name, cls))
+        for name in ("numpy", "list"):
+            if name in vars(cls):
+                _python_patches.set(cls, name, _read_guard(name, cls))
+    capture.install_capture_api(_python_patches)
+
+
+def uninstall() -> None:
+    """Remove every patch and leave warp exactly as it was before ``import apic``."""
+    from apic import capture
+
+    capture.abort_all()
+    _native_patches.restore()
+    _python_patches.restore()
+    _compat.native_address.cache_clear()
+
+
+def is_installed() -> bool:
+    return bool(_python_patches)
+
+
+def ensure_native_sinks() -> None:
+    """Called by ``capture_begin`` for a CPU capture."""
+    if not _python_patches:
+        raise CaptureError("apic is uninstalled; call apic.install() first")
+    _install_native_sinks()

@@ -1,0 +1,58 @@
+"""Numba intrinsics that call a C function through a pointer held as runtime data.
+
+Every argument is passed as a 64-bit integer. That is exact for pointers and ``size_t`` and safe for
+C ``int``/``bool`` parameters on the platforms Warp supports (x86-64 SysV and Win64, AArch64), where
+an integer argument occupies a whole register and the callee reads only its low bits. Return values
+are ignored: declaring a ``bool``-returning function ``void`` is ABI-safe, it only leaves a register
+unread. Function addresses arrive as array data, never as globals, so ``cache=True`` stays correct.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core.extending import intrinsic
+
+_I64 = ir.IntType(64)
+
+
+def _codegen(context, builder, signature, llargs):
+    """Emit ``inttoptr`` + ``call``: the first argument is the function address, the rest its i64 args."""
+    arity = len(llargs) - 1
+    fnty = ir.FunctionType(ir.VoidType(), [_I64] * arity)
+    target = builder.inttoptr(llargs[0], fnty.as_pointer())
+    values = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[1:], signature.args[1:])]
+    builder.call(target, values)
+    return context.get_dummy_value()
+
+
+def _typed_call(*arg_types):
+    """Typing shared by every arity: integers only (anything else is not ours: return None)."""
+    if not all(isinstance(t, types.Integer) for t in arg_types):
+        return None
+    return types.void(*arg_types), _codegen
+
+
+@intrinsic
+def call2(typingctx, fn, a0, a1):
+    return _typed_call(fn, a0, a1)
+
+
+@intrinsic
+def call3(typingctx, fn, a0, a1, a2):
+    return _typed_call(fn, a0, a1, a2)
+
+
+@intrinsic
+def call4(typingctx, fn, a0, a1, a2, a3):
+    return _typed_call(fn, a0, a1, a2, a3)
+
+
+@intrinsic
+def call5(typingctx, fn, a0, a1, a2, a3, a4):
+    return _typed_call(fn, a0, a1, a2, a3, a4)
+
+
+@intrinsic
+def call10(typingctx, fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9):
+    return _typed_call(fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)

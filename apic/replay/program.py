@@ -1,0 +1,123 @@
+"""Lowering: a ``Recording`` plus the addresses of its regions and kernels becomes a ``Program``.
+
+A program is an arena of bytes (every blob, with its pointers relocated) and an op table of native
+calls for ``interpreter.run_table``. Lowering happens once, at capture end or at load; replay then
+runs the table as it is. The same code serves live graphs (regions at their captured addresses)
+and loaded ones (regions freshly allocated).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from apic import _compat
+from apic.record import ops as rec
+from apic.replay import interpreter as it
+
+_ALIGN = 16
+_U64 = struct.Struct("<Q")
+_BOUNDS_QWORDS = struct.Struct("<4Q")
+
+# The ABI tags a lowering can call (see apic._compat.KERNEL_ABI).
+ABI_BY_POINTER = "bounds-by-pointer-v1"
+ABI_BY_VALUE = "bounds-by-value-v1"
+SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)
+
+
+@dataclass
+class Program:
+    """What the interpreter runs. ``arena`` must stay alive as long as ``table`` (it points into it)."""
+
+    table: np.ndarray
+    arena: np.ndarray
+
+    def run(self, repeats: int = 1) -> None:
+        """Run every op once (``repeats`` times) in one call into the jitted interpreter."""
+        if len(self.table):
+            it.run_table(self.table, repeats)
+
+
+class _Arena:
+    """Lays blobs out in one aligned byte buffer, then relocates their pointers in place."""
+
+    def __init__(self, blobs: list[rec.Blob]) -> None:
+        self._offsets: dict[int, int] = {}
+        size = 0
+        for blob in blobs:
+            self._offsets[id(blob)] = size
+            size += -(-max(len(blob.data), 1) // _ALIGN) * _ALIGN
+        self.buffer = np.zeros(max(size, _ALIGN), dtype=np.uint8)
+        self.base = self.buffer.ctypes.data
+        self._blobs = blobs
+
+    def fill(self, address_of) -> None:
+        for blob in self._blobs:
+            at = self._offsets[id(blob)]
+            self.buffer[at : at + len(blob.data)] = np.frombuffer(blob.data, dtype=np.uint8)
+            for reloc in blob.relocs:
+                _U64.pack_into(self.buffer, at + reloc.at, address_of(reloc.target))
+
+    def address(self, blob: rec.Blob) -> int:
+        return self.base + self._offsets[id(blob)]
+
+
+def _blobs_of(op) -> list[rec.Blob]:
+    return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
+
+
+def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -> Program:
+    """Build the program of ``recording`` with regions and kernels at the given addresses."""
+    if recording.abi not in SUPPORTED_ABIS:
+        raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
+    blobs = [blob for op in recording.ops for blob in _blobs_of(op)]
+    arena = _Arena(blobs)
+
+    def address_of(ref: rec.Ref) -> int:
+        return region_addresses[ref.region] + ref.offset
+
+    arena.fill(address_of)
+    rows = [row for op in recording.ops if (row := _lower_op(op, recording.abi, arena, address_of, kernel_addresses))]
+    table = it.empty_table(len(rows))
+    for i, row in enumerate(rows):
+        table[i, : len(row)] = row
+    return Program(table, arena.buffer)
+
+
+def _call(fn: int, *args: int) -> list[int]:
+    return [it.CALL_OPCODES[len(args)], fn, *args]
+
+
+def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses) -> list[int] | None:
+    """One op-table row (as a list) for ``op``, or None when there is nothing to run."""
+    if isinstance(op, rec.Launch):
+        fn = kernel_addresses[op.kernel]
+        args = arena.address(op.args)
+        adj = arena.address(op.adj_args) if op.adj_args is not None else None
+        if abi == ABI_BY_VALUE and _compat.SYSV_X86_64:
+            # The 32-byte bounds struct goes on the stack after the six register arguments:
+            # call f(args, [adj], 0, ..., q0, q1, q2, q3) with ten integer arguments.
+            regs = [args] if adj is None else [args, adj]
+            regs += [0] * (6 - len(regs))
+            return _call(fn, *regs, *_BOUNDS_QWORDS.unpack_from(op.bounds.data.ljust(32, b"\0")))
+        # By pointer (1.13+), or by value on Win64/AArch64, where the caller passes a pointer to a copy.
+        bounds = arena.address(op.bounds)
+        return _call(fn, bounds, args) if adj is None else _call(fn, bounds, args, adj)
+    if isinstance(op, rec.Memcpy):
+        return _call(_compat.native_address("memcpy_h2h"), address_of(op.dst), address_of(op.src), op.nbytes)
+    if isinstance(op, rec.Memset):
+        return _call(_compat.native_address("memset_host"), address_of(op.dst), op.value, op.nbytes)
+    if isinstance(op, rec.Memtile):
+        value = op.value
+        return _call(_compat.native_address("memtile_host"), address_of(op.dst), arena.address(value), len(value.data), op.count)
+    if isinstance(op, rec.ArrayCopy):
+        fn = _compat.native_address("array_copy_host")
+        return _call(fn, arena.address(op.dst), arena.address(op.src), op.dst_type, op.src_type, op.elem_size)
+    if isinstance(op, rec.ArrayFill):
+        fn = _compat.native_address("array_fill_host")
+        return _call(fn, arena.address(op.dst), op.array_type, arena.address(op.value), len(op.value.data))
+    if isinstance(op, rec.Alloc):
+        return None
+    raise TypeError(f"cannot lower op {type(op).__name__}")
