@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set up a virtual environment with apic and its test extras, then run the whole test suite.
+# Usage: bash scripts/test.sh [WARP_VERSION] [pytest args...]   (default warp-lang 1.19.0)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+warp_version="${1:-1.19.0}"
+shift || true
+venv=".venv-warp-${warp_version}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$venv/bin/python" -m pip install -q -e ".[test]" "warp-lang==${warp_version}"
+# torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
+"$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
+"$venv/bin/python" -m pytest "$@"
