@@ -91,3 +91,10 @@ def allocator_alloc_name() -> str:
     """Allocator method name: ``alloc`` up to 1.12, ``allocate`` from 1.13."""
     alloc = cpu_device().get_allocator()
     return "allocate" if hasattr(alloc, "allocate") else "alloc"
+
+
+def quiet_warp() -> None:
+    """Silence Warp's informational output (``config.quiet`` up to 1.18, ``config.log_level`` from 1.19)."""
+    if hasattr(wp.config, "log_level") and hasattr(wp, "LOG_WARNING"):
+        wp.config.log_level = wp.LOG_WARNING
+    wp.config.quiet = True

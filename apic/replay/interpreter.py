@@ -1,7 +1,7 @@
 """The CPU replay interpreter: one Numba-jitted loop over a flat table of native calls.
 
-Each row of the op table is ``OP_COLUMNS`` int64 values: ``[opcode, function address, arg0 .. arg9]``.
-The opcode is the number of integer arguments the native function takes; the lowering in
+Each row of the op table (layout in ``table.py``) is ``[opcode, function address, arg0 .. arg9]``, the
+opcode being the number of integer arguments of the native function. The lowering in
 ``program.py`` has already turned every recorded operation (kernel launch, memcpy, memset, memtile,
 strided copy and fill) into such a call with every pointer resolved, so the loop below never sees a
 Python object and makes no Python call per operation.
@@ -9,26 +9,9 @@ Python object and makes no Python call per operation.
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
 from apic.replay._intrinsics import call2, call3, call4, call5, call10
-
-# Column layout of one op-table row.
-COL_OPCODE = 0
-COL_FN = 1
-COL_ARG0 = 2
-MAX_ARGS = 10
-OP_COLUMNS = COL_ARG0 + MAX_ARGS
-
-# Opcodes: the arity of the native call; 0 does nothing (allocations, zero-size operations).
-OP_NOP = 0
-OP_CALL2 = 2
-OP_CALL3 = 3
-OP_CALL4 = 4
-OP_CALL5 = 5
-OP_CALL10 = 10
-CALL_OPCODES = {2: OP_CALL2, 3: OP_CALL3, 4: OP_CALL4, 5: OP_CALL5, 10: OP_CALL10}
 
 
 @njit(cache=True, nogil=True)
@@ -52,7 +35,3 @@ def run_table(table, repeats):
                     table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
                 )
 
-
-def empty_table(rows: int) -> np.ndarray:
-    """A zeroed op table (all NOPs) with ``rows`` rows."""
-    return np.zeros((rows, OP_COLUMNS), dtype=np.int64)

@@ -15,7 +15,7 @@ import numpy as np
 
 from apic import _compat
 from apic.record import ops as rec
-from apic.replay import interpreter as it
+from apic.replay import table as tbl
 
 _ALIGN = 16
 _U64 = struct.Struct("<Q")
@@ -37,7 +37,9 @@ class Program:
     def run(self, repeats: int = 1) -> None:
         """Run every op once (``repeats`` times) in one call into the jitted interpreter."""
         if len(self.table):
-            it.run_table(self.table, repeats)
+            from apic.replay.interpreter import run_table  # Numba loads on first replay, not on import
+
+            run_table(self.table, repeats)
 
 
 class _Arena:
@@ -80,14 +82,14 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
 
     arena.fill(address_of)
     rows = [row for op in recording.ops if (row := _lower_op(op, recording.abi, arena, address_of, kernel_addresses))]
-    table = it.empty_table(len(rows))
+    table = tbl.empty_table(len(rows))
     for i, row in enumerate(rows):
         table[i, : len(row)] = row
     return Program(table, arena.buffer)
 
 
 def _call(fn: int, *args: int) -> list[int]:
-    return [it.CALL_OPCODES[len(args)], fn, *args]
+    return [tbl.CALL_OPCODES[len(args)], fn, *args]
 
 
 def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses) -> list[int] | None:

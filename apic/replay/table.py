@@ -1,0 +1,29 @@
+"""The op-table layout shared by the lowering (``program.py``) and the interpreter.
+
+Each row is ``OP_COLUMNS`` int64 values: ``[opcode, function address, arg0 .. arg9]``. The opcode is
+the number of integer arguments the native function takes; 0 does nothing. Kept apart from the
+interpreter so that building a table never imports Numba.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+COL_OPCODE = 0
+COL_FN = 1
+COL_ARG0 = 2
+MAX_ARGS = 10
+OP_COLUMNS = COL_ARG0 + MAX_ARGS
+
+OP_NOP = 0
+OP_CALL2 = 2
+OP_CALL3 = 3
+OP_CALL4 = 4
+OP_CALL5 = 5
+OP_CALL10 = 10
+CALL_OPCODES = {2: OP_CALL2, 3: OP_CALL3, 4: OP_CALL4, 5: OP_CALL5, 10: OP_CALL10}
+
+
+def empty_table(rows: int) -> np.ndarray:
+    """A zeroed op table (all NOPs) with ``rows`` rows."""
+    return np.zeros((rows, OP_COLUMNS), dtype=np.int64)

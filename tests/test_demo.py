@@ -1,0 +1,12 @@
+"""The demo runs end to end and finds eager and replay identical."""
+
+import subprocess
+import sys
+
+
+def test_demo_runs_and_matches():
+    result = subprocess.run(
+        [sys.executable, "-m", "apic", "demo", "--frames", "3"], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    assert "final state identical (bit for bit): yes" in result.stdout
