@@ -22,6 +22,8 @@ from apic.record.ops import RawPtr
 _ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim (low 16 bits)
 _INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
 _INDEX_ELEM_SIZE = 4  # index buffers are int32
+_ARRAY_T_SIZE = ctypes.sizeof(wp_types.array_t)  # 56 in every supported version
+_INDEXEDARRAY_T_SIZE = ctypes.sizeof(wp_types.indexedarray_t)
 
 
 @dataclass(frozen=True)
@@ -94,22 +96,29 @@ def _extent(data: int, elem_size: int, shape, strides) -> tuple[int, int]:
 
 def descriptor_pointers(blob: bytes, slot: ArraySlot) -> list[tuple[int, RawPtr]]:
     """The non-null pointers of the descriptor at ``slot``: ``(offset in blob, RawPtr)`` pairs."""
-    data, grad, *rest = _ARRAY_T.unpack_from(blob, slot.offset)
+    size = _INDEXEDARRAY_T_SIZE if slot.indexed else _ARRAY_T_SIZE
+    descriptor = bytes(blob[slot.offset : slot.offset + size])
+    return [(slot.offset + at, ptr) for at, ptr in _pointers_of(descriptor, slot.elem_size, slot.indexed)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _pointers_of(descriptor: bytes, elem_size: int, indexed: bool) -> tuple[tuple[int, RawPtr], ...]:
+    # Memoised on the descriptor bytes: a simulation passes the same arrays launch after launch.
+    data, grad, *rest = _ARRAY_T.unpack_from(descriptor, 0)
     shape, strides, ndim = rest[0:4], rest[4:8], rest[8]
     shape, strides = shape[:ndim], strides[:ndim]
     found = []
     for field_offset, address in ((0, data), (8, grad)):
         if address:
-            lo, hi = _extent(address, slot.elem_size, shape, strides)
-            found.append((slot.offset + field_offset, RawPtr(address, lo, hi)))
-    if slot.indexed:
-        tail = _INDEXED_TAIL.unpack_from(blob, slot.offset + ctypes.sizeof(wp_types.array_t))
+            lo, hi = _extent(address, elem_size, shape, strides)
+            found.append((field_offset, RawPtr(address, lo, hi)))
+    if indexed:
+        tail = _INDEXED_TAIL.unpack_from(descriptor, _ARRAY_T_SIZE)
         indices, index_shape = tail[:4], tail[4:]
         for i, address in enumerate(indices):
             if address:
-                at = slot.offset + 56 + 8 * i
-                found.append((at, RawPtr(address, address, address + _INDEX_ELEM_SIZE * index_shape[i])))
-    return found
+                found.append((_ARRAY_T_SIZE + 8 * i, RawPtr(address, address, address + _INDEX_ELEM_SIZE * index_shape[i])))
+    return tuple(found)
 
 
 def blob_pointers(blob: bytes, slots) -> tuple[tuple[int, RawPtr], ...]:

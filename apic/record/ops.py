@@ -10,9 +10,10 @@ table is final.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Callable, Union
+from typing import Callable, NamedTuple, Union
 
 
 class OpKind(IntEnum):
@@ -51,8 +52,7 @@ class Blob:
     relocs: tuple[Reloc, ...] = ()
 
 
-@dataclass(frozen=True)
-class RawPtr:
+class RawPtr(NamedTuple):  # a tuple, not a dataclass: made for every pointer of every captured op
     """An absolute address seen during capture, with the byte range ``[lo, hi)`` accessed through it."""
 
     address: int
@@ -145,11 +145,16 @@ Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc]
 OP_TYPES: dict[OpKind, type] = {t.kind: t for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc)}
 
 
+@functools.lru_cache(maxsize=None)
+def _field_names(op_type: type) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(op_type))
+
+
 def raw_pointers(op) -> list[RawPtr]:
     """Every ``RawPtr`` an op holds, directly or inside its blobs."""
     found = []
-    for field in dataclasses.fields(op):
-        value = getattr(op, field.name)
+    for name in _field_names(type(op)):
+        value = getattr(op, name)
         if isinstance(value, RawPtr):
             found.append(value)
         elif isinstance(value, RawBlob):
@@ -160,11 +165,11 @@ def raw_pointers(op) -> list[RawPtr]:
 def resolve_op(op, resolve: Callable[[int], Ref]):
     """Replace the raw addresses of a captured op by region references."""
     changes = {}
-    for field in dataclasses.fields(op):
-        value = getattr(op, field.name)
+    for name in _field_names(type(op)):
+        value = getattr(op, name)
         if isinstance(value, RawPtr):
-            changes[field.name] = resolve(value.address)
+            changes[name] = resolve(value.address)
         elif isinstance(value, RawBlob):
             relocs = tuple(Reloc(at, resolve(ptr.address)) for at, ptr in value.pointers)
-            changes[field.name] = Blob(value.data, relocs)
+            changes[name] = Blob(value.data, relocs)
     return dataclasses.replace(op, **changes) if changes else op

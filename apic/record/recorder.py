@@ -43,10 +43,13 @@ class Recorder:
         self.apic = apic
         self.ops: list = []
         self.keepalive: list = []  # Python objects whose memory the ops use
+        self._noted: set[int] = set()  # ids of values already noted (kept alive, so ids stay unique)
         self._ranges = RegionTableBuilder()
         self._modules: dict[int, int] = {}  # id(module_exec) -> index
         self._module_infos: list[ModuleInfo] = []
-        self._kernels: dict[tuple[int, bool], int] = {}  # (id(module_exec), adjoint) per kernel key
+        self._kernels: dict[tuple[int, str], int] = {}  # (id(module_exec), symbol) -> index
+        self._kernel_by_hooks: dict[tuple[int, bool], int] = {}  # (id(hooks), adjoint) -> index
+        self._launches: dict[tuple, Launch] = {}  # identical launches share one op
         self._kernel_infos: list[KernelInfo] = []
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
 
@@ -67,12 +70,19 @@ class Recorder:
         """Stop recording and resolve every address into a region reference."""
         self.abort()
         regions, resolve = self._ranges.build()
+        resolved: dict[int, object] = {}  # by id(op): shared ops stay shared
+        ops = []
+        for op in self.ops:
+            done = resolved.get(id(op))
+            if done is None:
+                done = resolved[id(op)] = resolve_op(op, resolve)
+            ops.append(done)
         return Recording(
             abi=_compat.KERNEL_ABI,
             regions=tuple(regions),
             modules=tuple(self._module_infos),
             kernels=tuple(self._kernel_infos),
-            ops=tuple(resolve_op(op, resolve) for op in self.ops),
+            ops=tuple(ops),
         )
 
     def _append(self, op) -> None:
@@ -84,8 +94,9 @@ class Recorder:
     def note_values(self, values) -> None:
         """Keep ``values`` alive and note the whole allocations behind any Warp arrays among them."""
         for value in values:
-            if value is None or isinstance(value, (int, float, bool)):
+            if value is None or isinstance(value, (int, float, bool)) or id(value) in self._noted:
                 continue
+            self._noted.add(id(value))
             self.keepalive.append(value)
             self._note_arrays(value)
 
@@ -134,28 +145,39 @@ class Recorder:
         if fn is None:
             raise CaptureError(f"kernel '{kernel.key}' has no {'backward' if adjoint else 'forward'} entry point")
         self.keepalive.append(params)
+        kernel_index = self._kernel_index(kernel, hooks, fn, adjoint)
         nargs = len(kernel.adj.args)
         fwd = params[1 : 1 + nargs]
         fwd_layout = layout.args_layout(kernel, tuple(type(p) for p in fwd))
-        args_blob = fwd_layout.pack(fwd)
-        adj_blob = None
-        if adjoint:
-            adj = params[1 + nargs :]
-            adj_layout = layout.args_layout(kernel, tuple(type(p) for p in adj))
-            adj_data = adj_layout.pack(adj)
-            adj_blob = RawBlob(adj_data, layout.blob_pointers(adj_data, adj_layout.slots))
-        bounds = params[0]
-        self._append(
-            Launch(
-                kernel=self._kernel_index(kernel, hooks, fn, adjoint),
-                dim=tuple(bounds.shape[: bounds.ndim] if hasattr(bounds, "ndim") else bounds.shape),
-                bounds=RawBlob(bytes(bounds)),
-                args=RawBlob(args_blob, layout.blob_pointers(args_blob, fwd_layout.slots)),
-                adj_args=adj_blob,
+        adj = params[1 + nargs :] if adjoint else None
+        adj_layout = layout.args_layout(kernel, tuple(type(p) for p in adj)) if adjoint else None
+        bounds = bytes(params[0])
+        args_data = fwd_layout.pack(fwd)
+        adj_data = adj_layout.pack(adj) if adjoint else None
+        # A simulation step repeats the same launch (same kernel, bounds and arguments) many times:
+        # such launches share one immutable op, so resolving and lowering it happens once.
+        key = (kernel_index, bounds, args_data, adj_data)
+        op = self._launches.get(key)
+        if op is None:
+            op = self._launches[key] = Launch(
+                kernel=kernel_index,
+                dim=_launch_dim(params[0]),
+                bounds=RawBlob(bounds),
+                args=RawBlob(args_data, layout.blob_pointers(args_data, fwd_layout.slots)),
+                adj_args=RawBlob(adj_data, layout.blob_pointers(adj_data, adj_layout.slots)) if adjoint else None,
             )
-        )
+            self._append(op)
+        else:
+            self.ops.append(op)
 
     def _kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
+        index = self._kernel_by_hooks.get((id(hooks), adjoint))
+        if index is None:
+            self.keepalive.append(hooks)  # keeps id(hooks) unique for the capture's lifetime
+            index = self._kernel_by_hooks[(id(hooks), adjoint)] = self._new_kernel_index(kernel, hooks, fn, adjoint)
+        return index
+
+    def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
         module_exec = _find_module_exec(kernel, hooks)
         key = (id(module_exec), _compat.kernel_symbol(module_exec, kernel, adjoint))
         index = self._kernels.get(key)
@@ -189,6 +211,12 @@ class Recorder:
         # the element size of a fill is the size of the value being tiled
         dst = _descriptor_blob(desc, array_type, value_size, "array.fill_")
         self._append(ArrayFill(dst, array_type, RawBlob(ctypes.string_at(value, value_size))))
+
+
+def _launch_dim(bounds) -> tuple[int, ...]:
+    """The launch shape held by a ``launch_bounds`` struct (its layout varies by version)."""
+    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
+    return tuple(bounds.shape[:ndim] if ndim is not None else bounds.shape)
 
 
 def _descriptor_blob(address: int, array_type: int, elem_size: int, api: str) -> RawBlob:

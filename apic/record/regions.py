@@ -49,7 +49,7 @@ class RegionTableBuilder:
     """Collects address ranges during capture and merges them into regions at the end."""
 
     def __init__(self) -> None:
-        self._ranges: list[_Range] = []
+        self._ranges: dict[tuple[int, int], _Range] = {}  # keyed by (lo, hi): the same range recurs often
 
     def note(self, lo: int, hi: int, *, used: bool, owned: bool = False, array: ArrayInfo | None = None):
         """Note the byte range ``[lo, hi)`` (``hi == lo`` for an empty access).
@@ -57,17 +57,24 @@ class RegionTableBuilder:
         ``used`` ranges are accessed by an op; the others (whole allocations behind the arrays an op
         was given) only widen the region they fall in, so a region is always a whole allocation.
         """
+        key = (lo, max(lo, hi))
+        seen = self._ranges.get(key)
+        if seen is not None:
+            seen.owned |= owned
+            seen.used |= used
+            seen.array = seen.array or array
+            return
         if lo <= 0:
             raise CaptureError(f"a null or invalid address ({lo:#x}) reached the recorder")
-        self._ranges.append(_Range(lo, max(lo, hi), owned, used, array))
+        self._ranges[key] = _Range(key[0], key[1], owned, used, array)
 
     def overlaps(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` shares a byte with any range noted so far."""
-        return any(r.lo < hi and lo < max(r.hi, r.lo + 1) for r in self._ranges)
+        return any(r.lo < hi and lo < max(r.hi, r.lo + 1) for r in self._ranges.values())
 
     def build(self) -> tuple[list[Region], callable]:
         """Merge the noted ranges into regions; return them and an ``address -> Ref`` resolver."""
-        ordered = sorted(self._ranges, key=lambda r: (r.lo, -r.hi))
+        ordered = sorted(self._ranges.values(), key=lambda r: (r.lo, -r.hi))
         groups: list[list[_Range]] = []
         group_hi = 0
         for rng in ordered:

@@ -55,16 +55,24 @@ _originals: dict[str, object] = {}
 
 
 # --- Python-level shims ------------------------------------------------------------------------------
+# wp.launch(kernel, dim, inputs, outputs, adj_inputs, adj_outputs, device, stream, adjoint,
+# record_tape, record_cmd, ...): the positions of the arguments the recorder needs. Read by hand
+# rather than with inspect.Signature.bind, which would cost more than the rest of the capture.
+_LAUNCH_ARRAY_ARGS = (("inputs", 2), ("outputs", 3), ("adj_inputs", 4), ("adj_outputs", 5))
+
+
+def _launch_arg(args, kwargs, name: str, position: int, default=None):
+    return args[position] if len(args) > position else kwargs.get(name, default)
+
+
 def _launch(*args, **kwargs):
     recorder = active()
-    if recorder is not None:
-        call = _LAUNCH_SIGNATURE.bind(*args, **kwargs).arguments
-        stream = call.get("stream")
-        device = stream.device if stream is not None else wp.get_device(call.get("device"))
-        if device.is_cpu and not call.get("record_cmd", False):
-            recorder.note_values(
-                [*call.get("inputs", ()), *call.get("outputs", ()), *call.get("adj_inputs", ()), *call.get("adj_outputs", ())]
-            )
+    if recorder is not None and not _launch_arg(args, kwargs, "record_cmd", 10, False):
+        stream = _launch_arg(args, kwargs, "stream", 7)
+        device = stream.device if stream is not None else wp.get_device(_launch_arg(args, kwargs, "device", 6))
+        if device.is_cpu:
+            for name, position in _LAUNCH_ARRAY_ARGS:
+                recorder.note_values(_launch_arg(args, kwargs, name, position, ()))
     return _originals["launch"](*args, **kwargs)
 
 
@@ -251,12 +259,16 @@ def install() -> None:
         return
     from apic import capture  # the public capture API lives there; imported late to avoid a cycle
 
-    global _LAUNCH_SIGNATURE, _COPY_SIGNATURE
+    global _COPY_SIGNATURE
     _originals["launch"] = wp_context.launch
     _originals["copy"] = wp_context.copy
     _originals["Launch.launch"] = vars(wp_context.Launch)["launch"]
     _originals["array._init_new"] = vars(wp_types.array)["_init_new"]
-    _LAUNCH_SIGNATURE = inspect.signature(wp_context.launch)
+    launch_params = list(inspect.signature(wp_context.launch).parameters)
+    if [launch_params[i] for _, i in _LAUNCH_ARRAY_ARGS] != [n for n, _ in _LAUNCH_ARRAY_ARGS] or launch_params[
+        6:8
+    ] + launch_params[10:11] != ["device", "stream", "record_cmd"]:
+        raise ImportError(f"apic does not recognise the signature of wp.launch in warp-lang {_compat.WARP_VERSION}")
     _COPY_SIGNATURE = inspect.signature(wp_context.copy)
 
     for owner in (wp, wp_context):

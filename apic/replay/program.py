@@ -43,24 +43,31 @@ class Program:
 
 
 class _Arena:
-    """Lays blobs out in one aligned byte buffer, then relocates their pointers in place."""
+    """Lays blobs out in one aligned byte buffer, then relocates their pointers in place.
+
+    Blobs are keyed by identity: a blob shared by several ops (a repeated launch) is stored once.
+    """
 
     def __init__(self, blobs: list[rec.Blob]) -> None:
         self._offsets: dict[int, int] = {}
+        self._blobs = []
         size = 0
         for blob in blobs:
-            self._offsets[id(blob)] = size
-            size += -(-max(len(blob.data), 1) // _ALIGN) * _ALIGN
+            if id(blob) not in self._offsets:
+                self._offsets[id(blob)] = size
+                self._blobs.append(blob)
+                size += -(-max(len(blob.data), 1) // _ALIGN) * _ALIGN
         self.buffer = np.zeros(max(size, _ALIGN), dtype=np.uint8)
         self.base = self.buffer.ctypes.data
-        self._blobs = blobs
 
     def fill(self, address_of) -> None:
+        staging = bytearray(len(self.buffer))  # built in Python bytes, copied into the buffer once
         for blob in self._blobs:
             at = self._offsets[id(blob)]
-            self.buffer[at : at + len(blob.data)] = np.frombuffer(blob.data, dtype=np.uint8)
+            staging[at : at + len(blob.data)] = blob.data
             for reloc in blob.relocs:
-                _U64.pack_into(self.buffer, at + reloc.at, address_of(reloc.target))
+                _U64.pack_into(staging, at + reloc.at, address_of(reloc.target))
+        self.buffer[:] = np.frombuffer(staging, dtype=np.uint8)
 
     def address(self, blob: rec.Blob) -> int:
         return self.base + self._offsets[id(blob)]
@@ -81,10 +88,16 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
         return region_addresses[ref.region] + ref.offset
 
     arena.fill(address_of)
-    rows = [row for op in recording.ops if (row := _lower_op(op, recording.abi, arena, address_of, kernel_addresses))]
+    lowered: dict[int, list[int] | None] = {}  # by id(op): a shared op is lowered once
+    rows = []
+    for op in recording.ops:
+        if id(op) not in lowered:
+            lowered[id(op)] = _lower_op(op, recording.abi, arena, address_of, kernel_addresses)
+        if lowered[id(op)] is not None:
+            rows.append(lowered[id(op)])
     table = tbl.empty_table(len(rows))
-    for i, row in enumerate(rows):
-        table[i, : len(row)] = row
+    if rows:
+        table[:] = [row + [0] * (tbl.OP_COLUMNS - len(row)) for row in rows]
     return Program(table, arena.buffer)
 
 
