@@ -7,8 +7,12 @@ warp_version="${1:-1.19.0}"
 shift || true
 venv=".venv-warp-${warp_version}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
-"$venv/bin/python" -m pip install -q -e ".[test]" "warp-lang==${warp_version}"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+# installation chatter goes to a log that is shown only if the install fails
+if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e ".[test]" "warp-lang==${warp_version}"; } >"$log" 2>&1; then
+    cat "$log"; echo "error: installing apic with warp-lang ${warp_version} failed" >&2; exit 1
+fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
 "$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
 "$venv/bin/python" -m pytest "$@"
