@@ -7,8 +7,10 @@ version, and a captured graph replays in one native call with no Python per oper
 """
 
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
-from apic.errors import ApicError, BindingError, CaptureError, FormatError, UnsupportedOperationError
+from apic.errors import ApicError, BindingError, CaptureError, FormatError, IncompatibleGraphError
+from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
+from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.record.shims import install, is_installed, uninstall
 
 __version__ = "0.1.0"
@@ -19,12 +21,16 @@ __all__ = [
     "CaptureError",
     "FormatError",
     "Graph",
+    "IncompatibleGraphError",
     "ScopedCapture",
     "UnsupportedOperationError",
     "__version__",
     "capture_begin",
     "capture_end",
     "capture_launch",
+    "capture_load",
+    "capture_load_from_bytes",
+    "capture_save",
     "install",
     "is_installed",
     "uninstall",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 import platform
 import re
 import sys
@@ -51,6 +52,11 @@ SYSV_X86_64: bool = platform.machine().lower() in ("x86_64", "amd64") and sys.pl
 # Name of the ABI, written into saved files so a loader can refuse an incompatible one.
 KERNEL_ABI: str = "bounds-by-value-v1" if BOUNDS_BY_VALUE else "bounds-by-pointer-v1"
 
+# A ``Launch`` made by ``wp.launch(record_cmd=True)`` keeps the original Python arguments
+# (``fwd_args``/``adj_args``) from warp 1.15 on; before, it keeps only their packed ctypes values,
+# which do not keep the arrays behind them alive.
+LAUNCH_KEEPS_ARGS: bool = "fwd_args" in inspect.signature(wp_context.Launch.__init__).parameters
+
 # Functions that exist only in some versions (None where absent).
 invoke_cpu_blocks = getattr(wp_context, "invoke_cpu_blocks", None)
 
@@ -89,7 +95,7 @@ def kernel_symbol(module_exec, kernel, adjoint: bool) -> str:
 
 def allocator_alloc_name() -> str:
     """Allocator method name: ``alloc`` up to 1.12, ``allocate`` from 1.13."""
-    alloc = cpu_device().get_allocator()
+    alloc = runtime().cpu_device.get_allocator()
     return "allocate" if hasattr(alloc, "allocate") else "alloc"
 
 
@@ -98,3 +104,129 @@ def quiet_warp() -> None:
     if hasattr(wp.config, "log_level") and hasattr(wp, "LOG_WARNING"):
         wp.config.log_level = wp.LOG_WARNING
     wp.config.quiet = True
+
+
+# --- Saved graphs: module binaries, native object loading, host target -----------------------------
+def module_binary_path(module_name: str, module_exec) -> str:
+    """Path of the compiled CPU binary (``.o``) behind a loaded ``module_exec`` in Warp's kernel cache.
+
+    warp 1.19 records it as ``module_exec.binary_path``. Earlier versions keep it at
+    ``<kernel cache>/wp_<name>_<hash7>/<same>[.cpu<isa>].o`` (``wp_<name>`` with ``strip_hash``).
+    """
+    import os
+
+    path = getattr(module_exec, "binary_path", None)
+    if path:
+        return os.fspath(path)
+    digest = getattr(module_exec, "module_hash", None)
+    stems = [f"wp_{module_name}_{digest.hex()[:7]}"] if digest else []
+    stems.append(f"wp_{module_name}")
+    for stem in stems:
+        folder = os.path.join(wp.config.kernel_cache_dir, stem)
+        exact = os.path.join(folder, stem + ".o")
+        if os.path.isfile(exact):
+            return exact
+        try:
+            candidates = sorted(f for f in os.listdir(folder) if f.startswith(stem) and f.endswith(".o"))
+        except OSError:
+            continue
+        if len(candidates) == 1:
+            return os.path.join(folder, candidates[0])
+    raise FileNotFoundError(
+        f"cannot find the compiled CPU binary of Warp module '{module_name}' in the kernel cache "
+        f"({wp.config.kernel_cache_dir}); was the cache cleared after the capture?"
+    )
+
+
+def module_source_path(binary_path: str) -> str | None:
+    """The generated C++ source next to a module binary in the cache, if it is there."""
+    import os
+
+    folder = os.path.dirname(binary_path)
+    stem = os.path.basename(folder)
+    path = os.path.join(folder, stem + ".cpp")
+    return path if os.path.isfile(path) else None
+
+
+def native_handle_types() -> tuple[type, ...]:
+    """Warp classes whose ``id`` is the address of a native object that kernels dereference."""
+    names = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
+    return tuple(t for t in (getattr(wp, n, None) for n in names) if isinstance(t, type))
+
+
+def _llvm():
+    llvm = getattr(runtime(), "llvm", None)
+    if llvm is None:
+        raise RuntimeError("loading saved CPU graphs needs Warp's LLVM backend (warp-clang), which is not available")
+    return llvm
+
+
+def _legacy_linker_arg() -> list:
+    """``wp_load_obj`` takes a ``use_legacy_linker`` flag from warp 1.13 on (with the config option)."""
+    llvm = _llvm()
+    argtypes = getattr(llvm.wp_load_obj, "argtypes", None)
+    takes_flag = len(argtypes) == 3 if argtypes else hasattr(wp.config, "legacy_cpu_linker")
+    return [ctypes.c_bool(bool(getattr(wp.config, "legacy_cpu_linker", False)))] if takes_flag else []
+
+
+def load_object(data: bytes, name: str) -> None:
+    """Load a relocatable CPU object (a module's ``.o``) from memory under the LLVM module ``name``.
+
+    Uses ``wp_load_obj_from_bytes`` where Warp has it (1.19+), else a private temporary file.
+    ``name`` must be unique in the process: loading a name twice returns the old module's code.
+    """
+    import os
+    import tempfile
+
+    llvm = _llvm()
+    flag = _legacy_linker_arg()
+    from_bytes = getattr(llvm, "wp_load_obj_from_bytes", None) if flag else None
+    if from_bytes is not None:
+        buffer = ctypes.create_string_buffer(data, len(data))
+        result = from_bytes(ctypes.cast(buffer, ctypes.c_void_p), ctypes.c_size_t(len(data)),
+                            ctypes.c_char_p(name.encode()), *flag)
+    else:
+        fd, path = tempfile.mkstemp(prefix="apic-", suffix=".o")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            result = llvm.wp_load_obj(ctypes.c_char_p(path.encode()), ctypes.c_char_p(name.encode()), *flag)
+        finally:
+            os.unlink(path)
+    if result != 0:
+        raise RuntimeError(f"Warp's LLVM backend could not load the CPU module object '{name}' (error {result})")
+
+
+def lookup_symbol(name: str, symbol: str) -> int:
+    """Address of ``symbol`` in the loaded LLVM module ``name`` (0 if absent). Never after unload."""
+    return int(_llvm().wp_lookup(ctypes.c_char_p(name.encode()), ctypes.c_char_p(symbol.encode())) or 0)
+
+
+def unload_object(name: str) -> None:
+    """Unload the LLVM module ``name`` (quietly does nothing once Warp is shutting down)."""
+    try:
+        wp_context.runtime.llvm.wp_unload_obj(ctypes.c_char_p(name.encode()))
+    except (AttributeError, TypeError):
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def host_target() -> dict:
+    """The CPU this process runs on: OS, machine, CPU name and the instruction-set features it has."""
+    try:
+        from llvmlite import binding as llvm_binding  # numba's dependency, so always present
+
+        cpu = llvm_binding.get_host_cpu_name()
+        features = sorted(k for k, v in llvm_binding.get_host_cpu_features().items() if v)
+        known = sorted(llvm_binding.get_host_cpu_features().keys())
+    except Exception:  # pragma: no cover - llvmlite without host queries
+        cpu, features, known = "unknown", [], []
+    return {
+        "system": sys.platform,
+        "machine": platform.machine().lower(),
+        "cpu": cpu,
+        "features": features,
+        "known_features": known,
+        "byteorder": sys.byteorder,
+        "pointer_bits": ctypes.sizeof(ctypes.c_void_p) * 8,
+    }

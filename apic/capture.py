@@ -148,3 +148,10 @@ def install_capture_api(patches) -> None:
         patches.set(owner, "capture_launch", capture_launch)
     for owner in (wp, wp_utils):
         patches.set(owner, "ScopedCapture", ScopedCapture)
+    # Saving and loading: apic's own (warp <= 1.12 has none; 1.13+ has upstream's native APIC,
+    # which must never see an apic graph). Uninstall restores or deletes them exactly.
+    from apic import persist
+
+    for owner in (wp, wp_context):
+        for name in ("capture_save", "capture_load", "capture_load_from_bytes"):
+            patches.set(owner, name, getattr(persist, name))

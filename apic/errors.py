@@ -22,9 +22,19 @@ class UnsupportedOperationError(ApicError, NotImplementedError):
         self.operation = operation
 
 
-class FormatError(ApicError, ValueError):
-    """A .wrp file (or byte string) is corrupt, truncated, foreign or of an unsupported version."""
+class FormatError(ApicError, ValueError, RuntimeError):
+    """A .wrp file (or byte string) is corrupt, truncated, foreign or of an unsupported version.
+
+    Also a ``RuntimeError``, which is what upstream Warp's ``capture_load`` raises for a bad file.
+    """
 
 
-class BindingError(ApicError, ValueError):
-    """A named binding was used with the wrong name, size, dtype or shape."""
+class BindingError(ApicError, ValueError, RuntimeError):
+    """A named binding was used with the wrong name, size, dtype or shape.
+
+    Also a ``RuntimeError``, which is what upstream Warp raises for an unknown name or a size mismatch.
+    """
+
+
+class IncompatibleGraphError(ApicError, RuntimeError):
+    """A saved graph cannot run safely in this process (other CPU, OS, or native struct layouts)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from apic.errors import UnsupportedOperationError
+from apic.record.recorder import active
 from apic.record.recording import Recording
 from apic.replay.program import Program, lower
 
@@ -12,15 +14,20 @@ class Graph:
     Mirrors the attributes of ``warp.Graph`` that user code reads (``device``, ``apic``,
     ``is_loaded``). It holds every Python object and compiled module its ops use, so replay stays
     correct after the user drops their own references.
+
+    A graph loaded by ``wp.capture_load`` / ``wp.capture_load_from_bytes`` also has named
+    parameters: :attr:`params`, :meth:`set_param`, :meth:`get_param` and :meth:`get_param_ptr`,
+    as in Warp 1.19, which check dtype and shape as well as size.
     """
 
     def __init__(self, recording: Recording, device, *, apic: bool, keepalive=(), is_loaded: bool = False,
-                 region_addresses=None, kernel_addresses=None):
+                 region_addresses=None, kernel_addresses=None, bindings=()):
         self.device = device
         self.apic = apic
         self.is_loaded = is_loaded
         self.recording = recording
         self._keepalive = list(keepalive)
+        self.bindings = {b.name: b for b in bindings}  # name -> apic.bindings.Binding (loaded graphs)
         if region_addresses is None:
             region_addresses = [r.address for r in recording.regions]
         if kernel_addresses is None:
@@ -35,7 +42,58 @@ class Graph:
 
     def launch(self, repeats: int = 1) -> None:
         """Replay the graph ``repeats`` times with one call into the native interpreter."""
+        if active() is not None:
+            # Replaying now would run work in the middle of a record-only capture, and a graph
+            # inside a graph is not recorded yet: refuse rather than run it behind the user's back.
+            raise UnsupportedOperationError("replaying an apic graph", "launch it after wp.capture_end()")
         self.program.run(repeats)
+
+    # --- named parameters (loaded graphs), as warp.Graph in Warp 1.19 ---------------------------------
+    @property
+    def params(self) -> dict:
+        """Parameter name -> ``{"size": bytes, "kind", "dtype", "shape", "strides"}``; empty unless loaded."""
+        return {name: b.describe() for name, b in self.bindings.items()}
+
+    def _binding(self, name: str, method: str):
+        if not self.is_loaded:
+            raise RuntimeError(f"{method}() is only supported on loaded APIC graphs")
+        binding = self.bindings.get(name)
+        if binding is None:
+            from apic.errors import BindingError
+
+            known = ", ".join(sorted(self.bindings)) or "none"
+            raise BindingError(f"{method}(): the graph has no parameter named {name!r} (its parameters: {known})")
+        return binding
+
+    def set_param(self, name: str, arr) -> None:
+        """Copy the Warp array ``arr`` into the named parameter (dtype, shape and size must match)."""
+        from apic import bindings as b
+
+        binding = self._binding(name, "set_param")
+        b.check_array(binding, arr, "set_param")
+        b.binding_view(binding, self.region_addresses[binding.region])[...] = b.array_view(arr)
+
+    def get_param(self, name: str, arr) -> None:
+        """Copy the named parameter into the Warp array ``arr`` (dtype, shape and size must match)."""
+        from apic import bindings as b
+
+        binding = self._binding(name, "get_param")
+        b.check_array(binding, arr, "get_param")
+        b.array_view(arr)[...] = b.binding_view(binding, self.region_addresses[binding.region])
+
+    def get_param_ptr(self, name: str):
+        """Host address of the named parameter's first element, or None if there is no such parameter."""
+        if not self.is_loaded:
+            raise RuntimeError("get_param_ptr() is only supported on loaded APIC graphs")
+        binding = self.bindings.get(name)
+        return None if binding is None else self.region_addresses[binding.region] + binding.offset
+
+    def param_numpy(self, name: str):
+        """A zero-copy NumPy view of the named parameter (apic only; ``shape + element shape``)."""
+        from apic import bindings as b
+
+        binding = self._binding(name, "param_numpy")
+        return b.typed_view(binding, self.region_addresses[binding.region])
 
     def __repr__(self) -> str:
         return f"<apic.Graph device={self.device} ops={self.op_count} regions={len(self.recording.regions)}>"

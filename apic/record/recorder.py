@@ -7,6 +7,7 @@ thread-local CUDA capture.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 
@@ -33,6 +34,17 @@ def active() -> "Recorder | None":
 
 def _set_active(recorder: "Recorder | None") -> None:
     _local.recorder = recorder
+
+
+@contextlib.contextmanager
+def paused():
+    """Let Warp run eagerly on this thread for a moment (e.g. a read of memory the capture never used)."""
+    recorder = active()
+    _set_active(None)
+    try:
+        yield
+    finally:
+        _set_active(recorder)
 
 
 class Recorder:
@@ -96,6 +108,11 @@ class Recorder:
         for value in values:
             if value is None or isinstance(value, (int, float, bool)) or id(value) in self._noted:
                 continue
+            if hasattr(type(value), "_constructors"):  # a @wp.struct instance
+                # Its fields can be reassigned between launches (and after the capture): walk it
+                # every time, and keep the arrays in it alive themselves, not through the struct.
+                self.note_values([getattr(value, name) for name, _ in type(value)._constructors])
+                continue
             self._noted.add(id(value))
             self.keepalive.append(value)
             self._note_arrays(value)
@@ -110,9 +127,6 @@ class Recorder:
             for index in value.indices:
                 if index is not None:
                     self._note_arrays(index)
-        elif hasattr(type(value), "_constructors"):  # a @wp.struct instance: walk its fields
-            for name, _ in type(value)._constructors:
-                self._note_arrays(getattr(value, name))
 
     def _note_allocation(self, arr, owned: bool = False) -> None:
         root = arr
@@ -127,7 +141,9 @@ class Recorder:
         self._ranges.note(root.ptr, root.ptr + root.capacity, used=owned, owned=owned, array=info)
 
     def touches(self, arr) -> bool:
-        """Whether the capture so far has used any memory of ``arr``'s allocation."""
+        """Whether the capture so far has used any memory of ``arr`` (an indexed array's data or indices)."""
+        if isinstance(arr, wp_types.indexedarray):
+            return self.touches(arr.data) or any(i is not None and self.touches(i) for i in arr.indices)
         return bool(arr.ptr) and self._ranges.overlaps(arr.ptr, arr.ptr + max(arr.capacity, 1))
 
     def record_alloc(self, arr) -> None:
@@ -144,6 +160,8 @@ class Recorder:
         fn = hooks.backward if adjoint else hooks.forward
         if fn is None:
             raise CaptureError(f"kernel '{kernel.key}' has no {'backward' if adjoint else 'forward'} entry point")
+        if params[0].size == 0:
+            return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
         self.keepalive.append(params)
         kernel_index = self._kernel_index(kernel, hooks, fn, adjoint)
         nargs = len(kernel.adj.args)
@@ -192,13 +210,21 @@ class Recorder:
             )
         return index
 
+    # A zero-byte memory op does nothing, and Warp may pass it a null pointer (zero_() of an empty
+    # array): record nothing, as eager Warp does nothing.
     def record_memcpy(self, dst: int, src: int, nbytes: int) -> None:
+        if nbytes == 0:
+            return
         self._append(Memcpy(RawPtr(dst, dst, dst + nbytes), RawPtr(src, src, src + nbytes), nbytes))
 
     def record_memset(self, dst: int, value: int, nbytes: int) -> None:
+        if nbytes == 0:
+            return
         self._append(Memset(RawPtr(dst, dst, dst + nbytes), value & 0xFF, nbytes))
 
     def record_memtile(self, dst: int, src: int, srcsize: int, reps: int) -> None:
+        if srcsize * reps == 0:
+            return
         value = ctypes.string_at(src, srcsize)
         self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
 

@@ -3,9 +3,9 @@
 Two layers, each with one job:
 
 * **Python-level shims** (``wp.launch``, ``Launch.launch``, ``wp.copy``, ``array.zero_/fill_``,
-  ``array._init_new``, reads such as ``array.numpy``, and the capture API) tell the recorder which
-  Python objects an operation uses, so it can keep them alive and know whole allocations, then call
-  Warp's own code unchanged: Warp still validates and packs everything.
+  ``array._init_new/_init_from_data``, reads such as ``array.numpy``, and the capture API) tell the
+  recorder which Python objects an operation uses, so it can keep them alive and know whole
+  allocations, then call Warp's own code unchanged: Warp still validates and packs everything.
 * **Native sinks** (Warp's ``invoke``, its host memory functions, and every other ``wp_*host*``
   export) sit where Warp would execute. During a CPU capture on this thread they record instead of
   running, or, when no recordable API led there, refuse with an error naming the function. Outside
@@ -23,7 +23,7 @@ import warp as wp
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record.recorder import active
+from apic.record.recorder import active, paused
 
 
 class _Patches:
@@ -73,15 +73,34 @@ def _launch(*args, **kwargs):
         if device.is_cpu:
             for name, position in _LAUNCH_ARRAY_ARGS:
                 recorder.note_values(_launch_arg(args, kwargs, name, position, ()))
-    return _originals["launch"](*args, **kwargs)
+    result = _originals["launch"](*args, **kwargs)
+    if not _compat.LAUNCH_KEEPS_ARGS and isinstance(result, wp_context.Launch):
+        # Warp < 1.15: the Launch keeps only packed ctypes values; remember the Python ones.
+        fwd = [*_launch_arg(args, kwargs, "inputs", 2, ()), *_launch_arg(args, kwargs, "outputs", 3, ())]
+        adj = [*_launch_arg(args, kwargs, "adj_inputs", 4, ()), *_launch_arg(args, kwargs, "adj_outputs", 5, ())]
+        result._apic_args = {**{(False, i): v for i, v in enumerate(fwd)}, **{(True, i): v for i, v in enumerate(adj)}}
+    return result
+
+
+def _launch_arguments(launch) -> list:
+    """The Python values a ``Launch`` object's packed parameters were made from (where known)."""
+    if _compat.LAUNCH_KEEPS_ARGS:
+        return [*(launch.fwd_args or ()), *(launch.adj_args or ())]
+    return list(getattr(launch, "_apic_args", {}).values())
 
 
 def _launch_object_launch(self, *args, **kwargs):
     recorder = active()
     if recorder is not None and self.device.is_cpu:
         recorder.keepalive.append(self)
-        recorder.note_values([*(getattr(self, "fwd_args", None) or ()), *(getattr(self, "adj_args", None) or ())])
+        recorder.note_values(_launch_arguments(self))
     return _originals["Launch.launch"](self, *args, **kwargs)
+
+
+def _launch_object_set_param(self, index, value, adjoint=False):
+    """Warp < 1.15: remember the Python value behind a replaced parameter (see ``_launch``)."""
+    _originals["Launch.set_param_at_index"](self, index, value, adjoint)
+    vars(self).setdefault("_apic_args", {})[(bool(adjoint), index)] = value
 
 
 def _recorded_call(recorder, original, args, kwargs):
@@ -132,18 +151,36 @@ def _init_new(self, *args, **kwargs):
     return result
 
 
+def _init_from_data(self, data, dtype, shape, device, copy, pinned):
+    recorder = active()
+    if recorder is None or not (copy or pinned) or not wp.get_device(device).is_cpu:
+        return _originals["array._init_from_data"](self, data, dtype, shape, device, copy, pinned)
+    # Warp would convert ``data`` to a temporary NumPy array and wp.copy from a view that does not
+    # keep it alive, so the graph would replay a copy from freed memory. Make the source a view
+    # that owns its memory (``copy=False`` keeps it in ``_ref``) and copy from it as Warp does:
+    # the recorded copy then keeps the source alive.
+    host = wp_types.array(data, dtype=dtype, shape=shape, device="cpu", copy=False)
+    self._init_new(host.dtype, host.shape, None, device, pinned)
+    wp.copy(self, host)
+
+
 def _read_guard(name: str, cls: type):
     original = vars(cls)[name]
 
     @functools.wraps(original)
     def shim(self, *args, **kwargs):
         recorder = active()
-        if recorder is not None and self.device.is_cpu and recorder.touches(self):
+        if recorder is None or not self.device.is_cpu:
+            return original(self, *args, **kwargs)
+        if recorder.touches(self):
             raise CaptureError(
                 f"array.{name}() reads an array during a CPU capture, before the captured work has run; "
                 "read it after wp.capture_launch()"
             )
-        return original(self, *args, **kwargs)
+        # Memory the capture never used reads as it would eagerly. Warp may read through a temporary
+        # copy (indexed arrays): that copy must run now, not be recorded into the graph.
+        with paused():
+            return original(self, *args, **kwargs)
 
     return shim
 
@@ -264,6 +301,7 @@ def install() -> None:
     _originals["copy"] = wp_context.copy
     _originals["Launch.launch"] = vars(wp_context.Launch)["launch"]
     _originals["array._init_new"] = vars(wp_types.array)["_init_new"]
+    _originals["array._init_from_data"] = vars(wp_types.array)["_init_from_data"]
     launch_params = list(inspect.signature(wp_context.launch).parameters)
     if [launch_params[i] for _, i in _LAUNCH_ARRAY_ARGS] != [n for n, _ in _LAUNCH_ARRAY_ARGS] or launch_params[
         6:8
@@ -275,7 +313,13 @@ def install() -> None:
         _python_patches.set(owner, "launch", functools.wraps(_originals["launch"])(_launch))
         _python_patches.set(owner, "copy", functools.wraps(_originals["copy"])(_copy))
     _python_patches.set(wp_context.Launch, "launch", _launch_object_launch)
+    if not _compat.LAUNCH_KEEPS_ARGS:
+        # Up to warp 1.14 a Launch keeps only packed ctypes values, which do not keep arrays alive;
+        # note the Python values (set_param_by_name and set_params go through set_param_at_index).
+        _originals["Launch.set_param_at_index"] = vars(wp_context.Launch)["set_param_at_index"]
+        _python_patches.set(wp_context.Launch, "set_param_at_index", _launch_object_set_param)
     _python_patches.set(wp_types.array, "_init_new", _init_new)
+    _python_patches.set(wp_types.array, "_init_from_data", _init_from_data)
     for cls in _array_classes():
         for name in ("zero_", "fill_"):
             if name in vars(cls):

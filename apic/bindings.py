@@ -1,0 +1,183 @@
+"""Named bindings: the arrays a saved graph exposes by name (``inputs`` / ``outputs`` of capture_save).
+
+A binding is a typed view into one region of the graph: where it starts (``region``, ``offset``),
+how many bytes it covers, and the Warp dtype, shape and byte strides of the array it was made
+from. ``set_param`` / ``get_param`` copy between a binding and a user array after checking the
+name, dtype, shape and size, which upstream Warp checks only as a byte count.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from apic.errors import BindingError
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One named view into a region of a graph (see docs/FORMAT.md, ``bindings``)."""
+
+    name: str
+    kind: str  # "input" or "output"
+    region: int
+    offset: int  # byte offset of the first element inside the region
+    nbytes: int  # number of bytes of the elements (size * elem_size)
+    dtype: str  # Warp dtype name, e.g. "float32", "vec3f"
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # byte strides
+    elem_size: int
+    np_dtype: str | None  # NumPy scalar dtype of the elements ("<f4"), None for structs
+    elem_shape: tuple[int, ...]  # shape of one element in np_dtype scalars (vec3f: (3,))
+
+    def extent(self) -> tuple[int, int]:
+        """The byte range ``[lo, hi)`` of the region the view can reach, relative to the region."""
+        return extent(self.offset, self.elem_size, self.shape, self.strides)
+
+    def describe(self) -> dict:
+        """What ``Graph.params`` reports for this binding (upstream's ``size`` plus apic's details)."""
+        return {
+            "size": self.nbytes,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": tuple(self.shape),
+            "strides": tuple(self.strides),
+        }
+
+
+def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:
+    """The byte range ``[lo, hi)`` that a strided view starting at ``start`` reaches."""
+    if any(n == 0 for n in shape):
+        return start, start
+    lo = start + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = start + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + elem_size
+    return lo, hi
+
+
+# --- Warp arrays ------------------------------------------------------------------------------------
+def dtype_name(dtype) -> str:
+    """A stable name for a Warp dtype ("float32", "vec3f", "bool", "module.Struct")."""
+    from apic._compat import wp_types
+
+    if dtype is wp_types.bool or dtype is bool:
+        return "bool"
+    return wp_types.type_repr(dtype)
+
+
+def numpy_layout(dtype) -> tuple[str | None, tuple[int, ...]]:
+    """The NumPy scalar dtype (``dtype.str``) and element shape of a Warp dtype; (None, ()) for structs."""
+    from apic._compat import wp_types
+
+    scalar = getattr(dtype, "_wp_scalar_type_", dtype)
+    np_type = wp_types.warp_type_to_np_dtype.get(scalar)
+    if np_type is None:
+        return None, ()
+    return np.dtype(np_type).str, tuple(int(n) for n in getattr(dtype, "_shape_", ()))
+
+
+def is_warp_array(value) -> bool:
+    from apic._compat import wp_types
+
+    return isinstance(value, wp_types.array)
+
+
+def array_facts(arr) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
+    """``(ptr, elem_size, shape, strides)`` of a Warp array (ptr 0 for an empty one)."""
+    from apic._compat import wp_types
+
+    return (
+        int(arr.ptr or 0),
+        wp_types.type_size_in_bytes(arr.dtype),
+        tuple(int(n) for n in arr.shape),
+        tuple(int(s) for s in arr.strides),
+    )
+
+
+def make_binding(name, kind: str, arr, regions, region_addresses) -> Binding:
+    """The binding of ``arr`` under ``name``: it must lie inside one region of the graph."""
+    if not isinstance(name, str) or not name:
+        raise BindingError(f"binding names must be non-empty strings, got {name!r}")
+    if not is_warp_array(arr):
+        raise TypeError(f"{kind} '{name}' must be a Warp array, got {type(arr).__name__}")
+    if not arr.device.is_cpu:
+        raise ValueError(f"{kind} '{name}' is on {arr.device}; an apic graph binds CPU arrays only")
+    ptr, elem_size, shape, strides = array_facts(arr)
+    lo, hi = extent(ptr, elem_size, shape, strides)
+    for region, base in zip(regions, region_addresses):
+        if ptr and base <= lo and hi <= base + region.nbytes:
+            np_dtype, elem_shape = numpy_layout(arr.dtype)
+            return Binding(
+                name=name, kind=kind, region=region.id, offset=ptr - base,
+                nbytes=math.prod(shape) * elem_size, dtype=dtype_name(arr.dtype), shape=shape, strides=strides,
+                elem_size=elem_size, np_dtype=np_dtype, elem_shape=elem_shape,
+            )
+    raise BindingError(
+        f"{kind} '{name}' ({dtype_name(arr.dtype)}, shape {shape}) is not memory this graph uses: "
+        "bind only arrays that the captured operations read or write"
+    )
+
+
+def check_array(binding: Binding, arr, method: str) -> None:
+    """Refuse ``arr`` for ``binding`` unless its dtype, shape and size match, with a clear message."""
+    where = f"{method}('{binding.name}')"
+    if not is_warp_array(arr):
+        raise TypeError(f"{where}: expected a Warp array, got {type(arr).__name__}")
+    if not arr.device.is_cpu:
+        raise ValueError(f"{where}: the array is on {arr.device}, the graph is on cpu")
+    got = dtype_name(arr.dtype)
+    problems = []
+    if got != binding.dtype:
+        problems.append(f"dtype {got} (expected {binding.dtype})")
+    if tuple(arr.shape) != tuple(binding.shape):
+        problems.append(f"shape {tuple(arr.shape)} (expected {tuple(binding.shape)})")
+    _, elem_size, shape, _ = array_facts(arr)
+    nbytes = math.prod(shape) * elem_size
+    if nbytes != binding.nbytes:
+        problems.append(f"{nbytes} bytes (expected {binding.nbytes})")
+    if problems:
+        raise BindingError(f"{where}: the array does not match the binding: " + ", ".join(problems))
+
+
+# --- copies -----------------------------------------------------------------------------------------
+def raw_view(address: int, elem_size: int, shape, strides) -> np.ndarray:
+    """A writable NumPy view of a strided array of opaque ``elem_size``-byte elements at ``address``."""
+    lo, hi = extent(address, elem_size, shape, strides)
+    if hi == lo:
+        return np.empty(shape, dtype=np.dtype((np.void, elem_size)))
+    buffer = (ctypes.c_uint8 * (hi - lo)).from_address(lo)
+    return np.ndarray(shape, dtype=np.dtype((np.void, elem_size)), buffer=buffer, offset=address - lo, strides=strides)
+
+
+def binding_view(binding: Binding, region_address: int) -> np.ndarray:
+    """A raw (opaque elements) view of the binding's memory."""
+    return raw_view(region_address + binding.offset, binding.elem_size, binding.shape, binding.strides)
+
+
+def typed_view(binding: Binding, region_address: int) -> np.ndarray:
+    """A typed NumPy view (``shape + elem_shape`` of ``np_dtype``) of the binding's memory."""
+    if binding.np_dtype is None:
+        raise BindingError(f"binding '{binding.name}' has dtype {binding.dtype}, which has no NumPy equivalent")
+    dtype = np.dtype(binding.np_dtype)
+    inner, step = [], dtype.itemsize
+    for n in reversed(binding.elem_shape):
+        inner.insert(0, step)
+        step *= n
+    shape = tuple(binding.shape) + tuple(binding.elem_shape)
+    start = region_address + binding.offset
+    lo, hi = extent(start, binding.elem_size, binding.shape, binding.strides)
+    if hi == lo:
+        return np.zeros(shape, dtype=dtype)
+    buffer = (ctypes.c_uint8 * (hi - lo)).from_address(lo)
+    strides = tuple(binding.strides) + tuple(inner)
+    return np.ndarray(shape, dtype=dtype, buffer=buffer, offset=start - lo, strides=strides)
+
+
+def array_view(arr) -> np.ndarray:
+    """A raw (opaque elements) view of a Warp array's memory."""
+    ptr, elem_size, shape, strides = array_facts(arr)
+    if not ptr:
+        return np.empty(shape, dtype=np.dtype((np.void, elem_size)))
+    return raw_view(ptr, elem_size, shape, strides)

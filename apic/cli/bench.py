@@ -1,0 +1,99 @@
+"""``python -m apic bench``: the dispatch-overhead benchmarks, side by side with Warp and the native floor.
+
+The suite itself lives in the repository's top-level ``benchmarks/`` folder (it is not part of the
+installed package); this command finds it next to the ``apic`` package of a checkout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+from apic.cli import UserError
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "bench", help="time apic replay against wp.launch, Launch objects, Warp's CPU replay and a native floor"
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (timings meaningless)")
+    parser.add_argument("--json", metavar="FILE", help="write every result as JSON to FILE")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw the results into FILE.png (needs matplotlib)")
+    parser.add_argument("--markdown", metavar="FILE", help="write the results as Markdown tables to FILE")
+    parser.add_argument("--no-progress", action="store_true", help="do not show progress on stderr")
+    return parser
+
+
+def _suite():
+    """Import ``benchmarks.run`` from the checkout that holds this apic package."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isfile(os.path.join(root, "benchmarks", "run.py")) and root not in sys.path:
+        sys.path.insert(0, root)
+    try:
+        module = importlib.import_module("benchmarks.run")
+    except ModuleNotFoundError as error:
+        if error.name not in ("benchmarks", "benchmarks.run"):
+            raise  # the suite is there but something it needs is not: show the real error
+        raise UserError(
+            "the benchmark suite lives in the benchmarks/ folder of an apic source checkout and was not found "
+            f"({error}); run `python -m apic bench` from a checkout"
+        ) from None
+    if not hasattr(module, "run_suite"):
+        raise UserError(f"{module.__file__} is not apic's benchmark suite")
+    return module
+
+
+class _Progress:
+    """One updating line on a terminal; a line per phase otherwise."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.last_phase = None
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if self.tty:
+            filled = int(24 * done / max(total, 1))
+            line = f"\r[{'#' * filled}{'.' * (24 - filled)}] {100 * done // max(total, 1):3d}%  {label}"
+            self.stream.write(f"{line:<100.100}")
+            if done >= total:
+                self.stream.write("\n")
+        else:
+            phase = label.split(":")[0]
+            if phase != self.last_phase:
+                self.stream.write(f"[{100 * done // max(total, 1):3d}%] {phase}\n")
+                self.last_phase = phase
+        self.stream.flush()
+
+
+def run(args) -> int:
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UserError("--plot needs matplotlib (pip install matplotlib)") from None
+    suite = _suite()
+    config = suite.QUICK if args.quick else suite.FULL
+    progress = (lambda *a: None) if args.no_progress else _Progress(sys.stderr)
+    try:
+        results = suite.run_suite(config, progress=progress)
+    except suite.MismatchError as error:
+        print(f"\nbench FAILED, a method disagrees with eager Warp: {error}", file=sys.stderr)
+        return 1
+    print(suite.format_report(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"results written to {args.json}")
+    if args.markdown:
+        from benchmarks.markdown import format_markdown
+
+        with open(args.markdown, "w") as f:
+            f.write(format_markdown(results))
+        print(f"Markdown written to {args.markdown}")
+    if args.plot:
+        suite.plot(results, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0

@@ -1,0 +1,171 @@
+"""``python -m apic inspect``: what a saved graph (``.wrp``) holds, without running anything in it."""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import os
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "inspect",
+        help="describe a saved graph (.wrp): versions, modules, kernels, regions, bindings, ops",
+        description="Validate a graph saved by wp.capture_save and describe it. Nothing in it is run.",
+    )
+    parser.add_argument("path", help="the .wrp file")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    return parser
+
+
+def _ref(ref) -> dict:
+    return {"region": ref.region, "offset": ref.offset}
+
+
+def _blob(blob) -> dict:
+    return {"bytes": len(blob.data), "relocs": [{"at": r.at, **_ref(r.target)} for r in blob.relocs]}
+
+
+def _op(op, kernels) -> dict:
+    from apic.record import ops as rec
+
+    if isinstance(op, rec.Launch):
+        entry = {"kind": "launch", "kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim),
+                 "args": _blob(op.args)}
+        if op.adj_args is not None:
+            entry["adj_args"] = _blob(op.adj_args)
+        return entry
+    if isinstance(op, rec.Memcpy):
+        return {"kind": "memcpy", "dst": _ref(op.dst), "src": _ref(op.src), "nbytes": op.nbytes}
+    if isinstance(op, rec.Memset):
+        return {"kind": "memset", "dst": _ref(op.dst), "value": op.value, "nbytes": op.nbytes}
+    if isinstance(op, rec.Memtile):
+        return {"kind": "memtile", "dst": _ref(op.dst), "value_bytes": len(op.value.data), "count": op.count}
+    if isinstance(op, rec.ArrayCopy):
+        return {"kind": "array_copy", "dst": _blob(op.dst), "src": _blob(op.src), "dst_type": op.dst_type,
+                "src_type": op.src_type, "elem_size": op.elem_size}
+    if isinstance(op, rec.ArrayFill):
+        return {"kind": "array_fill", "dst": _blob(op.dst), "array_type": op.array_type,
+                "value_bytes": len(op.value.data)}
+    return {"kind": "alloc", "dst": _ref(op.dst), "nbytes": op.nbytes}
+
+
+def describe(path: str) -> dict:
+    """Everything ``inspect`` reports about the file at ``path``, as plain data."""
+    from apic.errors import ApicError
+    from apic.format import reader, writer
+    from apic.replay import loader
+
+    wrp_path, modules_dir = writer.wrp_paths(path)
+    with open(wrp_path, "rb") as f:
+        data = f.read()
+    saved = reader.read(data)
+    recording = saved.recording
+
+    modules = []
+    for m in saved.modules:
+        file = os.path.join(modules_dir, m.file)
+        if not os.path.isfile(file):
+            status = "missing"
+        else:
+            with open(file, "rb") as f:
+                status = "ok" if hashlib.sha256(f.read()).hexdigest() == m.sha256 else "checksum mismatch"
+        modules.append({"name": m.name, "file": m.file, "size": m.size, "sha256": m.sha256,
+                        "native_types": list(m.native_types), "status": status})
+    try:
+        loader.check_compatible(saved)
+        loads_here = {"ok": True, "reason": None}
+    except ApicError as error:
+        loads_here = {"ok": False, "reason": str(error)}
+
+    ops = [_op(op, recording.kernels) for op in recording.ops]
+    return {
+        "file": wrp_path,
+        "file_size": len(data),
+        "format_version": saved.format_version,
+        "writer": saved.writer,
+        "target": saved.target,
+        "abi": recording.abi,
+        "loads_here": loads_here,
+        "modules": modules,
+        "kernels": [{"key": k.key, "module": k.module, "symbol": k.symbol, "adjoint": k.adjoint}
+                    for k in recording.kernels],
+        "regions": [
+            {"nbytes": r.nbytes, "owned": r.owned, "saved_bytes": 0 if r.owned else r.nbytes,
+             "dtype": r.array.dtype if r.array else None, "shape": list(r.array.shape) if r.array else None}
+            for r in recording.regions
+        ],
+        "bindings": [
+            {"name": b.name, "kind": b.kind, "dtype": b.dtype, "shape": list(b.shape), "strides": list(b.strides),
+             "region": b.region, "offset": b.offset, "nbytes": b.nbytes}
+            for b in saved.bindings
+        ],
+        "op_counts": dict(collections.Counter(op["kind"] for op in ops)),
+        "ops": ops,
+    }
+
+
+def _where(ref: dict) -> str:
+    return f"r{ref['region']}+{ref['offset']}"
+
+
+def _op_line(op: dict) -> str:
+    kind = op["kind"]
+    if kind == "launch":
+        adj = " (backward)" if "adj_args" in op else ""
+        return (f"launch {op['name']}{adj} dim={tuple(op['dim'])} args={op['args']['bytes']} B "
+                f"pointers={len(op['args']['relocs'])}")
+    if kind == "memcpy":
+        return f"memcpy {_where(op['dst'])} <- {_where(op['src'])} {op['nbytes']} B"
+    if kind == "memset":
+        return f"memset {_where(op['dst'])} = {op['value']:#04x} x {op['nbytes']} B"
+    if kind == "memtile":
+        return f"memtile {_where(op['dst'])} {op['value_bytes']} B x {op['count']}"
+    if kind == "array_copy":
+        return f"array_copy elem {op['elem_size']} B (types {op['src_type']} -> {op['dst_type']})"
+    if kind == "array_fill":
+        return f"array_fill value {op['value_bytes']} B (type {op['array_type']})"
+    return f"alloc {_where(op['dst'])} {op['nbytes']} B"
+
+
+def _text(info: dict) -> str:
+    w, t = info["writer"], info["target"]
+    lines = [
+        f"{info['file']} ({info['file_size']:,} bytes)",
+        f"  format: apic .wrp version {info['format_version']}",
+        f"  written by: apic {w.get('apic')}, warp-lang {w.get('warp')}",
+        f"  target: {t.get('system')} {t.get('machine')}, CPU {t.get('cpu')} ({len(t.get('features', []))} features)",
+        f"  kernel ABI: {info['abi']}",
+        "  loads here: " + ("yes" if info["loads_here"]["ok"] else f"no: {info['loads_here']['reason']}"),
+        f"modules ({len(info['modules'])}):",
+    ]
+    for i, m in enumerate(info["modules"]):
+        native = f" reads native {'/'.join(m['native_types'])}" if m["native_types"] else ""
+        lines.append(f"  [{i}] {m['name']}: {m['file']} {m['size']:,} B "
+                     f"sha256 {m['sha256'][:16]}... {m['status']}{native}")
+    lines.append(f"kernels ({len(info['kernels'])}):")
+    for i, k in enumerate(info["kernels"]):
+        direction = "backward" if k["adjoint"] else "forward"
+        lines.append(f"  [{i}] {k['key']} ({direction}, module {k['module']}) {k['symbol']}")
+    total = sum(r["nbytes"] for r in info["regions"])
+    saved = sum(r["saved_bytes"] for r in info["regions"])
+    lines.append(f"regions ({len(info['regions'])}, {total:,} bytes, {saved:,} saved):")
+    for i, r in enumerate(info["regions"]):
+        what = f" {r['dtype']} {tuple(r['shape'])}" if r["dtype"] else ""
+        lines.append(f"  [{i}] {r['nbytes']:,} B {'graph-owned' if r['owned'] else 'saved'}{what}")
+    lines.append(f"bindings ({len(info['bindings'])}):")
+    for b in info["bindings"]:
+        lines.append(f"  {b['name']}: {b['kind']} {b['dtype']} {tuple(b['shape'])} "
+                     f"at r{b['region']}+{b['offset']} ({b['nbytes']:,} B)")
+    counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
+    lines.append(f"ops ({len(info['ops'])}{': ' + counts if counts else ''}):")
+    for i, op in enumerate(info["ops"]):
+        lines.append(f"  [{i}] {_op_line(op)}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    info = describe(args.path)
+    print(json.dumps(info, indent=2) if args.json else _text(info))
+    return 0

@@ -1,0 +1,492 @@
+"""Reading a ``.wrp``: bytes -> validated ``SavedGraph``. Every field is checked before use.
+
+The file is treated as hostile: the header is checked (magic, version range, exact length,
+SHA-256 of the body) before msgpack sees the body, msgpack is called with its own limits, and
+then every field's type and range is checked, including each offset, size, index and relocation,
+so that nothing apic itself hands to native code (memcpy/memset/memtile, strided copy and fill,
+the relocated pointers in kernel arguments) can reach outside the memory the graph allocates.
+Errors are ``apic.FormatError`` and say where in the file the problem is.
+
+What the check cannot cover is what a kernel's own compiled code does with its inputs; the module
+binaries are native code, checked against their SHA-256 (see docs/FORMAT.md, "Trust").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import struct
+from dataclasses import dataclass
+
+import msgpack
+import numpy as np
+
+from apic.bindings import Binding, extent
+from apic.errors import FormatError
+from apic.format import schema
+from apic.record import ops as rec
+from apic.record.recording import KernelInfo, ModuleInfo, Recording
+from apic.record.regions import ArrayInfo, Region
+
+KERNEL_ABIS = ("bounds-by-pointer-v1", "bounds-by-value-v1")
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,1023}")
+_MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_DESCRIPTOR = struct.Struct("<QQ4i4ii")  # data, grad, shape[4], strides[4], ndim (int32: the writer zeroes the flags)
+_INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
+
+
+@dataclass(frozen=True)
+class ModuleEntry:
+    """A module binary the graph needs: its file in ``<stem>_modules/`` and that file's SHA-256."""
+
+    name: str
+    file: str
+    sha256: str
+    size: int
+    native_types: tuple[str, ...]  # native structs (Mesh, ...) its kernels can dereference
+
+
+@dataclass(frozen=True)
+class SavedGraph:
+    """A validated ``.wrp``: the recording plus what loading it needs."""
+
+    format_version: int
+    writer: dict
+    target: dict
+    recording: Recording  # regions with address 0, modules with no module_exec, kernels with address 0
+    modules: tuple[ModuleEntry, ...]
+    contents: tuple  # per region: bytes (saved contents) or None (graph-owned)
+    bindings: tuple[Binding, ...]
+    body_size: int
+
+
+# --- header -----------------------------------------------------------------------------------------
+def as_bytes(data, what: str = "data") -> memoryview:
+    """A flat byte view of a bytes-like object (bytes, bytearray, memoryview, C-contiguous NumPy)."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"{what} must be a bytes-like object, got {type(data).__name__}") from None
+    if not view.c_contiguous:
+        raise ValueError(f"{what} must be a C-contiguous buffer")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def check_header(data: memoryview) -> tuple[int, memoryview]:
+    """The format version and body of a ``.wrp``, or a FormatError saying what the bytes are."""
+    if len(data) >= 8 and bytes(data[:4]) == schema.UPSTREAM_MAGIC:
+        version = schema.UPSTREAM_VERSION.unpack_from(data, 4)[0]
+        writer = schema.UPSTREAM_WRITERS.get(version)
+        made_by = f"warp-lang {writer}" if writer else "an unknown warp-lang release"
+        raise FormatError(
+            f"this is an upstream NVIDIA Warp graph file (magic WRP1, upstream format version {version}, "
+            f"written by {made_by}'s own capture_save), not an apic file; apic cannot load it. Load it with "
+            "the warp-lang release that wrote it after apic.uninstall(), or capture the graph again with apic"
+        )
+    if len(data) < len(schema.MAGIC) or bytes(data[: len(schema.MAGIC)]) != schema.MAGIC:
+        raise FormatError("not an apic graph file (bad magic; expected an apic .wrp written by wp.capture_save)")
+    if len(data) < schema.HEADER.size:
+        raise FormatError(
+            f"truncated apic graph file: {len(data)} bytes, shorter than its {schema.HEADER.size}-byte header"
+        )
+    _, version, reserved, body_size, digest = schema.HEADER.unpack_from(data, 0)
+    if version > schema.FORMAT_VERSION:
+        raise FormatError(
+            f"this graph file has format version {version}, newer than this apic reads "
+            f"(versions {schema.MIN_READ_VERSION} to {schema.FORMAT_VERSION}); upgrade apic to load it"
+        )
+    if version < schema.MIN_READ_VERSION:
+        raise FormatError(
+            f"this graph file has format version {version}, older than this apic reads "
+            f"(versions {schema.MIN_READ_VERSION} to {schema.FORMAT_VERSION}); save it again with an older apic"
+        )
+    if reserved != 0:
+        raise FormatError(f"corrupt apic graph file: reserved header field is {reserved:#x}, not 0")
+    actual = len(data) - schema.HEADER.size
+    if actual < body_size:
+        raise FormatError(f"truncated apic graph file: the body has {actual} of its {body_size} bytes")
+    if actual > body_size:
+        raise FormatError(f"corrupt apic graph file: {actual - body_size} unexpected bytes after the body")
+    body = data[schema.HEADER.size :]
+    if hashlib.sha256(body).digest() != digest:
+        raise FormatError("corrupt apic graph file: the body does not match its SHA-256 checksum")
+    return version, body
+
+
+# --- field checks -----------------------------------------------------------------------------------
+def _fail(where: str, message: str):
+    raise FormatError(f"invalid apic graph file: {where}: {message}")
+
+
+def _map(value, where: str, required: tuple[str, ...]) -> dict:
+    if not isinstance(value, dict):
+        _fail(where, f"expected a map, found {type(value).__name__}")
+    missing = [k for k in required if k not in value]
+    if missing:
+        _fail(where, f"missing field(s) {', '.join(missing)}")
+    return value
+
+
+def _list(value, where: str, max_len: int | None = None) -> list:
+    if not isinstance(value, list):
+        _fail(where, f"expected a list, found {type(value).__name__}")
+    if max_len is not None and len(value) > max_len:
+        _fail(where, f"{len(value)} entries, at most {max_len} allowed")
+    return value
+
+
+def _int(value, where: str, lo: int = 0, hi: int = schema.MAX_INT) -> int:
+    if type(value) is not int:
+        _fail(where, f"expected an integer, found {type(value).__name__}")
+    if not lo <= value <= hi:
+        _fail(where, f"{value} is outside [{lo}, {hi}]")
+    return value
+
+
+def _ints(value, where: str, lo: int = 0, hi: int = schema.MAX_INT, max_len: int = schema.MAX_DIMS) -> tuple:
+    return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(_list(value, where, max_len)))
+
+
+def _str(value, where: str, pattern: re.Pattern | None = None, max_len: int = 4096) -> str:
+    if not isinstance(value, str):
+        _fail(where, f"expected a string, found {type(value).__name__}")
+    if len(value) > max_len:
+        _fail(where, f"string of {len(value)} characters, at most {max_len} allowed")
+    if pattern is not None and not pattern.fullmatch(value):
+        _fail(where, f"{value!r} is not a valid value here")
+    return value
+
+
+def _bool(value, where: str) -> bool:
+    if type(value) is not bool:
+        _fail(where, f"expected a boolean, found {type(value).__name__}")
+    return value
+
+
+def _bin(value, where: str) -> bytes:
+    if not isinstance(value, bytes):
+        _fail(where, f"expected binary data, found {type(value).__name__}")
+    return value
+
+
+class _Context:
+    """What field checks need to know about the tables read so far."""
+
+    def __init__(self, regions: list[Region]) -> None:
+        self.regions = regions
+
+    def region(self, value, where: str) -> Region:
+        if not self.regions:
+            _fail(where, "the graph has no regions")
+        return self.regions[_int(value, where, 0, len(self.regions) - 1)]
+
+    def ref(self, value, where: str, nbytes: int = 0) -> rec.Ref:
+        """A ``[region, offset]`` pair; ``[offset, offset + nbytes)`` must lie inside the region."""
+        pair = _list(value, where, 2)
+        if len(pair) != 2:
+            _fail(where, "expected [region, offset]")
+        region = self.region(pair[0], f"{where}[0]")
+        offset = _int(pair[1], f"{where}[1]")
+        if offset + nbytes > region.nbytes:
+            _fail(where, f"bytes [{offset}, {offset + nbytes}) are outside region {region.id} ({region.nbytes} bytes)")
+        return rec.Ref(region.id, offset)
+
+    def blob(self, value, where: str, relocatable: bool = True) -> rec.Blob:
+        """``{"data": bin, "relocs": [[at, region, offset], ...]}`` with every relocation in range."""
+        value = _map(value, where, ("data", "relocs"))
+        data = _bin(value["data"], f"{where}.data")
+        relocs = []
+        used = set()
+        for i, entry in enumerate(_list(value["relocs"], f"{where}.relocs", len(data) // 8)):
+            w = f"{where}.relocs[{i}]"
+            triple = _list(entry, w, 3)
+            if len(triple) != 3:
+                _fail(w, "expected [at, region, offset]")
+            at = _int(triple[0], f"{w}[0]", 0, max(len(data) - 8, 0))
+            if at + 8 > len(data):
+                _fail(w, f"a pointer at byte {at} does not fit in the {len(data)}-byte blob")
+            if used & set(range(at, at + 8)):
+                _fail(w, f"the pointer at byte {at} overlaps another relocation")
+            used.update(range(at, at + 8))
+            relocs.append(rec.Reloc(at, self.ref(triple[1:], w)))
+        if relocs and not relocatable:
+            _fail(where, "this value cannot hold pointers, but has relocations")
+        return rec.Blob(data, tuple(relocs))
+
+    def descriptor(self, blob: rec.Blob, array_type: int, elem_size: int, where: str) -> tuple[int, ...]:
+        """Check a native array descriptor (``array_t`` or ``indexedarray_t``) as Warp's copy/fill reads it.
+
+        Returns the shape the native code iterates over.
+        """
+        if array_type == schema.ARRAY_TYPE_REGULAR:
+            size, slots = schema.ARRAY_T_SIZE, schema.ARRAY_T_POINTER_SLOTS
+        elif array_type == schema.ARRAY_TYPE_INDEXED:
+            size, slots = schema.INDEXEDARRAY_T_SIZE, schema.INDEXEDARRAY_T_POINTER_SLOTS
+        else:
+            _fail(where, f"unknown array type {array_type}")
+        if len(blob.data) != size:
+            _fail(where, f"an array descriptor of type {array_type} has {size} bytes, found {len(blob.data)}")
+        relocs = {r.at: r.target for r in blob.relocs}
+        if set(relocs) - set(slots):
+            _fail(where, f"relocation at byte {sorted(set(relocs) - set(slots))[0]}, which is not a pointer field")
+        _, _, *rest = _DESCRIPTOR.unpack_from(blob.data, 0)
+        shape, strides, ndim32 = rest[0:4], rest[4:8], rest[8]
+        if not 1 <= ndim32 <= schema.MAX_DIMS:
+            _fail(where, f"array descriptor with ndim {ndim32}")
+        shape, strides = tuple(shape[:ndim32]), tuple(strides[:ndim32])
+        if any(n < 0 for n in shape):
+            _fail(where, f"array descriptor with negative shape {shape}")
+        empty = math.prod(shape) == 0
+        for at in (0, 8):  # data, grad: strided views into one region
+            if at in relocs:
+                target = relocs[at]
+                lo, hi = extent(target.offset, elem_size, shape, strides)
+                if not empty and (lo < 0 or hi > self.regions[target.region].nbytes):
+                    _fail(where, f"the array reaches bytes [{lo}, {hi}) of region {target.region} "
+                                 f"({self.regions[target.region].nbytes} bytes)")
+            elif struct.unpack_from("<Q", blob.data, at)[0] != 0:
+                _fail(where, f"raw pointer at byte {at} (pointers must be relocations)")
+        if 0 not in relocs and not empty:
+            _fail(where, "a non-empty array descriptor without a data pointer")
+        if array_type != schema.ARRAY_TYPE_INDEXED:
+            return shape
+        index_shape = tuple(_INDEXED_TAIL.unpack_from(blob.data, 56)[4:])[:ndim32]
+        if any(n < 0 for n in index_shape):
+            _fail(where, f"indexed array with negative shape {index_shape}")
+        for d in range(schema.MAX_DIMS):
+            at = 56 + 8 * d
+            if at in relocs:
+                if d >= ndim32:
+                    _fail(where, f"index buffer for dimension {d} of a {ndim32}-d array")
+                target = relocs[at]
+                if target.offset + 4 * index_shape[d] > self.regions[target.region].nbytes:
+                    _fail(where, f"index buffer {d} reaches outside region {target.region}")
+            elif struct.unpack_from("<Q", blob.data, at)[0] != 0:
+                _fail(where, f"raw pointer at byte {at} (pointers must be relocations)")
+            elif d < ndim32 and index_shape[d] > shape[d]:
+                _fail(where, f"indexed shape {index_shape} exceeds the array's shape {shape} in dimension {d}")
+        return index_shape
+
+
+# --- the body ---------------------------------------------------------------------------------------
+def read(data) -> SavedGraph:
+    """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
+    view = as_bytes(data)
+    version, body = check_header(view)
+    try:
+        # unpackb caps every length at the input's own size; map keys must be strings or bytes
+        doc = msgpack.unpackb(body, strict_map_key=True, raw=False, use_list=True)
+    except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
+        raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
+    doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
+                             "kernels", "ops", "bindings"))
+    if doc["format"] != schema.FORMAT_NAME:
+        _fail("format", f"expected {schema.FORMAT_NAME!r}, found {doc['format']!r}")
+    if _int(doc["format_version"], "format_version") != version:
+        _fail("format_version", f"{doc['format_version']!r} does not match the header's {version}")
+
+    writer = _map(doc["writer"], "writer", ("apic", "warp"))
+    for key in ("apic", "warp"):
+        _str(writer[key], f"writer.{key}", max_len=64)
+    target = _map(doc["target"], "target", ("system", "machine", "cpu", "features", "byteorder", "pointer_bits"))
+    for key in ("system", "machine", "cpu", "byteorder"):
+        _str(target[key], f"target.{key}", max_len=256)
+    for i, feature in enumerate(_list(target["features"], "target.features", 4096)):
+        _str(feature, f"target.features[{i}]", max_len=256)
+    _int(target["pointer_bits"], "target.pointer_bits", 8, 128)
+    abi = _str(doc["abi"], "abi", max_len=64)
+    if abi not in KERNEL_ABIS:
+        _fail("abi", f"unknown kernel ABI {abi!r} (this apic calls {', '.join(KERNEL_ABIS)})")
+
+    regions, contents = _regions(doc["regions"])
+    ctx = _Context(regions)
+    modules = _modules(doc["modules"])
+    kernels = _kernels(doc["kernels"], len(modules))
+    ops = tuple(_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops")))
+    bindings = _bindings(doc["bindings"], ctx)
+
+    recording = Recording(
+        abi=abi,
+        regions=tuple(regions),
+        modules=tuple(ModuleInfo(m.name) for m in modules),
+        kernels=kernels,
+        ops=ops,
+    )
+    return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body))
+
+
+def _regions(value) -> tuple[list[Region], list]:
+    regions, contents = [], []
+    for i, entry in enumerate(_list(value, "regions")):
+        where = f"regions[{i}]"
+        entry = _map(entry, where, ("nbytes", "owned", "contents"))
+        nbytes = _int(entry["nbytes"], f"{where}.nbytes", 0, schema.MAX_REGION_BYTES)
+        owned = _bool(entry["owned"], f"{where}.owned")
+        saved = entry["contents"]
+        if owned:
+            if saved is not None:
+                _fail(f"{where}.contents", "graph-owned memory has no saved contents")
+        else:
+            saved = _bin(saved, f"{where}.contents")
+            if len(saved) != nbytes:
+                _fail(f"{where}.contents", f"{len(saved)} bytes saved for a region of {nbytes} bytes")
+        array = None
+        if entry.get("array") is not None:
+            info = _map(entry["array"], f"{where}.array", ("dtype", "shape", "strides"))
+            array = ArrayInfo(
+                _str(info["dtype"], f"{where}.array.dtype", max_len=256),
+                _ints(info["shape"], f"{where}.array.shape"),
+                _ints(info["strides"], f"{where}.array.strides", -schema.MAX_INT, schema.MAX_INT),
+            )
+        regions.append(Region(id=i, nbytes=nbytes, owned=owned, address=0, array=array))
+        contents.append(saved)
+    return regions, contents
+
+
+def _modules(value) -> tuple[ModuleEntry, ...]:
+    modules, files = [], {}
+    for i, entry in enumerate(_list(value, "modules")):
+        where = f"modules[{i}]"
+        entry = _map(entry, where, ("name", "file", "sha256", "size"))
+        module = ModuleEntry(
+            name=_str(entry["name"], f"{where}.name", max_len=1024),
+            file=_str(entry["file"], f"{where}.file", _MODULE_FILE),
+            sha256=_str(entry["sha256"], f"{where}.sha256", _SHA256),
+            size=_int(entry["size"], f"{where}.size"),
+            native_types=tuple(
+                _str(t, f"{where}.native_types[{j}]", max_len=64)
+                for j, t in enumerate(_list(entry.get("native_types", []), f"{where}.native_types", 64))
+            ),
+        )
+        if module.file in (".", "..") or module.file.startswith("."):
+            _fail(f"{where}.file", f"{module.file!r} is not a valid module file name")
+        if files.setdefault(module.file, module.sha256) != module.sha256:
+            _fail(f"{where}.file", f"{module.file!r} is listed twice with different checksums")
+        modules.append(module)
+    return tuple(modules)
+
+
+def _kernels(value, module_count: int) -> tuple[KernelInfo, ...]:
+    kernels = []
+    for i, entry in enumerate(_list(value, "kernels")):
+        where = f"kernels[{i}]"
+        entry = _map(entry, where, ("module", "key", "symbol", "adjoint"))
+        if not module_count:
+            _fail(f"{where}.module", "the graph has no modules")
+        kernels.append(KernelInfo(
+            module=_int(entry["module"], f"{where}.module", 0, module_count - 1),
+            key=_str(entry["key"], f"{where}.key", max_len=1024),
+            symbol=_str(entry["symbol"], f"{where}.symbol", _SYMBOL),
+            adjoint=_bool(entry["adjoint"], f"{where}.adjoint"),
+        ))
+    return tuple(kernels)
+
+
+def _op(entry, where: str, ctx: _Context, kernels, abi: str):
+    entry = _map(entry, where, ("kind",))
+    kind_value = _int(entry["kind"], f"{where}.kind", 0, 1 << 16)
+    try:
+        kind = schema.WireOp(kind_value)
+    except ValueError:
+        _fail(f"{where}.kind", f"unknown op kind {kind_value} (this apic knows {[int(k) for k in schema.WireOp]})")
+    _map(entry, where, tuple(k for k, t in schema.OP_FIELDS[kind].items() if not t.endswith("?")))
+
+    if kind == schema.WireOp.LAUNCH:
+        if not kernels:
+            _fail(f"{where}.kernel", "the graph has no kernels")
+        kernel = _int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
+        dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 31) - 1)
+        bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
+        sizes = (32,) if abi == "bounds-by-value-v1" else (24, 32)
+        if len(bounds.data) not in sizes:
+            expected = " or ".join(map(str, sizes))
+            _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
+        args = ctx.blob(entry["args"], f"{where}.args")
+        adj = entry.get("adj_args")
+        adj_args = None if adj is None else ctx.blob(adj, f"{where}.adj_args")
+        if (adj_args is not None) != kernels[kernel].adjoint:
+            _fail(where, "adjoint arguments must be present exactly for a backward (adjoint) kernel")
+        return rec.Launch(kernel, dim, bounds, args, adj_args)
+    if kind == schema.WireOp.MEMCPY:
+        nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+        dst = ctx.ref(entry["dst"], f"{where}.dst", nbytes)
+        return rec.Memcpy(dst, ctx.ref(entry["src"], f"{where}.src", nbytes), nbytes)
+    if kind == schema.WireOp.MEMSET:
+        nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+        value = _int(entry["value"], f"{where}.value", 0, 255)
+        return rec.Memset(ctx.ref(entry["dst"], f"{where}.dst", nbytes), value, nbytes)
+    if kind == schema.WireOp.MEMTILE:
+        value = ctx.blob(entry["value"], f"{where}.value", relocatable=False)
+        count = _int(entry["count"], f"{where}.count")
+        if count and not value.data:
+            _fail(f"{where}.value", "an empty value repeated")
+        return rec.Memtile(ctx.ref(entry["dst"], f"{where}.dst", len(value.data) * count), value, count)
+    if kind == schema.WireOp.ARRAY_COPY:
+        dst_type = _int(entry["dst_type"], f"{where}.dst_type", 0, 1)
+        src_type = _int(entry["src_type"], f"{where}.src_type", 0, 1)
+        elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, 1 << 20)
+        dst = ctx.blob(entry["dst"], f"{where}.dst")
+        src = ctx.blob(entry["src"], f"{where}.src")
+        dst_shape = ctx.descriptor(dst, dst_type, elem_size, f"{where}.dst")
+        src_shape = ctx.descriptor(src, src_type, elem_size, f"{where}.src")
+        if dst_shape != src_shape:
+            _fail(where, f"copy between arrays of shapes {src_shape} and {dst_shape}")
+        return rec.ArrayCopy(dst, src, dst_type, src_type, elem_size)
+    if kind == schema.WireOp.ARRAY_FILL:
+        array_type = _int(entry["array_type"], f"{where}.array_type", 0, 1)
+        value = ctx.blob(entry["value"], f"{where}.value", relocatable=False)
+        if not 1 <= len(value.data) <= 1 << 20:
+            _fail(f"{where}.value", f"a fill value of {len(value.data)} bytes")
+        dst = ctx.blob(entry["dst"], f"{where}.dst")
+        ctx.descriptor(dst, array_type, len(value.data), f"{where}.dst")
+        return rec.ArrayFill(dst, array_type, value)
+    if kind == schema.WireOp.ALLOC:
+        nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+        return rec.Alloc(ctx.ref(entry["dst"], f"{where}.dst", nbytes), nbytes)
+    raise AssertionError(kind)  # pragma: no cover - every WireOp is handled above
+
+
+def _bindings(value, ctx: _Context) -> tuple[Binding, ...]:
+    bindings, names = [], set()
+    for i, entry in enumerate(_list(value, "bindings")):
+        where = f"bindings[{i}]"
+        entry = _map(entry, where, ("name", "kind", "region", "offset", "nbytes", "dtype", "shape", "strides",
+                                    "elem_size", "np_dtype", "elem_shape"))
+        name = _str(entry["name"], f"{where}.name", max_len=1024)
+        if not name or name in names:
+            _fail(f"{where}.name", f"{name!r} is empty or used twice")
+        names.add(name)
+        kind = _str(entry["kind"], f"{where}.kind", max_len=16)
+        if kind not in schema.BINDING_KINDS:
+            _fail(f"{where}.kind", f"{kind!r} is not one of {schema.BINDING_KINDS}")
+        region = ctx.region(entry["region"], f"{where}.region")
+        offset = _int(entry["offset"], f"{where}.offset")
+        shape = _ints(entry["shape"], f"{where}.shape", 0, (1 << 31) - 1)
+        strides = _ints(entry["strides"], f"{where}.strides", -(1 << 31), (1 << 31) - 1)
+        if len(strides) != len(shape):
+            _fail(where, f"shape {shape} and strides {strides} differ in length")
+        elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, 1 << 20)
+        nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+        if nbytes != math.prod(shape) * elem_size:
+            _fail(f"{where}.nbytes", f"{nbytes} is not the size of shape {shape} of {elem_size}-byte elements")
+        lo, hi = extent(offset, elem_size, shape, strides)
+        if nbytes and (lo < 0 or hi > region.nbytes):
+            _fail(where, f"the view reaches bytes [{lo}, {hi}) of region {region.id} ({region.nbytes} bytes)")
+        elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 16)
+        np_dtype = entry["np_dtype"]
+        if np_dtype is not None:
+            np_dtype = _str(np_dtype, f"{where}.np_dtype", max_len=16)
+            try:
+                parsed = np.dtype(np_dtype)
+            except (TypeError, ValueError):
+                _fail(f"{where}.np_dtype", f"{np_dtype!r} is not a NumPy dtype")
+            if parsed.kind not in "biufc" or parsed.itemsize * math.prod(elem_shape) != elem_size:
+                _fail(f"{where}.np_dtype", f"{np_dtype!r} x {elem_shape} does not describe {elem_size}-byte elements")
+        bindings.append(Binding(
+            name=name, kind=kind, region=region.id, offset=offset, nbytes=nbytes,
+            dtype=_str(entry["dtype"], f"{where}.dtype", max_len=256), shape=shape, strides=strides,
+            elem_size=elem_size, np_dtype=np_dtype, elem_shape=elem_shape,
+        ))
+    return tuple(bindings)

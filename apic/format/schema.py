@@ -1,0 +1,80 @@
+"""The ``.wrp`` wire format: every constant a writer and a reader must agree on, in one place.
+
+A file is a fixed 56-byte header followed by one msgpack map (the *body*)::
+
+    offset  size  field
+    0       8     MAGIC            b"APICWRP\\0"
+    8       4     format version   uint32, little-endian
+    12      4     reserved         uint32, zero
+    16      8     body length      uint64, little-endian
+    24      32    body SHA-256     digest of the body bytes
+    56      n     body             msgpack map, described field by field in docs/FORMAT.md
+
+Changelog (one entry per format version; never change the meaning of a written version):
+
+* 1 (2026-11-21): first version. Header as above; body keys ``format``, ``format_version``,
+  ``writer``, ``target``, ``abi``, ``regions``, ``modules``, ``kernels``, ``ops``, ``bindings``.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+MAGIC = b"APICWRP\0"
+FORMAT_NAME = "apic.wrp"
+FORMAT_VERSION = 1  # written by this apic
+MIN_READ_VERSION = 1  # oldest version this apic still reads
+
+HEADER = struct.Struct("<8sIIQ32s")  # magic, format version, reserved, body length, body SHA-256
+assert HEADER.size == 56
+
+# Upstream Warp's own capture_save files (warp-lang 1.13+): b"WRP1" then a uint32 format version.
+UPSTREAM_MAGIC = b"WRP1"
+UPSTREAM_VERSION = struct.Struct("<I")
+# Upstream format version -> the warp-lang release that writes it (for error messages only).
+UPSTREAM_WRITERS = {3: "1.13", 10: "1.14", 14: "1.15", 15: "1.16/1.17", 16: "1.18", 18: "1.19"}
+
+MODULES_SUFFIX = "_modules"
+EXTENSION = ".wrp"
+
+
+class WireOp(IntEnum):
+    """Op kinds on the wire. Explicit values, never reused. Last used value: 7."""
+
+    LAUNCH = 1
+    MEMCPY = 2
+    MEMSET = 3
+    MEMTILE = 4
+    ARRAY_COPY = 5
+    ARRAY_FILL = 6
+    ALLOC = 7
+
+
+# Fields of each op map besides "kind", with the wire type of each (see docs/FORMAT.md).
+#   "ref": [region, offset]; "blob": {"data": bin, "relocs": [[at, region, offset], ...]}
+OP_FIELDS: dict[WireOp, dict[str, str]] = {
+    WireOp.LAUNCH: {"kernel": "int", "dim": "ints", "bounds": "blob", "args": "blob", "adj_args": "blob?"},
+    WireOp.MEMCPY: {"dst": "ref", "src": "ref", "nbytes": "int"},
+    WireOp.MEMSET: {"dst": "ref", "value": "int", "nbytes": "int"},
+    WireOp.MEMTILE: {"dst": "ref", "value": "blob", "count": "int"},
+    WireOp.ARRAY_COPY: {"dst": "blob", "src": "blob", "dst_type": "int", "src_type": "int", "elem_size": "int"},
+    WireOp.ARRAY_FILL: {"dst": "blob", "array_type": "int", "value": "blob"},
+    WireOp.ALLOC: {"dst": "ref", "nbytes": "int"},
+}
+
+# Warp's array type ids in ArrayCopy / ArrayFill descriptors.
+ARRAY_TYPE_REGULAR = 0
+ARRAY_TYPE_INDEXED = 1
+ARRAY_T_SIZE = 56  # wp::array_t, every supported version
+INDEXEDARRAY_T_SIZE = 104  # wp::indexedarray_t
+ARRAY_T_POINTER_SLOTS = (0, 8)  # data, grad
+INDEXEDARRAY_T_POINTER_SLOTS = (0, 8, 56, 64, 72, 80)  # data, grad, indices[4]
+
+# Binding kinds.
+BINDING_KINDS = ("input", "output")
+
+# Limits a reader enforces (a file beyond them is refused, not attempted).
+MAX_REGION_BYTES = 1 << 46
+MAX_INT = (1 << 63) - 1
+MAX_DIMS = 4

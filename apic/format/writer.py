@@ -1,0 +1,356 @@
+"""Writing a graph: ``Recording`` (+ live memory and module binaries) -> ``.wrp`` bytes -> files.
+
+``document`` turns a graph into the msgpack body (plain dicts, lists, ints, strings and bytes);
+``encode`` puts the header in front. ``save`` publishes ``<stem>.wrp`` and ``<stem>_modules/``
+so that a save that fails at any point leaves an earlier artifact at that path intact:
+
+1. everything is gathered in memory first (nothing on disk changes if that fails);
+2. module binaries are content-addressed (``<module>.<sha256[:16]>.o``), so writing the new ones
+   into ``<stem>_modules/`` never touches a file the old ``.wrp`` uses; each is written to a
+   temporary file, fsync'ed and renamed into place;
+3. the new ``.wrp`` is written to a temporary file next to the target, fsync'ed, and renamed over
+   the old one: this ``os.replace`` is the commit point;
+4. only then are module files the new graph does not use removed.
+
+An exception before the commit removes every file this save created. A process killed before
+the commit leaves the old artifact working, plus temporary files that the next save there removes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import gc
+import hashlib
+import os
+import re
+import tempfile
+
+import msgpack
+import numpy as np
+
+from apic import _compat
+from apic.bindings import Binding, make_binding
+from apic.errors import CaptureError, UnsupportedOperationError
+from apic.format import schema
+from apic.record import ops as rec
+
+_TEMP_TAG = ".apic-tmp-"
+
+# Native objects a kernel reaches through a u64 handle, found in a module's generated C++ source.
+_HANDLE_CALL = re.compile(r"\bwp::(?:adj_)?(mesh|bvh|hash_grid|volume|marching_cubes)_\w+\s*\(")
+_HANDLE_NAMES = {"mesh": "Mesh", "bvh": "Bvh", "hash_grid": "HashGrid", "volume": "Volume",
+                 "marching_cubes": "MarchingCubes"}
+
+
+# --- document ---------------------------------------------------------------------------------------
+def wrp_paths(path) -> tuple[str, str]:
+    """``(<stem>.wrp, <stem>_modules)`` for a user path (``.wrp`` added if missing), absolute."""
+    path = os.fspath(path)
+    wrp = os.path.abspath(path if path.endswith(schema.EXTENSION) else path + schema.EXTENSION)
+    return wrp, wrp[: -len(schema.EXTENSION)] + schema.MODULES_SUFFIX
+
+
+def module_file_name(name: str, sha256: str) -> str:
+    """The content-addressed file name of a module binary inside ``<stem>_modules/``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")[:96] or "module"
+    return f"{safe}.{sha256[:16]}.o"
+
+
+def _module_image(info) -> tuple[bytes, tuple[str, ...]]:
+    """The binary of one recorded module and the native handle types its kernels can dereference."""
+    image = getattr(info.module_exec, "apic_image", None)  # a module of a loaded graph
+    if image is not None:
+        return image, tuple(info.module_exec.native_types)
+    if info.module_exec is None:
+        raise CaptureError(f"the graph no longer holds Warp module '{info.name}', so it cannot be saved")
+    path = _compat.module_binary_path(info.name, info.module_exec)
+    with open(path, "rb") as f:
+        image = f.read()
+    native = set()
+    source = _compat.module_source_path(path)
+    if source is not None:
+        with open(source, encoding="utf-8", errors="replace") as f:
+            native = {_HANDLE_NAMES[m] for m in _HANDLE_CALL.findall(f.read())}
+    return image, tuple(sorted(native))
+
+
+def _live_handle_ids() -> np.ndarray:
+    """Addresses (``.id``) of every live Warp Mesh, Bvh, HashGrid, Volume... in this process."""
+    types = _compat.native_handle_types()
+    ids = set()
+    if types:
+        for obj in gc.get_objects():
+            # type(), not isinstance(): isinstance may consult a proxy's __class__ (and warn)
+            if issubclass(type(obj), types):
+                value = getattr(obj, "id", None)
+                if isinstance(value, int) and value:
+                    ids.add(value)
+    return np.array(sorted(ids), dtype=np.uint64)
+
+
+def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
+    words = np.frombuffer(data, dtype="<u8", count=len(data) // 8)
+    return bool(len(handle_ids)) and bool(np.isin(words, handle_ids).any())
+
+
+def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:
+    """A blob on the wire; relocated slots are zeroed so no live address leaks into the file."""
+    data = bytearray(blob.data)
+    for reloc in blob.relocs:
+        data[reloc.at : reloc.at + 8] = bytes(8)
+    for part in clear:
+        data[part] = bytes(len(data[part]))
+    return {"data": bytes(data), "relocs": [[r.at, r.target.region, r.target.offset] for r in blob.relocs]}
+
+
+def _ref(ref: rec.Ref) -> list:
+    return [ref.region, ref.offset]
+
+
+# The int16 flags after a descriptor's int16 ndim mean nothing to Warp's native copy/fill, but a
+# warp <= 1.12 reads ndim as int32, so they are written as zero.
+_DESCRIPTOR_FLAGS = (slice(50, 56),)
+
+
+def _op(op) -> dict:
+    if isinstance(op, rec.Launch):
+        return {
+            "kind": int(schema.WireOp.LAUNCH), "kernel": op.kernel, "dim": list(op.dim), "bounds": _blob(op.bounds),
+            "args": _blob(op.args), "adj_args": None if op.adj_args is None else _blob(op.adj_args),
+        }
+    if isinstance(op, rec.Memcpy):
+        return {"kind": int(schema.WireOp.MEMCPY), "dst": _ref(op.dst), "src": _ref(op.src), "nbytes": op.nbytes}
+    if isinstance(op, rec.Memset):
+        return {"kind": int(schema.WireOp.MEMSET), "dst": _ref(op.dst), "value": op.value, "nbytes": op.nbytes}
+    if isinstance(op, rec.Memtile):
+        return {"kind": int(schema.WireOp.MEMTILE), "dst": _ref(op.dst), "value": _blob(op.value), "count": op.count}
+    if isinstance(op, rec.ArrayCopy):
+        return {
+            "kind": int(schema.WireOp.ARRAY_COPY), "dst": _blob(op.dst, _DESCRIPTOR_FLAGS),
+            "src": _blob(op.src, _DESCRIPTOR_FLAGS), "dst_type": op.dst_type, "src_type": op.src_type,
+            "elem_size": op.elem_size,
+        }
+    if isinstance(op, rec.ArrayFill):
+        return {
+            "kind": int(schema.WireOp.ARRAY_FILL), "dst": _blob(op.dst, _DESCRIPTOR_FLAGS),
+            "array_type": op.array_type, "value": _blob(op.value),
+        }
+    if isinstance(op, rec.Alloc):
+        return {"kind": int(schema.WireOp.ALLOC), "dst": _ref(op.dst), "nbytes": op.nbytes}
+    raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
+
+
+def _binding(binding: Binding) -> dict:
+    return {
+        "name": binding.name, "kind": binding.kind, "region": binding.region, "offset": binding.offset,
+        "nbytes": binding.nbytes, "dtype": binding.dtype, "shape": list(binding.shape),
+        "strides": list(binding.strides), "elem_size": binding.elem_size, "np_dtype": binding.np_dtype,
+        "elem_shape": list(binding.elem_shape),
+    }
+
+
+def collect_bindings(graph, inputs, outputs) -> list[Binding]:
+    """The named bindings of ``inputs`` and ``outputs`` (name -> Warp array) for ``graph``."""
+    regions = graph.recording.regions
+    found: dict[str, Binding] = {}
+    for kind, mapping in (("input", inputs), ("output", outputs)):
+        if mapping is None:
+            continue
+        if not hasattr(mapping, "items"):
+            raise TypeError(f"{kind}s must be a dict mapping names to Warp arrays, got {type(mapping).__name__}")
+        for name, arr in mapping.items():
+            if name in found:
+                raise ValueError(f"binding name '{name}' is used twice (in inputs and outputs)")
+            found[name] = make_binding(name, kind, arr, regions, graph.region_addresses)
+    # A loaded graph saved again keeps its parameters, unless a new binding takes the name.
+    kept = [b for name, b in getattr(graph, "bindings", {}).items() if name not in found]
+    return kept + list(found.values())
+
+
+def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
+    """The msgpack body of ``graph`` and its module binaries (file name -> bytes)."""
+    import warp as wp
+
+    import apic
+
+    recording = graph.recording
+    handle_ids = _live_handle_ids()
+
+    regions = []
+    for region in recording.regions:
+        contents = None
+        if not region.owned:
+            contents = ctypes.string_at(graph.region_addresses[region.id], region.nbytes) if region.nbytes else b""
+            if _holds_handle(contents, handle_ids):
+                raise UnsupportedOperationError(
+                    "capture_save of a graph whose memory holds a Mesh/Bvh/HashGrid/Volume id",
+                    "native handles cannot be saved yet (their addresses are only valid in this process)",
+                )
+        array = None
+        if region.array is not None:
+            array = {"dtype": region.array.dtype, "shape": list(region.array.shape),
+                     "strides": list(region.array.strides)}
+        regions.append({"nbytes": region.nbytes, "owned": region.owned, "array": array, "contents": contents})
+
+    images: dict[str, bytes] = {}
+    modules = []
+    for info in recording.modules:
+        image, native = _module_image(info)
+        digest = hashlib.sha256(image).hexdigest()
+        name = module_file_name(info.name, digest)
+        images[name] = image
+        modules.append({"name": info.name, "file": name, "sha256": digest, "size": len(image),
+                        "native_types": list(native)})
+
+    for op in recording.ops:
+        if isinstance(op, rec.Launch):
+            for blob in (op.args, op.adj_args):
+                if blob is not None and _holds_handle(_blob(blob)["data"], handle_ids):
+                    kernel = recording.kernels[op.kernel].key
+                    raise UnsupportedOperationError(
+                        f"capture_save of a launch of '{kernel}' with a Mesh/Bvh/HashGrid/Volume id argument",
+                        "native handles cannot be saved yet (their addresses are only valid in this process)",
+                    )
+
+    target = dict(_compat.host_target())
+    target.pop("known_features", None)
+    doc = {
+        "format": schema.FORMAT_NAME,
+        "format_version": schema.FORMAT_VERSION,
+        "writer": {"apic": apic.__version__, "warp": wp.config.version, "numpy": np.__version__},
+        "target": target,
+        "abi": recording.abi,
+        "regions": regions,
+        "modules": modules,
+        "kernels": [
+            {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint)}
+            for k in recording.kernels
+        ],
+        "ops": [_op(op) for op in recording.ops],
+        "bindings": [_binding(b) for b in bindings],
+    }
+    return doc, images
+
+
+def encode(doc: dict) -> bytes:
+    """Header + msgpack body."""
+    body = msgpack.packb(doc, use_bin_type=True)
+    header = schema.HEADER.pack(schema.MAGIC, schema.FORMAT_VERSION, 0, len(body), hashlib.sha256(body).digest())
+    return header + body
+
+
+# --- atomic publication ---------------------------------------------------------------------------
+def _write_all(fd: int, data) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.EIO, "short write")
+        view = view[written:]
+
+
+def _stage(folder: str, prefix: str, data, created: list[str]) -> str:
+    """Write ``data`` to a new temporary file in ``folder``, fsync'ed; return its path."""
+    fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
+    created.append(path)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o644)
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _fsync_dir(folder: str) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _same_contents(path: str, data: bytes) -> bool:
+    try:
+        if os.path.islink(path) or not os.path.isfile(path) or os.path.getsize(path) != len(data):
+            return False
+        with open(path, "rb") as f:
+            return f.read() == data
+    except OSError:
+        return False
+
+
+def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, bytes]) -> None:
+    """Write ``data`` to ``wrp_path`` and exactly ``images`` into ``modules_dir``, atomically (see above)."""
+    out_dir = os.path.dirname(wrp_path)
+    os.makedirs(out_dir, exist_ok=True)
+    if os.path.isdir(wrp_path):
+        raise IsADirectoryError(errno.EISDIR, "cannot save a graph over a directory", wrp_path)
+    if os.path.islink(modules_dir) or (os.path.lexists(modules_dir) and not os.path.isdir(modules_dir)):
+        raise FileExistsError(errno.EEXIST, "the modules folder path exists and is not a folder", modules_dir)
+
+    created: list[str] = []  # files (and, last, the folder) this save created, removed on failure
+    made_dir = False
+    try:
+        if not os.path.isdir(modules_dir):
+            os.mkdir(modules_dir)
+            made_dir = True
+        for name, image in images.items():
+            final = os.path.join(modules_dir, name)
+            if _same_contents(final, image):
+                continue
+            existed = os.path.lexists(final)
+            staged = _stage(modules_dir, _TEMP_TAG, image, created)
+            os.replace(staged, final)
+            created.remove(staged)
+            if not existed:
+                created.append(final)
+        _fsync_dir(modules_dir)
+        staged = _stage(out_dir, "." + os.path.basename(wrp_path) + _TEMP_TAG, data, created)
+        os.replace(staged, wrp_path)  # the commit point
+        created.remove(staged)
+    except BaseException:
+        for path in reversed(created):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if made_dir:
+            try:
+                os.rmdir(modules_dir)
+            except OSError:
+                pass
+        raise
+    try:
+        _fsync_dir(out_dir)
+    except OSError:
+        pass
+    _collect_garbage(wrp_path, modules_dir, set(images))
+
+
+def _collect_garbage(wrp_path: str, modules_dir: str, keep: set[str]) -> None:
+    """After a commit: drop module files the new graph does not use and temporaries of killed saves."""
+    try:
+        for entry in os.scandir(modules_dir):
+            if entry.name not in keep and (entry.is_symlink() or entry.is_file()):
+                os.unlink(entry.path)
+        out_dir = os.path.dirname(wrp_path)
+        stale = "." + os.path.basename(wrp_path) + _TEMP_TAG
+        for entry in os.scandir(out_dir):
+            if entry.name.startswith(stale) and entry.is_file():
+                os.unlink(entry.path)
+    except OSError:
+        pass
+
+
+def save(graph, path, inputs=None, outputs=None) -> str:
+    """Serialize ``graph`` to ``<stem>.wrp`` + ``<stem>_modules/``; returns the ``.wrp`` path."""
+    wrp_path, modules_dir = wrp_paths(path)
+    bindings = collect_bindings(graph, inputs, outputs)
+    doc, images = document(graph, bindings)
+    publish(wrp_path, modules_dir, encode(doc), images)
+    return wrp_path

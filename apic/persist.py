@@ -1,0 +1,142 @@
+"""Saving and loading graphs: ``capture_save``, ``capture_load``, ``capture_load_from_bytes``.
+
+Same names, signatures and semantics as Warp 1.19's, installed as ``wp.capture_save`` etc. by
+``import apic`` on every supported warp-lang version. The files are apic's own (see
+docs/FORMAT.md): ``<stem>.wrp`` plus ``<stem>_modules/`` with one compiled binary per Warp module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from apic.errors import CaptureError
+
+
+def _cpu_device(device):
+    """The CPU device for a loaded graph: ``None`` means the CPU (apic graphs are CPU graphs)."""
+    import warp as wp
+
+    dev = wp.get_device("cpu" if device is None else device)
+    if not dev.is_cpu:
+        raise ValueError(f"apic graphs are CPU graphs and replay on the CPU; cannot load one onto {dev}")
+    return dev
+
+
+def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None) -> None:
+    """Serialize a captured graph to a ``.wrp`` file for later replay, in this or another process.
+
+    The graph must have been captured on the CPU with ``apic=True``. Writes ``<stem>.wrp`` and
+    ``<stem>_modules/`` (one compiled binary per Warp module); keep them together. The save is
+    atomic: if it fails at any point, an earlier artifact at ``path`` stays intact.
+
+    Args:
+        graph: A graph returned by ``wp.capture_end`` / ``wp.ScopedCapture`` (``apic=True``), or a
+            loaded graph.
+        path: Output path; ``.wrp`` is added if missing.
+        inputs: Named input arrays, e.g. ``{"positions": pos}``.
+        outputs: Named output arrays, e.g. ``{"results": out}``.
+
+    Each named array must lie in memory the graph uses. Unlike upstream Warp, a name binds the
+    array itself (its offset, dtype, shape and strides), not its whole base allocation. The saved
+    contents of each region are its bytes at the time of the save. A loaded graph saved again
+    keeps its parameters (a binding given here replaces one of the same name).
+
+    Raises:
+        RuntimeError: If the graph was not captured with ``apic=True`` (``apic.CaptureError``).
+        TypeError: If ``graph`` is not an apic graph or a binding is not a Warp array.
+        ValueError: If a binding name is used twice, or (``apic.BindingError``) an array is not
+            memory the graph uses.
+        NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
+        OSError: If the files cannot be written (the earlier artifact stays intact).
+    """
+    from apic.format import writer
+    from apic.graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise TypeError(
+            f"capture_save() with apic saves CPU graphs captured by apic; got {type(graph).__name__}"
+        )
+    if not graph.apic:
+        raise CaptureError(
+            "Graph was not captured with apic=True. Pass apic=True to capture_begin() or ScopedCapture()."
+        )
+    writer.save(graph, path, inputs, outputs)
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def capture_load(path, device=None):
+    """Load a graph saved by :func:`capture_save` from ``<stem>.wrp`` and ``<stem>_modules/``.
+
+    Works in a process that never defined the graph's kernels, before or after ``wp.init()``.
+
+    Args:
+        path: Path to the ``.wrp`` file (the extension is added if missing).
+        device: The device to replay on; apic graphs are CPU graphs (``None`` means ``"cpu"``).
+
+    Returns:
+        A loaded :class:`apic.Graph` (``is_loaded`` is True) for ``wp.capture_launch``.
+
+    Raises:
+        apic.FormatError: The file is not an apic graph, or is corrupt, truncated, tampered
+            with, upstream Warp's own format, or of a newer format version.
+        apic.IncompatibleGraphError: The graph cannot run safely here (other CPU, OS, ...).
+        OSError: The file cannot be read.
+    """
+    from apic.format import reader, writer
+    from apic.replay import loader
+
+    dev = _cpu_device(device)
+    wrp_path, modules_dir = writer.wrp_paths(path)
+    saved = reader.read(_read_file(wrp_path))
+
+    def fetch(name: str):
+        target = os.path.join(modules_dir, name)
+        # reader.read has checked the name (no separators, no leading dot); check again on this path
+        if os.path.dirname(os.path.abspath(target)) != os.path.abspath(modules_dir):
+            return None
+        try:
+            return _read_file(target)
+        except FileNotFoundError:
+            return None
+
+    return loader.load(saved, fetch, f"{modules_dir}", dev)
+
+
+def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
+    """Load a graph from in-memory bytes: ``data`` is a ``.wrp`` file's contents.
+
+    Args:
+        data: The ``.wrp`` contents: bytes, bytearray, memoryview or a C-contiguous NumPy array.
+        modules: Maps each file name in ``<stem>_modules/`` to its contents (bytes-like). Entries
+            the graph does not use are ignored. May be omitted when the graph launches no kernels.
+        device: The device to replay on (``None`` means ``"cpu"``).
+
+    apic copies everything it needs, so the caller may release the buffers afterwards.
+
+    Raises:
+        TypeError: ``data`` or a module is not bytes-like, ``modules`` is not a mapping, or a
+            module name is not a string.
+        ValueError: A buffer is not C-contiguous.
+        apic.FormatError: The data is malformed, or a needed module is missing or does not match
+            its checksum.
+    """
+    from apic.format import reader
+    from apic.replay import loader
+
+    dev = _cpu_device(device)
+    if modules is None:
+        modules = {}
+    elif not isinstance(modules, Mapping):
+        raise TypeError(f"modules must be a mapping from filename to bytes, got {type(modules).__name__}")
+    views = {}
+    for name, contents in modules.items():
+        if not isinstance(name, str):
+            raise TypeError(f"Module names must be strings, got {type(name).__name__}")
+        views[name] = reader.as_bytes(contents, f"Module '{name}'")
+    saved = reader.read(reader.as_bytes(data))
+    return loader.load(saved, views.get, "the provided modules", dev)

@@ -1,0 +1,158 @@
+"""Loading a saved graph: a validated ``SavedGraph`` + module binaries -> a replayable ``apic.Graph``.
+
+Order matters, and nothing native runs before the checks that protect it:
+
+1. the saving host's OS, CPU and instruction-set features, and the kernels' native dependencies,
+   are compared with this process (``check_compatible``); a graph that cannot run safely here is
+   refused with the reason;
+2. every module binary is read and checked against its size and SHA-256 from the file;
+3. regions are allocated (zeroed, 64-byte aligned, owned by the graph) and filled with the saved
+   contents;
+4. each module is loaded through Warp's LLVM backend under a name unique to this load, and each
+   kernel symbol is looked up (a missing one is an error). The module stays loaded as long as the
+   graph lives and is unloaded when the graph is garbage collected; nothing looks symbols up after.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import re
+import weakref
+
+import numpy as np
+
+from apic import _compat
+from apic.errors import FormatError, IncompatibleGraphError
+from apic.format.reader import SavedGraph
+from apic.record.recording import ModuleInfo
+
+_ALIGN = 64
+_load_ids = itertools.count()
+
+
+class LoadedModule:
+    """A module binary loaded for a loaded graph; holds the code in place like a live ``ModuleExec``."""
+
+    def __init__(self, name: str, image: bytes, native_types: tuple[str, ...]) -> None:
+        safe = re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
+        self.handle = f"apic_load_{next(_load_ids)}_{safe}"
+        self.apic_image = image  # kept so that a loaded graph can be saved again
+        self.native_types = tuple(native_types)
+        _compat.load_object(image, self.handle)
+        self._unload = weakref.finalize(self, _compat.unload_object, self.handle)
+        self._unload.atexit = False  # at interpreter exit Warp may already be gone
+
+    def lookup(self, symbol: str) -> int:
+        if not self._unload.alive:
+            raise RuntimeError(f"module {self.handle} was unloaded")
+        return _compat.lookup_symbol(self.handle, symbol)
+
+
+def check_compatible(saved: SavedGraph) -> None:
+    """Refuse, saying why, a graph whose compiled kernels cannot run safely in this process."""
+    import warp as wp
+
+    host = _compat.host_target()
+    saved_target = saved.target
+    for key, what in (("system", "operating system"), ("machine", "machine architecture"),
+                      ("byteorder", "byte order"), ("pointer_bits", "pointer size")):
+        if saved_target.get(key) != host[key]:
+            raise IncompatibleGraphError(
+                f"this graph was saved on a different {what} ({saved_target.get(key)}; this host: {host[key]}); "
+                "its compiled kernels cannot run here. Capture and save it again on this kind of machine"
+            )
+    known = set(host["known_features"])
+    missing = sorted(f for f in saved_target.get("features", ()) if f in known and f not in host["features"])
+    if missing and saved.modules:
+        raise IncompatibleGraphError(
+            f"this graph's kernels were compiled for the saving host's CPU ({saved_target.get('cpu')}), which has "
+            f"instruction-set features this CPU ({host['cpu']}) lacks: {', '.join(missing)}. Running them could "
+            "crash with an illegal instruction; capture and save the graph again on this kind of CPU"
+        )
+    saved_warp = saved.writer.get("warp")
+    if saved_warp != wp.config.version:
+        for module in saved.modules:
+            if module.native_types:
+                raise IncompatibleGraphError(
+                    f"module '{module.name}' has kernels that read native Warp {'/'.join(module.native_types)} "
+                    f"structs, whose memory layout is compiled into the module and can differ between warp-lang "
+                    f"{saved_warp} (which saved this graph) and {wp.config.version} (running here). Load it with "
+                    f"warp-lang {saved_warp}, or save it again with {wp.config.version}"
+                )
+
+
+def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
+    """The module binaries the graph needs, each checked against its size and SHA-256."""
+    images: dict[str, bytes] = {}
+    for module in saved.modules:
+        if module.file in images:
+            continue
+        data = fetch(module.file)
+        if data is None:
+            raise FormatError(f"module file '{module.file}' (Warp module '{module.name}') is missing from {origin}")
+        data = bytes(data)
+        if len(data) != module.size or hashlib.sha256(data).hexdigest() != module.sha256:
+            raise FormatError(
+                f"module file '{module.file}' in {origin} does not match the SHA-256 recorded in the graph file "
+                "(it was modified, or belongs to another save)"
+            )
+        images[module.file] = data
+    return images
+
+
+def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """A zeroed buffer with ``nbytes`` usable bytes at a 64-byte aligned address; (owner, address, view)."""
+    try:
+        owner = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
+    except (MemoryError, ValueError):
+        raise MemoryError(f"cannot allocate {nbytes} bytes for region {index} of the graph") from None
+    pad = -owner.ctypes.data % _ALIGN
+    return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
+
+
+def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
+    """Allocate, fill, load and lower: the loaded ``apic.Graph``."""
+    from apic.graph import Graph
+
+    recording = saved.recording
+    buffers, addresses, regions = [], [], []
+    for region, contents in zip(recording.regions, saved.contents):
+        owner, address, view = _allocate(region.nbytes, region.id)
+        if contents:
+            view[:] = np.frombuffer(contents, dtype=np.uint8)
+        buffers.append(owner)
+        addresses.append(address)
+        regions.append(dataclasses.replace(region, address=address))
+
+    loaded: dict[str, LoadedModule] = {}
+    modules = []
+    for entry in saved.modules:
+        if entry.file not in loaded:
+            loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+        modules.append(ModuleInfo(entry.name, loaded[entry.file]))
+
+    kernels = []
+    for kernel in recording.kernels:
+        address = modules[kernel.module].module_exec.lookup(kernel.symbol)
+        if not address:
+            raise FormatError(
+                f"kernel '{kernel.key}': symbol {kernel.symbol} is not in module file "
+                f"'{saved.modules[kernel.module].file}'"
+            )
+        kernels.append(dataclasses.replace(kernel, address=address))
+
+    live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels))
+    return Graph(
+        live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
+        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings,
+    )
+
+
+def load(saved: SavedGraph, fetch, origin: str, device):
+    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None."""
+    check_compatible(saved)
+    images = verified_images(saved, fetch, origin)
+    return build_graph(saved, images, device)
+

@@ -1,0 +1,101 @@
+"""Helpers for the save/load tests: fresh child processes that load and replay a saved graph.
+
+The child runs with the test folder off ``sys.path`` and never imports ``persist_kernels``, the
+module that defines the graph's kernels; it checks that at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Run in a fresh interpreter: load a graph (from its files or from bytes), set inputs, replay,
+# read outputs. Arguments arrive as one JSON document in argv[1].
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    import numpy as np
+    import warp as wp
+    if hasattr(wp, "LOG_WARNING"):
+        wp.config.log_level = wp.LOG_WARNING
+    wp.config.quiet = True
+    import apic
+    from warp._src import context as wp_context
+
+    job = json.loads(sys.argv[1])
+    before_init = wp_context.runtime is None
+    path = job["path"]
+    if job["mode"] == "file":
+        graph = wp.capture_load(path, device=job.get("device"))
+    else:
+        with open(path + ".wrp", "rb") as f:
+            data = f.read()
+        folder = path + "_modules"
+        modules = {}
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name), "rb") as f:
+                modules[name] = f.read()
+        kind = job["mode"]
+        if kind == "bytearray":
+            data, modules = bytearray(data), {k: bytearray(v) for k, v in modules.items()}
+        elif kind == "memoryview":
+            data, modules = memoryview(data), {k: memoryview(v) for k, v in modules.items()}
+        elif kind == "numpy":
+            data = np.frombuffer(data, dtype=np.uint8).copy()
+            modules = {k: np.frombuffer(v, dtype=np.uint8) for k, v in modules.items()}
+        graph = wp.capture_load_from_bytes(data, modules, device="cpu")
+    assert graph.is_loaded
+
+    def warp_array(name, values):
+        p = graph.params[name]
+        dtype = getattr(wp, p["dtype"])
+        return wp.array(values, dtype=dtype, shape=p["shape"], device="cpu")
+
+    for name, file in job.get("set", {}).items():
+        graph.set_param(name, warp_array(name, np.load(file)))
+    for _ in range(job["iters"]):
+        wp.capture_launch(graph)
+    for name, file in job.get("get", {}).items():
+        p = graph.params[name]
+        out = wp.empty(shape=p["shape"], dtype=getattr(wp, p["dtype"]), device="cpu")
+        graph.get_param(name, out)
+        np.save(file, out.numpy())
+    assert "persist_kernels" not in sys.modules, "the child imported the kernels' module"
+    print(json.dumps({"before_init": before_init, "params": sorted(graph.params)}))
+    """
+)
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_child(job: dict, cwd, python: str = sys.executable) -> dict:
+    """Run ``CHILD`` with ``job`` in a fresh interpreter in ``cwd``; return its JSON report."""
+    result = subprocess.run(
+        [python, "-c", CHILD, json.dumps(job)], cwd=cwd, env=child_env(), capture_output=True, text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_cli(args: list[str], cwd, python: str = sys.executable) -> subprocess.CompletedProcess:
+    """``python -m apic ARGS`` in a fresh interpreter."""
+    return subprocess.run(
+        [python, "-m", "apic", *args], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=600
+    )
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
