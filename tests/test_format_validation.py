@@ -172,12 +172,27 @@ def test_integer_map_keys_are_refused(doc):
 
 
 # --- accept cases at the limits -------------------------------------------------------------------
-def test_accepts_pointer_to_region_end(doc):
+def test_rejects_kernel_array_past_region_end(doc):
     i = op_index(doc, schema.WireOp.LAUNCH)
     region = doc["ops"][i]["args"]["relocs"][0][1]
     end = doc["regions"][region]["nbytes"]
-    read(edit(doc, ("ops", i, "args", "relocs", 0, 2), end))
+    # the descriptor's shape says how far the kernel reads: from the very end, that is past it
+    rejects(edit(doc, ("ops", i, "args", "relocs", 0, 2), end), "reaches bytes")
     rejects(edit(doc, ("ops", i, "args", "relocs", 0, 2), end + 1), "outside region")
+
+
+def test_rejects_kernel_array_descriptor_grown(doc):
+    i = op_index(doc, schema.WireOp.LAUNCH)
+    at = doc["ops"][i]["args"]["arrays"][0][0]
+    data = bytearray(doc["ops"][i]["args"]["data"])
+    data[at + 16 : at + 20] = (1 << 30).to_bytes(4, "little")  # shape[0]
+    rejects(edit(doc, ("ops", i, "args", "data"), bytes(data)), "reaches bytes")
+
+
+def test_rejects_kernel_args_without_array_table(doc):
+    i = op_index(doc, schema.WireOp.LAUNCH)
+    without = edit(doc, ("ops", i, "args", "arrays"), [])
+    rejects(without, "not a pointer field of a listed array")
 
 
 def test_accepts_memcpy_to_region_end(doc):
@@ -188,12 +203,12 @@ def test_accepts_memcpy_to_region_end(doc):
     rejects(edit(doc, ("ops", i, "nbytes"), room + 1), "outside region")
 
 
-def test_accepts_reloc_in_last_slot(doc):
+def test_rejects_reloc_outside_descriptors(doc):
     i = op_index(doc, schema.WireOp.LAUNCH)
     length = len(doc["ops"][i]["args"]["data"])
     relocs = doc["ops"][i]["args"]["relocs"]
     last = [[length - 8, relocs[0][1], relocs[0][2]]]
-    read(edit(doc, ("ops", i, "args", "relocs"), relocs + last))
+    rejects(edit(doc, ("ops", i, "args", "relocs"), relocs + last), "not a pointer field of a listed array")
     rejects(edit(doc, ("ops", i, "args", "relocs"), relocs + [[length - 7, relocs[0][1], 0]]), "outside")
     rejects(edit(doc, ("ops", i, "args", "relocs"), relocs + [[relocs[0][0] + 4, relocs[0][1], 0]]), "overlaps")
 

@@ -215,6 +215,38 @@ class _Context:
             _fail(where, "this value cannot hold pointers, but has relocations")
         return rec.Blob(data, tuple(relocs))
 
+    def kernel_args(self, value, where: str) -> rec.Blob:
+        """A launch's packed arguments: a blob plus ``arrays``, the array descriptors inside it.
+
+        Every relocation must be a pointer field of a listed descriptor, and every descriptor must
+        keep its arrays inside their regions, as for copies and fills.
+        """
+        blob = self.blob(value, where)
+        entries = _list(value.get("arrays", []), f"{where}.arrays", len(blob.data) // schema.ARRAY_T_SIZE)
+        slots, claimed = [], set()
+        for i, entry in enumerate(entries):
+            w = f"{where}.arrays[{i}]"
+            triple = _list(entry, w, 3)
+            if len(triple) != 3:
+                _fail(w, "expected [at, elem_size, indexed]")
+            indexed = _bool(triple[2], f"{w}[2]")
+            size = schema.INDEXEDARRAY_T_SIZE if indexed else schema.ARRAY_T_SIZE
+            at = _int(triple[0], f"{w}[0]", 0, max(len(blob.data) - size, 0))
+            if at % 8 or at + size > len(blob.data) or claimed & {at, at + size - 1}:
+                _fail(w, f"a {size}-byte descriptor at byte {at} is misaligned, overlaps another or does not fit")
+            claimed.update(range(at, at + size))
+            slot = rec.ArraySlot(at, _int(triple[1], f"{w}[1]", 1, 1 << 20), indexed)
+            inner = tuple(rec.Reloc(r.at - at, r.target) for r in blob.relocs if at <= r.at < at + size)
+            data = bytearray(blob.data[at : at + size])
+            data[50:56] = bytes(6)  # warp 1.13+ int16 flags (and padding) after the int16 ndim
+            if inner or any(data):  # an all-zero descriptor is a None array argument
+                self.descriptor(rec.Blob(bytes(data), inner), int(indexed), slot.elem_size, w)
+            slots.append(slot)
+        stray = [r.at for r in blob.relocs if r.at not in claimed]
+        if stray:
+            _fail(where, f"relocation at byte {stray[0]} is not a pointer field of a listed array")
+        return rec.Blob(blob.data, blob.relocs, tuple(slots))
+
     def descriptor(self, blob: rec.Blob, array_type: int, elem_size: int, where: str) -> tuple[int, ...]:
         """Check a native array descriptor (``array_t`` or ``indexedarray_t``) as Warp's copy/fill reads it.
 
@@ -403,9 +435,9 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
-        args = ctx.blob(entry["args"], f"{where}.args")
+        args = ctx.kernel_args(entry["args"], f"{where}.args")
         adj = entry.get("adj_args")
-        adj_args = None if adj is None else ctx.blob(adj, f"{where}.adj_args")
+        adj_args = None if adj is None else ctx.kernel_args(adj, f"{where}.adj_args")
         if (adj_args is not None) != kernels[kernel].adjoint:
             _fail(where, "adjoint arguments must be present exactly for a backward (adjoint) kernel")
         return rec.Launch(kernel, dim, bounds, args, adj_args)

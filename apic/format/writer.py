@@ -101,7 +101,10 @@ def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:
         data[reloc.at : reloc.at + 8] = bytes(8)
     for part in clear:
         data[part] = bytes(len(data[part]))
-    return {"data": bytes(data), "relocs": [[r.at, r.target.region, r.target.offset] for r in blob.relocs]}
+    wire = {"data": bytes(data), "relocs": [[r.at, r.target.region, r.target.offset] for r in blob.relocs]}
+    if blob.arrays:
+        wire["arrays"] = [[a.at, a.elem_size, a.indexed] for a in blob.arrays]
+    return wire
 
 
 def _ref(ref: rec.Ref) -> list:

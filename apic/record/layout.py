@@ -17,22 +17,13 @@ from dataclasses import dataclass
 
 from apic._compat import wp_codegen, wp_context, wp_types
 from apic.errors import UnsupportedOperationError
-from apic.record.ops import RawPtr
+from apic.record.ops import ArraySlot, RawPtr
 
 _ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim (low 16 bits)
 _INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
 _INDEX_ELEM_SIZE = 4  # index buffers are int32
 _ARRAY_T_SIZE = ctypes.sizeof(wp_types.array_t)  # 56 in every supported version
 _INDEXEDARRAY_T_SIZE = ctypes.sizeof(wp_types.indexedarray_t)
-
-
-@dataclass(frozen=True)
-class ArraySlot:
-    """An array descriptor at byte ``offset`` in a blob; ``elem_size`` is its dtype's size."""
-
-    offset: int
-    elem_size: int
-    indexed: bool
 
 
 # Descriptor types apic does not record yet (textures exist from warp 1.12 on, under various modules).
@@ -97,8 +88,8 @@ def _extent(data: int, elem_size: int, shape, strides) -> tuple[int, int]:
 def descriptor_pointers(blob: bytes, slot: ArraySlot) -> list[tuple[int, RawPtr]]:
     """The non-null pointers of the descriptor at ``slot``: ``(offset in blob, RawPtr)`` pairs."""
     size = _INDEXEDARRAY_T_SIZE if slot.indexed else _ARRAY_T_SIZE
-    descriptor = bytes(blob[slot.offset : slot.offset + size])
-    return [(slot.offset + at, ptr) for at, ptr in _pointers_of(descriptor, slot.elem_size, slot.indexed)]
+    descriptor = bytes(blob[slot.at : slot.at + size])
+    return [(slot.at + at, ptr) for at, ptr in _pointers_of(descriptor, slot.elem_size, slot.indexed)]
 
 
 @functools.lru_cache(maxsize=1 << 16)

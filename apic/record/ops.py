@@ -44,12 +44,29 @@ class Reloc:
     target: Ref
 
 
+class ArraySlot(NamedTuple):
+    """An array descriptor at byte ``at`` of a blob: ``array_t``, or ``indexedarray_t`` if ``indexed``.
+
+    ``elem_size`` is the byte size of the array's dtype. A loader uses these to check that every
+    array a kernel receives stays inside its region.
+    """
+
+    at: int
+    elem_size: int
+    indexed: bool
+
+
 @dataclass(frozen=True)
 class Blob:
-    """Bytes that live in the replay arena (packed kernel args, array descriptors, fill values)."""
+    """Bytes that live in the replay arena (packed kernel args, array descriptors, fill values).
+
+    ``arrays`` lists the array descriptors inside packed kernel arguments; every relocation of such
+    a blob is a pointer field of one of them.
+    """
 
     data: bytes
     relocs: tuple[Reloc, ...] = ()
+    arrays: tuple[ArraySlot, ...] = ()
 
 
 class RawPtr(NamedTuple):  # a tuple, not a dataclass: made for every pointer of every captured op
@@ -66,6 +83,7 @@ class RawBlob:
 
     data: bytes
     pointers: tuple[tuple[int, RawPtr], ...] = ()
+    arrays: tuple[ArraySlot, ...] = ()
 
 
 Pointer = Union[Ref, RawPtr]
@@ -171,5 +189,5 @@ def resolve_op(op, resolve: Callable[[int], Ref]):
             changes[name] = resolve(value.address)
         elif isinstance(value, RawBlob):
             relocs = tuple(Reloc(at, resolve(ptr.address)) for at, ptr in value.pointers)
-            changes[name] = Blob(value.data, relocs)
+            changes[name] = Blob(value.data, relocs, value.arrays)
     return dataclasses.replace(op, **changes) if changes else op

@@ -15,7 +15,7 @@ from apic import _compat
 from apic._compat import wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record import layout
-from apic.record.ops import Alloc, ArrayCopy, ArrayFill, Launch, Memcpy, Memset, Memtile, RawBlob, RawPtr
+from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Launch, Memcpy, Memset, Memtile, RawBlob, RawPtr
 from apic.record.ops import raw_pointers, resolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
@@ -181,8 +181,10 @@ class Recorder:
                 kernel=kernel_index,
                 dim=_launch_dim(params[0]),
                 bounds=RawBlob(bounds),
-                args=RawBlob(args_data, layout.blob_pointers(args_data, fwd_layout.slots)),
-                adj_args=RawBlob(adj_data, layout.blob_pointers(adj_data, adj_layout.slots)) if adjoint else None,
+                args=RawBlob(args_data, layout.blob_pointers(args_data, fwd_layout.slots), fwd_layout.slots),
+                adj_args=RawBlob(adj_data, layout.blob_pointers(adj_data, adj_layout.slots), adj_layout.slots)
+                if adjoint
+                else None,
             )
             self._append(op)
         else:
@@ -254,7 +256,7 @@ def _descriptor_blob(address: int, array_type: int, elem_size: int, api: str) ->
     else:
         raise UnsupportedOperationError(f"{api} on a Fabric array", "only regular and indexed arrays are recorded")
     data = ctypes.string_at(address, size)
-    return RawBlob(data, tuple(layout.descriptor_pointers(data, layout.ArraySlot(0, elem_size, indexed))))
+    return RawBlob(data, tuple(layout.descriptor_pointers(data, ArraySlot(0, elem_size, indexed))))
 
 
 def _find_module_exec(kernel, hooks):
