@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import BindingError
+from apic.record.layout import extent
 
 
 @dataclass(frozen=True)
@@ -46,15 +47,6 @@ class Binding:
             "shape": tuple(self.shape),
             "strides": tuple(self.strides),
         }
-
-
-def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:
-    """The byte range ``[lo, hi)`` that a strided view starting at ``start`` reaches."""
-    if any(n == 0 for n in shape):
-        return start, start
-    lo = start + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-    hi = start + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + elem_size
-    return lo, hi
 
 
 # --- Warp arrays ------------------------------------------------------------------------------------

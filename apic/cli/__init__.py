@@ -22,12 +22,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apic", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True)
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"apic.cli.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"apic.cli.{name}":
-                raise
-            continue  # a subcommand this installation does not ship
+        module = importlib.import_module(f"apic.cli.{name}")
         sub = module.add_parser(subparsers)
         sub.set_defaults(_run=module.run)
     args = parser.parse_args(argv)

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import msgpack
 import numpy as np
 
-from apic.bindings import Binding, extent
+from apic.bindings import Binding
 from apic.errors import FormatError
 from apic.format import schema
 from apic.record import ops as rec
+from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, Region
 

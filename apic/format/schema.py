@@ -19,7 +19,8 @@ Changelog (one entry per format version; never change the meaning of a written v
 from __future__ import annotations
 
 import struct
-from enum import IntEnum
+
+from apic.record.ops import OpKind
 
 MAGIC = b"APICWRP\0"
 FORMAT_NAME = "apic.wrp"
@@ -39,16 +40,8 @@ MODULES_SUFFIX = "_modules"
 EXTENSION = ".wrp"
 
 
-class WireOp(IntEnum):
-    """Op kinds on the wire. Explicit values, never reused. Last used value: 7."""
-
-    LAUNCH = 1
-    MEMCPY = 2
-    MEMSET = 3
-    MEMTILE = 4
-    ARRAY_COPY = 5
-    ARRAY_FILL = 6
-    ALLOC = 7
+# Op kinds on the wire are the recording's own kind numbers (explicit, never reused).
+WireOp = OpKind
 
 
 # Fields of each op map besides "kind", with the wire type of each (see docs/FORMAT.md).

@@ -76,12 +76,12 @@ def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
     return ArgsLayout(struct_type, tuple(slots))
 
 
-def _extent(data: int, elem_size: int, shape, strides) -> tuple[int, int]:
-    """The byte range ``[lo, hi)`` that a strided array descriptor can reach."""
+def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:
+    """The byte range ``[lo, hi)`` that a strided view starting at ``start`` reaches."""
     if any(n == 0 for n in shape):
-        return data, data
-    lo = data + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
-    hi = data + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + elem_size
+        return start, start
+    lo = start + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = start + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + elem_size
     return lo, hi
 
 
@@ -101,7 +101,7 @@ def _pointers_of(descriptor: bytes, elem_size: int, indexed: bool) -> tuple[tupl
     found = []
     for field_offset, address in ((0, data), (8, grad)):
         if address:
-            lo, hi = _extent(address, elem_size, shape, strides)
+            lo, hi = extent(address, elem_size, shape, strides)
             found.append((field_offset, RawPtr(address, lo, hi)))
     if indexed:
         tail = _INDEXED_TAIL.unpack_from(descriptor, _ARRAY_T_SIZE)
