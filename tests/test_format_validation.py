@@ -9,6 +9,7 @@ import copy
 import struct
 
 import msgpack
+import numpy as np
 import pytest
 import warp as wp
 from hypothesis import given, settings
@@ -253,3 +254,12 @@ def test_random_edits_are_refused_cleanly(doc, draw):
         read(edit(doc, path, value))
     except apic.FormatError:
         pass
+
+
+def test_sequence_indexes_ops(doc):
+    n = len(doc["ops"])
+    read(edit(doc, ("sequence",), np.array([n - 1, 0], dtype="<u4").tobytes()))
+    rejects(edit(doc, ("sequence",), np.array([n], dtype="<u4").tobytes()), "outside the")
+    rejects(edit(doc, ("sequence",), b"\0\0\0"), "whole number")
+    rejects(edit(doc, ("sequence",), DELETE), "missing field")
+

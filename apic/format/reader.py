@@ -314,7 +314,7 @@ def read(data) -> SavedGraph:
     except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
         raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
     doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
-                             "kernels", "ops", "bindings"))
+                             "kernels", "ops", "sequence", "bindings"))
     if doc["format"] != schema.FORMAT_NAME:
         _fail("format", f"expected {schema.FORMAT_NAME!r}, found {doc['format']!r}")
     if _int(doc["format_version"], "format_version") != version:
@@ -337,7 +337,8 @@ def read(data) -> SavedGraph:
     ctx = _Context(regions)
     modules = _modules(doc["modules"])
     kernels = _kernels(doc["kernels"], len(modules))
-    ops = tuple(_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops")))
+    distinct = [_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops"))]
+    ops = tuple(distinct[i] for i in _sequence(doc["sequence"], len(distinct)).tolist())
     bindings = _bindings(doc["bindings"], ctx)
 
     recording = Recording(
@@ -348,6 +349,17 @@ def read(data) -> SavedGraph:
         ops=ops,
     )
     return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body))
+
+
+def _sequence(value, op_count: int) -> np.ndarray:
+    """The order ops run in: uint32 indices into ``ops``, packed little-endian."""
+    data = _bin(value, "sequence")
+    if len(data) % 4:
+        _fail("sequence", f"{len(data)} bytes is not a whole number of uint32 indices")
+    sequence = np.frombuffer(data, dtype="<u4")
+    if len(sequence) and int(sequence.max()) >= op_count:
+        _fail("sequence", f"op index {int(sequence.max())} is outside the {op_count} ops")
+    return sequence
 
 
 def _regions(value) -> tuple[list[Region], list]:

@@ -13,7 +13,8 @@ A file is a fixed 56-byte header followed by one msgpack map (the *body*)::
 Changelog (one entry per format version; never change the meaning of a written version):
 
 * 1 (2026-11-21): first version. Header as above; body keys ``format``, ``format_version``,
-  ``writer``, ``target``, ``abi``, ``regions``, ``modules``, ``kernels``, ``ops``, ``bindings``.
+  ``writer``, ``target``, ``abi``, ``regions``, ``modules``, ``kernels``, ``ops`` (each distinct op
+  once), ``sequence`` (uint32 indices into ``ops``, in execution order), ``bindings``.
 """
 
 from __future__ import annotations

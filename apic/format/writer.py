@@ -230,10 +230,24 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
             {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint)}
             for k in recording.kernels
         ],
-        "ops": [_op(op) for op in recording.ops],
+        **_ops_and_sequence(recording.ops),
         "bindings": [_binding(b) for b in bindings],
     }
     return doc, images
+
+
+def _ops_and_sequence(ops) -> dict:
+    """Each distinct op once (``ops``), and the order they run in (``sequence``, uint32 indices)."""
+    index: dict[int, int] = {}  # id(op) -> position in "ops"; the recording shares equal ops
+    distinct = []
+    sequence = np.empty(len(ops), dtype="<u4")
+    for i, op in enumerate(ops):
+        j = index.get(id(op))
+        if j is None:
+            j = index[id(op)] = len(distinct)
+            distinct.append(_op(op))
+        sequence[i] = j
+    return {"ops": distinct, "sequence": sequence.tobytes()}
 
 
 def encode(doc: dict) -> bytes:

@@ -61,7 +61,8 @@ class Recorder:
         self._module_infos: list[ModuleInfo] = []
         self._kernels: dict[tuple[int, str], int] = {}  # (id(module_exec), symbol) -> index
         self._kernel_by_hooks: dict[tuple[int, bool], int] = {}  # (id(hooks), adjoint) -> index
-        self._launches: dict[tuple, Launch] = {}  # identical launches share one op
+        self._launches: dict[tuple, Launch] = {}  # identical launches share one op (found before packing)
+        self._interned: dict = {}  # every distinct op, to itself
         self._kernel_infos: list[KernelInfo] = []
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
 
@@ -98,9 +99,13 @@ class Recorder:
         )
 
     def _append(self, op) -> None:
-        for ptr in raw_pointers(op):
-            self._ranges.note(ptr.lo, ptr.hi, used=True)
-        self.ops.append(op)
+        # Equal ops (a fill or copy repeated every step) share one immutable object, so saving,
+        # loading and lowering handle each distinct op once.
+        shared = self._interned.setdefault(op, op)
+        if shared is op:
+            for ptr in raw_pointers(op):
+                self._ranges.note(ptr.lo, ptr.hi, used=True)
+        self.ops.append(shared)
 
     # --- context from the Python-level API -------------------------------------------------------
     def note_values(self, values) -> None:

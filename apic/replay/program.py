@@ -99,17 +99,21 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
         return region_addresses[ref.region] + ref.offset
 
     arena.fill(address_of)
-    lowered: dict[int, list[int] | None] = {}  # by id(op): a shared op is lowered once
-    rows = []
+    # Lower each distinct op once (the recording shares equal ops), then gather the table's rows.
+    row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
+    distinct = []
+    sequence = []
     for op in recording.ops:
-        if id(op) not in lowered:
-            lowered[id(op)] = _lower_op(op, recording.abi, arena, address_of, kernel_addresses)
-        if lowered[id(op)] is not None:
-            rows.append(lowered[id(op)])
-    table = tbl.empty_table(len(rows))
-    if rows:
-        table[:] = [row + [0] * (tbl.OP_COLUMNS - len(row)) for row in rows]
-    return Program(table, arena.buffer)
+        row = row_of.get(id(op))
+        if row is None:
+            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses)
+            row = row_of[id(op)] = -1 if lowered is None else len(distinct)
+            if lowered is not None:
+                distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
+        if row >= 0:
+            sequence.append(row)
+    table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
+    return Program(np.ascontiguousarray(table), arena.buffer)
 
 
 def _call(fn: int, *args: int) -> list[int]:

@@ -7,8 +7,6 @@ interpreter so that building a table never imports Numba.
 
 from __future__ import annotations
 
-import numpy as np
-
 COL_OPCODE = 0
 COL_FN = 1
 COL_ARG0 = 2
@@ -23,7 +21,3 @@ OP_CALL5 = 5
 OP_CALL10 = 10
 CALL_OPCODES = {2: OP_CALL2, 3: OP_CALL3, 4: OP_CALL4, 5: OP_CALL5, 10: OP_CALL10}
 
-
-def empty_table(rows: int) -> np.ndarray:
-    """A zeroed op table (all NOPs) with ``rows`` rows."""
-    return np.zeros((rows, OP_COLUMNS), dtype=np.int64)
