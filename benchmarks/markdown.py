@@ -41,6 +41,8 @@ def format_markdown(results: dict) -> str:
         "",
         *_table(results["workloads"], keys, labels, True),
         "",
+        "The ladder: graphs of tiny launches (as W1, dim 1) of growing size.",
+        "",
         *_table(results["ladder"], keys, labels, False),
         "",
     ]
@@ -59,13 +61,16 @@ def format_markdown(results: dict) -> str:
     out.append(f"- One `wp.capture_launch` of a one-op apic graph: {_num(co['min'])} / {_num(co['median'])} µs.")
     p = results["persistence"]
     if p.get("available"):
-        out.append(
-            f"- Save / load of a {p['ops']:,}-op graph: "
-            f"save {_num(p['save_ms']['min'])} / {_num(p['save_ms']['median'])} ms, "
-            f"load {_num(p['load_ms']['min'])} / {_num(p['load_ms']['median'])} ms; "
-            f"{p['graph_file_bytes']:,} bytes on disk = {p['bytes_per_op']:.0f} bytes per op "
-            f"(+ {p['module_bytes']:,} bytes of compiled modules)."
-        )
+        for key, what in (("persistence", "cycling through 12 distinct launches"),
+                          ("persistence_distinct", "every launch distinct")):
+            p = results[key]
+            out.append(
+                f"- Save / load of a {p['ops']:,}-op graph, {what}: "
+                f"save {_num(p['save_ms']['min'])} / {_num(p['save_ms']['median'])} ms, "
+                f"load {_num(p['load_ms']['min'])} / {_num(p['load_ms']['median'])} ms; "
+                f"{p['graph_file_bytes']:,} bytes on disk = {p['bytes_per_op']:.1f} bytes per op "
+                f"(+ {p['module_bytes']:,} bytes of compiled modules)."
+            )
     else:
         out.append(f"- Save / load: saved+loaded: {p['reason']}.")
     out += ["", "| the bar | measured | |", "|---|---|---|"]

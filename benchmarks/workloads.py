@@ -79,13 +79,17 @@ class Workload:
 
 
 class TinyLaunches(Workload):
-    """``ops`` launches of ``dim`` threads; launch i runs kernel i%3 from buffer i%4 into (i+1)%4."""
+    """``ops`` launches of ``dim`` threads; launch i runs kernel i%3 from buffer i%4 into (i+1)%4.
 
-    def __init__(self, ops: int, dim: int) -> None:
+    The launches repeat every 12; with ``distinct`` each launch's scalar differs, so none repeats.
+    """
+
+    def __init__(self, ops: int, dim: int, distinct: bool = False) -> None:
         if not 1 <= dim <= TINY_LENGTH:
             raise ValueError(f"dim must be in 1..{TINY_LENGTH}")
         self.ops = ops
         self.dim = dim
+        self.distinct = distinct
         buffers = {}
         for b in range(TINY_BUFFERS):
             values = np.arange(TINY_LENGTH, dtype=np.float32) * 0.1 + b
@@ -97,6 +101,8 @@ class TinyLaunches(Workload):
         bufs = self._buffers
         for i in range(self.ops):
             kernel, s = TINY_KERNELS[i % len(TINY_KERNELS)]
+            if self.distinct:
+                s += (i % 65536) * 2.0**-10  # exact in float32, different for every launch up to 65,536
             yield kernel, [bufs[i % TINY_BUFFERS], bufs[(i + 1) % TINY_BUFFERS], s]
 
     def issue(self) -> None:
@@ -183,12 +189,12 @@ class WorkloadSpec:
     kind: str  # "tiny", "compute" or "mixed"
 
 
-def tiny(ops: int, dim: int, key: str | None = None) -> WorkloadSpec:
+def tiny(ops: int, dim: int, key: str | None = None, distinct: bool = False) -> WorkloadSpec:
     return WorkloadSpec(
         key or f"tiny-{ops}",
-        f"{ops:,} tiny launches, dim {dim}",
+        f"{ops:,} tiny launches, dim {dim}" + (", every launch distinct" if distinct else ""),
         ops,
-        lambda: TinyLaunches(ops, dim),
+        lambda: TinyLaunches(ops, dim, distinct),
         "tiny",
     )
 

@@ -52,13 +52,14 @@ def test_bench_quick_smoke(tmp_path):
         assert _number(capture[key]["min"]), key
     assert (capture["warp_native_total"] is None) == ("warp_native_reason" in capture)
 
-    persistence = data["persistence"]
-    if persistence["available"]:
-        assert persistence["verified"] is True
-        assert _number(persistence["load_ms"]["min"]) and _number(persistence["save_ms"]["min"])
-        assert _number(persistence["bytes_per_op"])
-    else:
-        assert persistence["reason"]
+    for key in ("persistence", "persistence_distinct"):
+        persistence = data[key]
+        if persistence["available"]:
+            assert persistence["verified"] is True, key  # the loaded graph replayed bit for bit
+            assert _number(persistence["load_ms"]["min"]) and _number(persistence["save_ms"]["min"]), key
+            assert _number(persistence["bytes_per_op"]), key
+        else:
+            assert persistence["reason"], key
 
     assert {item["key"].split(":")[0] for item in data["bar"]} >= {
         "tiny_vs_floor", "tiny_vs_warp_native", "compute_vs_floor", "capture_vs_eager", "load_10k"
