@@ -151,7 +151,11 @@ def module_source_path(binary_path: str) -> str | None:
 def native_handle_types() -> tuple[type, ...]:
     """Warp classes whose ``id`` is the address of a native object that kernels dereference."""
     names = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
-    return tuple(t for t in (getattr(wp, n, None) for n in names) if isinstance(t, type))
+    found = [vars(wp).get(n) for n in names]  # not getattr: warp 1.19 warns on wp.MarchingCubes
+    # warp 1.19 moved it to warp.geometry: if that module is not loaded, no such object exists
+    geometry = sys.modules.get("warp._src.geometry.marching_cubes")
+    found.append(getattr(geometry, "IsoSurfaceMarchingCubes", None))
+    return tuple(t for t in found if isinstance(t, type))
 
 
 def _llvm():
@@ -172,7 +176,7 @@ def _legacy_linker_arg() -> list:
 def load_object(data: bytes, name: str) -> None:
     """Load a relocatable CPU object (a module's ``.o``) from memory under the LLVM module ``name``.
 
-    Uses ``wp_load_obj_from_bytes`` where Warp has it (1.19+), else a private temporary file.
+    Uses ``wp_load_obj_from_bytes`` where Warp has it (1.19+), else a private unnamed (or temporary) file.
     ``name`` must be unique in the process: loading a name twice returns the old module's code.
     """
     import os
@@ -186,13 +190,26 @@ def load_object(data: bytes, name: str) -> None:
         result = from_bytes(ctypes.cast(buffer, ctypes.c_void_p), ctypes.c_size_t(len(data)),
                             ctypes.c_char_p(name.encode()), *flag)
     else:
-        fd, path = tempfile.mkstemp(prefix="apic-", suffix=".o")
+        # Warp reads the object from a path: an unnamed file (Linux O_TMPFILE, reached through
+        # /proc/self/fd) leaves nothing behind even if the process dies here; else a temporary file.
+        fd, path = None, None
+        if getattr(os, "O_TMPFILE", 0) and os.path.isdir("/proc/self/fd"):
+            try:
+                fd = os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR, 0o600)
+                path = f"/proc/self/fd/{fd}"
+            except OSError:
+                fd = None
+        if fd is None:
+            fd, path = tempfile.mkstemp(prefix="apic-", suffix=".o")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             result = llvm.wp_load_obj(ctypes.c_char_p(path.encode()), ctypes.c_char_p(name.encode()), *flag)
         finally:
-            os.unlink(path)
+            os.close(fd)
+            if not path.startswith("/proc/"):
+                os.unlink(path)
     if result != 0:
         raise RuntimeError(f"Warp's LLVM backend could not load the CPU module object '{name}' (error {result})")
 
@@ -230,3 +247,82 @@ def host_target() -> dict:
         "byteorder": sys.byteorder,
         "pointer_bits": ctypes.sizeof(ctypes.c_void_p) * 8,
     }
+
+
+# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda, apic.replay.cuda_params) ----
+# wp_cuda_launch_kernel's parameters by warp-lang version, told apart by their number (argtypes):
+# <= 1.12: 8; 1.13-1.14 add a trailing APICLaunchInfo*; 1.15+ add grid_stride and cluster_dim.
+_CUDA_LAUNCH_PARAMS = {
+    8: ("context", "kernel", "dim", "max_blocks", "block_dim", "smem", "args", "stream"),
+    9: ("context", "kernel", "dim", "max_blocks", "block_dim", "smem", "args", "stream", "apic_info"),
+    11: ("context", "kernel", "dim", "max_blocks", "block_dim", "grid_stride", "cluster_dim", "smem", "args",
+         "stream", "apic_info"),
+}
+
+
+def cuda_launch_params() -> tuple[str, ...]:
+    """Names of ``wp_cuda_launch_kernel``'s parameters in this warp-lang, in order."""
+    argtypes = getattr(runtime().core.wp_cuda_launch_kernel, "argtypes", None) or ()
+    names = _CUDA_LAUNCH_PARAMS.get(len(argtypes))
+    if names is None:
+        raise ImportError(
+            f"apic does not recognise wp_cuda_launch_kernel of warp-lang {WARP_VERSION} ({len(argtypes)} parameters)"
+        )
+    return names
+
+
+def cuda_kernel_symbol(module_exec, kernel, adjoint: bool) -> str:
+    """The name of a kernel's CUDA entry point (``<mangled>_cuda_kernel_forward`` / ``_backward``)."""
+    getter = getattr(module_exec, "get_kernel_mangled_name", None)  # 1.18+
+    mangled = getter(kernel) if getter is not None else kernel.get_mangled_name()
+    if not adjoint and hasattr(wp_codegen, "cuda_kernel_forward_name"):  # 1.19: entry_point_abi options
+        return wp_codegen.cuda_kernel_forward_name(kernel, name=mangled)
+    return f"{mangled}_cuda_kernel_{'backward' if adjoint else 'forward'}"
+
+
+def cuda_entry_abi(kernel) -> str:
+    """The entry-point ABI of a kernel: ``"warp"`` (by-value params after the bounds) unless 1.19+ says otherwise."""
+    return str((getattr(kernel, "options", None) or {}).get("entry_point_abi", "warp"))
+
+
+def launch_bounds_type(kernel_dim: int) -> type:
+    """The ctypes type of the launch bounds a kernel of ``kernel_dim`` (``wp.tid`` arity) receives.
+
+    One 32-byte struct up to 1.13; ``launch_bounds_<N>d_t`` from 1.14 (built the way ``wp.launch`` does).
+    """
+    return type(wp_types.launch_bounds_t((1,) * max(1, int(kernel_dim))))
+
+
+def cuda_module_binary_path(module, module_exec) -> str:
+    """Path of the ``.cubin`` or ``.ptx`` behind a loaded CUDA ``module_exec`` in Warp's kernel cache.
+
+    warp 1.19 records it as ``module_exec.binary_path``; earlier versions keep it at
+    ``<kernel cache>/wp_<name>_<hash7>/wp_<name>_<hash7>.sm<arch>[a].{cubin,ptx}``.
+    """
+    import os
+
+    path = getattr(module_exec, "binary_path", None)
+    if path:
+        return os.fspath(path)
+    digest = getattr(module_exec, "module_hash", None)
+    stems = [f"wp_{module.name}_{digest.hex()[:7]}"] if digest else []
+    stems.append(f"wp_{module.name}")
+    device = module_exec.device
+    arch = getattr(module, "_get_compile_arch", lambda d: d.get_cuda_compile_arch())(device)
+    for stem in stems:
+        folder = os.path.join(wp.config.kernel_cache_dir, stem)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        found = [n for n in names if re.fullmatch(re.escape(stem) + rf"\.sm{arch}[a-z]?\.(cubin|ptx)", n)]
+        if len(found) > 1:  # both formats in the cache: the one this device loads
+            use_ptx = bool(getattr(module, "_use_ptx", lambda d: False)(device))
+            found = [n for n in found if n.endswith(".ptx" if use_ptx else ".cubin")]
+        if len(found) == 1:
+            return os.path.join(folder, found[0])
+    raise FileNotFoundError(
+        f"cannot find the compiled CUDA binary of Warp module '{module.name}' in the kernel cache "
+        f"({wp.config.kernel_cache_dir}); was the cache cleared after the capture?"
+    )
+

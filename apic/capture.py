@@ -1,11 +1,14 @@
-"""The public capture API: ``capture_begin``, ``capture_end``, ``capture_launch``, ``ScopedCapture``.
+"""The public capture API: ``capture_begin``, ``capture_end``, ``capture_launch``, ``ScopedCapture``,
+``capture_if``, ``capture_while``, ``capture_pause``, ``capture_resume``.
 
 Same names, signatures and semantics as Warp 1.19's. A CPU capture is apic's own record-only
-capture; a CUDA capture goes to Warp as before (without Warp's native APIC recorder).
+capture; a CUDA capture goes to Warp as before (without Warp's native APIC recorder), and with
+``apic=True`` apic records the same operations alongside (``apic.record.cuda``) so it can be saved.
 """
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 
 import warp as wp
@@ -54,7 +57,18 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
         )
         if capture_mode is None:
             kwargs.pop("capture_mode", None)
-        return _originals["capture_begin"](device=device, **kwargs)
+        if not apic:
+            return _originals["capture_begin"](device=device, **kwargs)
+        # apic=True: record alongside Warp's own capture, so that the graph can be saved
+        from apic.record import cuda
+
+        cuda.ensure_native_sinks()
+        recording = cuda.CudaRecorder.begin(dev, int((stream or dev.stream).cuda_stream or 0))
+        try:
+            return _originals["capture_begin"](device=device, **kwargs)
+        except BaseException:
+            recording.abort()
+            raise
     if external:
         raise CaptureError("external=True is only meaningful for CUDA captures")
     from apic.record.shims import ensure_native_sinks
@@ -73,17 +87,40 @@ def capture_end(device=None, stream=None):
         return Graph(recording, recorder.device, apic=recorder.apic, keepalive=[recorder.keepalive, recording.modules])
     dev = _resolve_device(device, stream)
     if dev.is_cpu:
+        if _recorder._paused_list():
+            raise CaptureError(
+                "the CPU graph capture on this thread is paused; call wp.capture_resume() before wp.capture_end()"
+            )
         raise CaptureError("no CPU graph capture is in progress on this thread")
-    return _originals["capture_end"](device=device, stream=stream)
+    from apic.record import cuda
+
+    cuda_recorder = cuda.active()
+    if cuda_recorder is None or not cuda_recorder.owns(dev):
+        return _originals["capture_end"](device=device, stream=stream)
+    try:
+        warp_graph = _originals["capture_end"](device=device, stream=stream)
+    finally:
+        cuda_recorder.abort()
+    from apic.cuda_graph import CapturedCudaGraph
+
+    return CapturedCudaGraph(warp_graph, cuda_recorder.end(), dev, keepalive=[cuda_recorder.keepalive])
 
 
 def capture_launch(graph, stream=None):
     """Launch a previously captured (or loaded) graph.
 
     An apic graph replays in one call of the native interpreter; a CUDA graph goes to Warp.
+    Inside a CPU capture, launching an apic graph records its operations into the capture
+    (as a CUDA graph launched during stream capture becomes part of it); nothing runs then.
     """
     if isinstance(graph, Graph):
         graph.launch()
+        return
+    from apic.cuda_graph import CudaGraph
+
+    _refuse_in_cuda_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
+    if isinstance(graph, CudaGraph):  # captured with apic=True (Warp's graph) or loaded (cuda-python)
+        graph.launch(stream=stream)
         return
     return _originals["capture_launch"](graph, stream=stream)
 
@@ -112,6 +149,7 @@ class ScopedCapture:
             external=self.external, apic=self.apic, capture_mode=self.capture_mode,
         )
         self.active = True
+        self._recorder = _recorder.active()  # None for a CUDA capture
         return self
 
     def __exit__(self, exc_type, exc_value, traceback):
@@ -122,6 +160,9 @@ class ScopedCapture:
         if exc_type is not None and recorder is not None:
             recorder.abort()
             return
+        if exc_type is not None and self._recorder is not None and _recorder.is_paused(self._recorder):
+            self._recorder.abort()  # raised while paused: abandon it too
+            return
         try:
             self.graph = wp.capture_end(device=self.device, stream=self.stream)
         except Exception:
@@ -130,10 +171,183 @@ class ScopedCapture:
 
 
 def abort_all() -> None:
-    """Abandon this thread's capture, if any (used by ``apic.uninstall``)."""
+    """Abandon this thread's capture, if any, running or paused (used by ``apic.uninstall``)."""
     recorder = _recorder.active()
     if recorder is not None:
         recorder.abort()
+    for paused in list(_recorder._paused_list()):
+        paused.abort()
+
+
+def _refuse_in_cuda_recording(api: str) -> None:
+    """apic's CUDA recording is one linear stream of ops: refuse what would branch or pause it."""
+    from apic.record import cuda
+
+    if cuda.active() is not None:
+        from apic.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")
+
+
+def _original(name: str):
+    """Warp's own ``name`` (for CUDA work), or an error where this warp-lang has none."""
+    original = _originals.get(name)
+    if original is None:
+        raise RuntimeError(f"warp-lang {wp.config.version} has no {name} for CUDA devices")
+    return original
+
+
+# --- pause and resume ---------------------------------------------------------------------------------
+class PausedCapture:
+    """What ``wp.capture_pause`` returns for a CPU capture: hand it to ``wp.capture_resume``.
+
+    (Warp returns the ``warp.Graph`` being built; an apic graph exists only once the capture ends.)
+    """
+
+    def __init__(self, recorder) -> None:
+        self.device = recorder.device
+        self.apic = recorder.apic
+        self._recorder = recorder
+
+    def __repr__(self) -> str:
+        state = "paused" if _recorder.is_paused(self._recorder) else "not paused"
+        return f"<apic.PausedCapture device={self.device} {state}>"
+
+
+def capture_pause(device=None, stream=None, **kwargs):
+    """Pause the graph capture on ``device`` (``stream``), returning a handle for :func:`capture_resume`.
+
+    On the CPU, operations issued while paused run eagerly and are not recorded; the capture goes
+    on where it left off after :func:`capture_resume`. ``Device.is_capturing`` is False meanwhile.
+    On CUDA this is Warp's own ``capture_pause``.
+    """
+    recorder = _recorder.active()
+    if recorder is not None and stream is None and (device is None or wp.get_device(device).is_cpu):
+        return PausedCapture(_recorder.pause())
+    _refuse_in_cuda_recording("wp.capture_pause")
+    return _original("capture_pause")(device=device, stream=stream, **kwargs)
+
+
+def capture_resume(graph, device=None, stream=None, **kwargs):
+    """Resume a graph capture paused by :func:`capture_pause` (``graph`` is what it returned)."""
+    if isinstance(graph, PausedCapture):
+        _recorder.resume(graph._recorder)
+        return None
+    return _original("capture_resume")(graph, device=device, stream=stream, **kwargs)
+
+
+# --- conditional execution ----------------------------------------------------------------------------
+def _check_condition(condition) -> None:
+    from apic._compat import wp_types
+
+    if not isinstance(condition, wp_types.array) or condition.dtype is not wp.int32:
+        raise TypeError("Condition must be a Warp array of int32 with a single element")
+
+
+def _read_condition(condition) -> bool:
+    return bool(ctypes.cast(condition.ptr, ctypes.POINTER(ctypes.c_int32)).contents.value)
+
+
+def _run_body(body, what: str, kwargs: dict) -> None:
+    """Run a branch body now (no capture running): a Graph is launched, a callable called."""
+    if isinstance(body, Graph) or isinstance(body, _warp_graph_type()):
+        wp.capture_launch(body)
+    elif callable(body):
+        body(**kwargs)
+    else:
+        raise TypeError(f"{what} must be a Callable or a Graph")
+
+
+def _record_body(recorder, body, what: str, kwargs: dict):
+    """A callable that records a branch body into ``recorder``: a Graph inline, a callable by calling it."""
+    if body is None:
+        return None
+    if isinstance(body, Graph):
+        return lambda: recorder.record_graph(body)
+    if isinstance(body, _warp_graph_type()):
+        from apic.errors import UnsupportedOperationError
+
+        raise UnsupportedOperationError(f"a warp.Graph as the {what} of a CPU capture", "pass an apic graph or a callable")
+    if not callable(body):
+        raise TypeError(f"{what} must be a Callable or a Graph")
+    return lambda: body(**kwargs)
+
+
+def _warp_graph_type() -> type:
+    return wp_context.Graph
+
+
+def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
+    """Create a dynamic branch based on a condition.
+
+    The condition value is retrieved from the first element of the ``condition`` array (int32;
+    nonzero is true). During a CPU capture both bodies are recorded and the condition is read each
+    time the graph is replayed; otherwise the chosen body runs now.
+
+    Args:
+        condition: Warp array holding the condition value.
+        on_true: A callback function or :class:`Graph` to execute if the condition is True.
+        on_false: A callback function or :class:`Graph` to execute if the condition is False.
+        stream: The CUDA stream where the condition was written (CUDA only).
+
+    Any additional keyword arguments are forwarded to the callback functions.
+    """
+    if on_true is None and on_false is None:
+        return
+    _check_condition(condition)
+    if not condition.device.is_cpu:
+        _refuse_in_cuda_recording("wp.capture_if")
+        return _original("capture_if")(condition, on_true=on_true, on_false=on_false, stream=stream, **kwargs)
+    recorder = _recorder.active()
+    if recorder is None:
+        body, what = (on_true, "on_true") if _read_condition(condition) else (on_false, "on_false")
+        if body is not None:
+            _run_body(body, what, kwargs)
+        return
+    recorder.record_if(
+        condition, _record_body(recorder, on_true, "on_true", kwargs), _record_body(recorder, on_false, "on_false", kwargs)
+    )
+
+
+def capture_while(condition, while_body, stream=None, **kwargs):
+    """Create a dynamic loop based on a condition.
+
+    The condition value is retrieved from the first element of the ``condition`` array (int32;
+    nonzero is true); ``while_body`` must update it so that the loop ends. During a CPU capture the
+    body is recorded once and replay tests the condition before every iteration; otherwise the loop
+    runs now.
+
+    Args:
+        condition: Warp array holding the condition value.
+        while_body: A callback function or :class:`Graph` to execute while the loop condition is True.
+        stream: The CUDA stream where the condition was written (CUDA only).
+
+    Any additional keyword arguments are forwarded to the callback function.
+    """
+    _check_condition(condition)
+    if not condition.device.is_cpu:
+        _refuse_in_cuda_recording("wp.capture_while")
+        return _original("capture_while")(condition, while_body, stream=stream, **kwargs)
+    recorder = _recorder.active()
+    if recorder is None:
+        while _read_condition(condition):
+            _run_body(while_body, "while_body", kwargs)
+        return
+    recorder.record_while(condition, _record_body(recorder, while_body, "while_body", kwargs))
+
+
+def _device_is_capturing(original):
+    """``Device.is_capturing``, also True for the CPU device while this thread records an apic capture."""
+
+    def is_capturing(self) -> bool:
+        if self.is_cpu:
+            recorder = _recorder.active()
+            if recorder is not None and recorder.device == self:
+                return True
+        return original.fget(self)
+
+    is_capturing.__doc__ = original.__doc__
+    return property(is_capturing)
 
 
 def install_capture_api(patches) -> None:
@@ -146,6 +360,14 @@ def install_capture_api(patches) -> None:
         patches.set(owner, "capture_begin", capture_begin)
         patches.set(owner, "capture_end", capture_end)
         patches.set(owner, "capture_launch", capture_launch)
+    # Control flow and pause/resume (absent from a warp-lang without them: uninstall deletes them there).
+    extra = {"capture_if": capture_if, "capture_while": capture_while, "capture_pause": capture_pause,
+             "capture_resume": capture_resume}
+    for name, function in extra.items():
+        _originals[name] = getattr(wp_context, name, None)
+        for owner in (wp, wp_context):
+            patches.set(owner, name, function)
+    patches.set(wp_context.Device, "is_capturing", _device_is_capturing(vars(wp_context.Device)["is_capturing"]))
     for owner in (wp, wp_utils):
         patches.set(owner, "ScopedCapture", ScopedCapture)
     # Saving and loading: apic's own (warp <= 1.12 has none; 1.13+ has upstream's native APIC,

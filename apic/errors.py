@@ -14,8 +14,8 @@ class CaptureError(ApicError, RuntimeError):
 class UnsupportedOperationError(ApicError, NotImplementedError):
     """An operation issued during a capture that apic cannot record. The message names it."""
 
-    def __init__(self, operation: str, hint: str = ""):
-        message = f"apic cannot record '{operation}' during a CPU graph capture"
+    def __init__(self, operation: str, hint: str = "", capture: str = "CPU"):
+        message = f"apic cannot record '{operation}' during a {capture} graph capture"
         if hint:
             message += f": {hint}"
         super().__init__(message)
@@ -38,3 +38,7 @@ class BindingError(ApicError, ValueError, RuntimeError):
 
 class IncompatibleGraphError(ApicError, RuntimeError):
     """A saved graph cannot run safely in this process (other CPU, OS, or native struct layouts)."""
+
+
+class GraphMemoryError(ApicError, MemoryError):
+    """A loaded graph needs more memory than this process may give it (its regions are allocated up front)."""

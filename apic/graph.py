@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from apic.errors import UnsupportedOperationError
 from apic.record.recorder import active
 from apic.record.recording import Recording
 from apic.replay.program import Program, lower
@@ -41,11 +40,17 @@ class Graph:
         return len(self.recording.ops)
 
     def launch(self, repeats: int = 1) -> None:
-        """Replay the graph ``repeats`` times with one call into the native interpreter."""
-        if active() is not None:
-            # Replaying now would run work in the middle of a record-only capture, and a graph
-            # inside a graph is not recorded yet: refuse rather than run it behind the user's back.
-            raise UnsupportedOperationError("replaying an apic graph", "launch it after wp.capture_end()")
+        """Replay the graph ``repeats`` times with one call into the native interpreter.
+
+        During a CPU capture on this thread, record its operations ``repeats`` times instead.
+        """
+        recorder = active()
+        if recorder is not None:
+            # Inside a record-only capture, launching a graph records its operations (as a CUDA graph
+            # launched during stream capture becomes a child graph); nothing runs now.
+            for _ in range(repeats):
+                recorder.record_graph(self)
+            return
         self.program.run(repeats)
 
     # --- named parameters (loaded graphs), as warp.Graph in Warp 1.19 ---------------------------------

@@ -19,7 +19,7 @@ def _cpu_device(device):
 
     dev = wp.get_device("cpu" if device is None else device)
     if not dev.is_cpu:
-        raise ValueError(f"apic graphs are CPU graphs and replay on the CPU; cannot load one onto {dev}")
+        raise ValueError(f"this is a CPU graph and replays on the CPU; cannot load it onto {dev}")
     return dev
 
 
@@ -50,12 +50,19 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
+    from apic.cuda_graph import CudaGraph
     from apic.format import writer
     from apic.graph import Graph
 
+    if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
+        from apic.format import cuda as cuda_format
+
+        cuda_format.save(graph, path, inputs, outputs)
+        return
     if not isinstance(graph, Graph):
         raise TypeError(
-            f"capture_save() with apic saves CPU graphs captured by apic; got {type(graph).__name__}"
+            f"capture_save() with apic saves graphs captured by apic (on the CPU, or on CUDA with apic=True); "
+            f"got {type(graph).__name__}"
         )
     if not graph.apic:
         raise CaptureError(
@@ -76,7 +83,8 @@ def capture_load(path, device=None):
 
     Args:
         path: Path to the ``.wrp`` file (the extension is added if missing).
-        device: The device to replay on; apic graphs are CPU graphs (``None`` means ``"cpu"``).
+        device: The device to replay on: ``None`` means ``"cpu"`` for a CPU graph and ``"cuda:0"`` for a
+            CUDA graph (saved from a CUDA capture with ``apic=True``; replayed with cuda-python).
 
     Returns:
         A loaded :class:`apic.Graph` (``is_loaded`` is True) for ``wp.capture_launch``.
@@ -90,7 +98,6 @@ def capture_load(path, device=None):
     from apic.format import reader, writer
     from apic.replay import loader
 
-    dev = _cpu_device(device)
     wrp_path, modules_dir = writer.wrp_paths(path)
     saved = reader.read(_read_file(wrp_path))
 
@@ -104,7 +111,11 @@ def capture_load(path, device=None):
         except FileNotFoundError:
             return None
 
-    return loader.load(saved, fetch, f"{modules_dir}", dev)
+    if saved.device is not None:  # a CUDA graph: replayed with cuda-python
+        from apic.replay import cuda as cuda_replay
+
+        return cuda_replay.load(saved, fetch, f"{modules_dir}", device)
+    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device))
 
 
 def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
@@ -128,7 +139,6 @@ def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
     from apic.format import reader
     from apic.replay import loader
 
-    dev = _cpu_device(device)
     if modules is None:
         modules = {}
     elif not isinstance(modules, Mapping):
@@ -139,4 +149,8 @@ def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
             raise TypeError(f"Module names must be strings, got {type(name).__name__}")
         views[name] = reader.as_bytes(contents, f"Module '{name}'")
     saved = reader.read(reader.as_bytes(data))
-    return loader.load(saved, views.get, "the provided modules", dev)
+    if saved.device is not None:  # a CUDA graph: replayed with cuda-python
+        from apic.replay import cuda as cuda_replay
+
+        return cuda_replay.load(saved, views.get, "the provided modules", device)
+    return loader.load(saved, views.get, "the provided modules", _cpu_device(device))

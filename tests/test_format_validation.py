@@ -143,7 +143,7 @@ CASES = [
     ("binding nbytes", lambda d: ("bindings", 0, "nbytes"), 8, "is not the size of shape"),
     ("binding kind", lambda d: ("bindings", 0, "kind"), "inout", "is not one of"),
     ("binding duplicate name", lambda d: ("bindings", 1, "name"), lambda n: "x", "used twice"),
-    ("binding object dtype", lambda d: ("bindings", 0, "np_dtype"), "O", "does not describe"),
+    ("binding object dtype", lambda d: ("bindings", 0, "np_dtype"), "O", "is not a NumPy dtype"),
     ("binding garbage dtype", lambda d: ("bindings", 0, "np_dtype"), "not-a-dtype", "is not a NumPy dtype"),
     ("binding shape/strides", lambda d: ("bindings", 0, "strides"), [12, 4], "differ in length"),
 ]

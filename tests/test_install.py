@@ -46,7 +46,8 @@ from warp._src import context as ctx, types as wtypes, utils as wutils
 
 def owners():
     runtime = ctx.runtime
-    found = [wp, ctx, wtypes, wutils, ctx.Launch, runtime.core, runtime.cpu_device]
+    found = [wp, ctx, wtypes, wutils, sys.modules["warp.utils"], ctx.Launch, ctx.Device, runtime.core,
+             runtime.cpu_device]
     found += [v for v in vars(wtypes).values() if isinstance(v, type) and issubclass(v, object)
               and any(n in vars(v) for n in ("zero_", "fill_", "numpy", "list", "_init_new"))]
     return found
@@ -114,7 +115,9 @@ assert ctx.runtime.core.wp_memcpy_h2h is not originals["core.wp_memcpy_h2h"], "n
 assert ctx.runtime.cpu_device.memset is not originals["cpu.memset"]
 installed = differences(before, snapshot())  # the snapshot sees the patches it must see undone
 for point in ("warp.launch", "warp.ScopedCapture", "array.zero_", "Launch.launch", "CDLL.wp_memcpy_h2h",
-              "CDLL.wp_array_scan_float_host", "Device.memset", "warp._src.context.invoke"):
+              "CDLL.wp_array_scan_float_host", "Device.memset", "warp._src.context.invoke",
+              "warp.capture_if", "warp.capture_while", "warp.capture_pause", "warp.capture_resume",
+              "Device.is_capturing", "warp.utils.array_scan", "warp._src.utils.radix_sort_pairs"):
     assert point in installed, f"{point} not among the patched attributes {installed}"
 
 for cycle in range(2):

@@ -36,6 +36,9 @@ def _op(op, kernels) -> dict:
         if op.adj_args is not None:
             entry["adj_args"] = _blob(op.adj_args)
         return entry
+    if isinstance(op, rec.CudaLaunch):
+        return {"kind": "cuda_launch", "kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim),
+                "grid": list(op.grid), "block": list(op.block), "smem": op.smem, "params": _blob(op.params)}
     if isinstance(op, rec.Memcpy):
         return {"kind": "memcpy", "dst": _ref(op.dst), "src": _ref(op.src), "nbytes": op.nbytes}
     if isinstance(op, rec.Memset):
@@ -48,6 +51,13 @@ def _op(op, kernels) -> dict:
     if isinstance(op, rec.ArrayFill):
         return {"kind": "array_fill", "dst": _blob(op.dst), "array_type": op.array_type,
                 "value_bytes": len(op.value.data)}
+    if isinstance(op, rec.Branch):
+        return {"kind": "branch", "cond": _ref(op.cond), "target": op.target}
+    if isinstance(op, rec.Jump):
+        return {"kind": "jump", "target": op.target}
+    if isinstance(op, rec.NativeCall):
+        return {"kind": "native_call", "fn": op.name,
+                "args": [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]}
     return {"kind": "alloc", "dst": _ref(op.dst), "nbytes": op.nbytes}
 
 
@@ -74,7 +84,14 @@ def describe(path: str) -> dict:
         modules.append({"name": m.name, "file": m.file, "size": m.size, "sha256": m.sha256,
                         "native_types": list(m.native_types), "status": status})
     try:
-        loader.check_compatible(saved)
+        if saved.device is not None:  # a CUDA graph: needs cuda-python and a GPU that runs its modules
+            from apic.replay.cuda import unavailable_reason
+
+            reason = unavailable_reason()
+            if reason:
+                raise ApicError(f"cannot replay a CUDA graph here: {reason}")
+        else:
+            loader.check_compatible(saved)
         loads_here = {"ok": True, "reason": None}
     except ApicError as error:
         loads_here = {"ok": False, "reason": str(error)}
@@ -87,6 +104,7 @@ def describe(path: str) -> dict:
         "writer": saved.writer,
         "target": saved.target,
         "abi": recording.abi,
+        "device": saved.device,
         "loads_here": loads_here,
         "modules": modules,
         "kernels": [{"key": k.key, "module": k.module, "symbol": k.symbol, "adjoint": k.adjoint}
@@ -116,6 +134,9 @@ def _op_line(op: dict) -> str:
         adj = " (backward)" if "adj_args" in op else ""
         return (f"launch {op['name']}{adj} dim={tuple(op['dim'])} args={op['args']['bytes']} B "
                 f"pointers={len(op['args']['relocs'])}")
+    if kind == "cuda_launch":
+        return (f"cuda_launch {op['name']} dim={tuple(op['dim'])} grid={tuple(op['grid'])} block={tuple(op['block'])} "
+                f"smem={op['smem']} params={op['params']['bytes']} B pointers={len(op['params']['relocs'])}")
     if kind == "memcpy":
         return f"memcpy {_where(op['dst'])} <- {_where(op['src'])} {op['nbytes']} B"
     if kind == "memset":
@@ -126,6 +147,13 @@ def _op_line(op: dict) -> str:
         return f"array_copy elem {op['elem_size']} B (types {op['src_type']} -> {op['dst_type']})"
     if kind == "array_fill":
         return f"array_fill value {op['value_bytes']} B (type {op['array_type']})"
+    if kind == "branch":
+        return f"branch to {op['target']} if int32 at {_where(op['cond'])} is 0"
+    if kind == "jump":
+        return f"jump to {op['target']}"
+    if kind == "native_call":
+        args = ", ".join(_where(a) if isinstance(a, dict) else str(a) for a in op["args"])
+        return f"wp_{op['fn']}({args})"
     return f"alloc {_where(op['dst'])} {op['nbytes']} B"
 
 
@@ -137,6 +165,8 @@ def _text(info: dict) -> str:
         f"  written by: apic {w.get('apic')}, warp-lang {w.get('warp')}",
         f"  target: {t.get('system')} {t.get('machine')}, CPU {t.get('cpu')} ({len(t.get('features', []))} features)",
         f"  kernel ABI: {info['abi']}",
+        *([f"  device: {info['device']['kind']} sm_{info['device']['arch']} ({info['device']['name']})"]
+          if info.get("device") else []),
         "  loads here: " + ("yes" if info["loads_here"]["ok"] else f"no: {info['loads_here']['reason']}"),
         f"modules ({len(info['modules'])}):",
     ]

@@ -13,6 +13,7 @@ binaries are native code, checked against their SHA-256 (see docs/FORMAT.md, "Tr
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
@@ -24,7 +25,9 @@ import numpy as np
 
 from apic.bindings import Binding
 from apic.errors import FormatError
+from apic.format import cuda as cuda_format
 from apic.format import schema
+from apic.record import natives
 from apic.record import ops as rec
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
@@ -32,8 +35,12 @@ from apic.record.regions import ArrayInfo, Region
 
 KERNEL_ABIS = ("bounds-by-pointer-v1", "bounds-by-value-v1")
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,1023}")
+_KERNEL_SUFFIX = {False: "_cpu_forward", True: "_cpu_backward"}  # of every Warp CPU kernel entry point
 _MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# A NumPy scalar type as ``dtype.str`` writes it ("<f4", "|b1"); checked before NumPy parses it, whose
+# parser for other strings (comma lists, sub-array shapes) raises SyntaxError and more.
+_NP_DTYPE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 _DESCRIPTOR = struct.Struct("<QQ4i4ii")  # data, grad, shape[4], strides[4], ndim (int32: the writer zeroes the flags)
 _INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
 
@@ -47,6 +54,8 @@ class ModuleEntry:
     sha256: str
     size: int
     native_types: tuple[str, ...]  # native structs (Mesh, ...) its kernels can dereference
+    arch: int = 0  # CUDA modules (.cubin/.ptx): the sm_XY architecture compiled for (10 * X + Y)
+    arch_suffix: str = ""  # CUDA modules: "a" / "f" for arch-specific / family cubins
 
 
 @dataclass(frozen=True)
@@ -61,6 +70,7 @@ class SavedGraph:
     contents: tuple  # per region: bytes (saved contents) or None (graph-owned)
     bindings: tuple[Binding, ...]
     body_size: int
+    device: dict | None = None  # CUDA graphs: {"kind": "cuda", "arch", "name"}; None for a CPU graph
 
 
 # --- header -----------------------------------------------------------------------------------------
@@ -233,7 +243,7 @@ class _Context:
             indexed = _bool(triple[2], f"{w}[2]")
             size = schema.INDEXEDARRAY_T_SIZE if indexed else schema.ARRAY_T_SIZE
             at = _int(triple[0], f"{w}[0]", 0, max(len(blob.data) - size, 0))
-            if at % 8 or at + size > len(blob.data) or claimed & {at, at + size - 1}:
+            if at % 8 or at + size > len(blob.data) or not claimed.isdisjoint(range(at, at + size)):
                 _fail(w, f"a {size}-byte descriptor at byte {at} is misaligned, overlaps another or does not fit")
             claimed.update(range(at, at + size))
             slot = rec.ArraySlot(at, _int(triple[1], f"{w}[1]", 1, 1 << 20), indexed)
@@ -308,9 +318,13 @@ def read(data) -> SavedGraph:
     """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
     view = as_bytes(data)
     version, body = check_header(view)
+    n = len(body)
     try:
-        # unpackb caps every length at the input's own size; map keys must be strings or bytes
-        doc = msgpack.unpackb(body, strict_map_key=True, raw=False, use_list=True)
+        # No declared length may exceed what the body can hold (nothing is allocated for a length the
+        # bytes do not back), extension types are refused, map keys must be strings or bytes; nesting
+        # is bounded by msgpack's own stack (StackError).
+        doc = msgpack.unpackb(body, strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n,
+                              max_array_len=n, max_map_len=n // 2, max_ext_len=0)
     except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
         raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
     doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
@@ -320,25 +334,31 @@ def read(data) -> SavedGraph:
     if _int(doc["format_version"], "format_version") != version:
         _fail("format_version", f"{doc['format_version']!r} does not match the header's {version}")
 
+    # writer and target keep only the keys this apic knows, checked (they reach error messages and inspect)
     writer = _map(doc["writer"], "writer", ("apic", "warp"))
-    for key in ("apic", "warp"):
-        _str(writer[key], f"writer.{key}", max_len=64)
+    writer = {key: _str(writer[key], f"writer.{key}", max_len=64) for key in ("apic", "warp", "numpy") if key in writer}
     target = _map(doc["target"], "target", ("system", "machine", "cpu", "features", "byteorder", "pointer_bits"))
-    for key in ("system", "machine", "cpu", "byteorder"):
-        _str(target[key], f"target.{key}", max_len=256)
-    for i, feature in enumerate(_list(target["features"], "target.features", 4096)):
-        _str(feature, f"target.features[{i}]", max_len=256)
-    _int(target["pointer_bits"], "target.pointer_bits", 8, 128)
+    target = {
+        **{key: _str(target[key], f"target.{key}", max_len=256) for key in ("system", "machine", "cpu", "byteorder")},
+        "features": [_str(feature, f"target.features[{i}]", max_len=256)
+                     for i, feature in enumerate(_list(target["features"], "target.features", 4096))],
+        "pointer_bits": _int(target["pointer_bits"], "target.pointer_bits", 8, 128),
+    }
     abi = _str(doc["abi"], "abi", max_len=64)
-    if abi not in KERNEL_ABIS:
+    device = cuda_format.read_device(doc.get("device"), abi)  # None for a CPU graph
+    if device is None and abi not in KERNEL_ABIS:
         _fail("abi", f"unknown kernel ABI {abi!r} (this apic calls {', '.join(KERNEL_ABIS)})")
 
     regions, contents = _regions(doc["regions"])
     ctx = _Context(regions)
-    modules = _modules(doc["modules"])
-    kernels = _kernels(doc["kernels"], len(modules))
+    modules = _modules(doc["modules"], device)
+    kernels = _kernels(doc["kernels"], len(modules), device)
     distinct = [_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops"))]
-    ops = tuple(distinct[i] for i in _sequence(doc["sequence"], len(distinct)).tolist())
+    sequence = _sequence(doc["sequence"], len(distinct))
+    for i, op in enumerate(distinct):
+        if isinstance(op, rec.CONTROL_TYPES) and op.target > len(sequence):
+            _fail(f"ops[{i}].target", f"position {op.target} is past the end of the {len(sequence)}-op sequence")
+    ops = tuple(distinct[i] for i in sequence.tolist())
     bindings = _bindings(doc["bindings"], ctx)
 
     recording = Recording(
@@ -348,7 +368,8 @@ def read(data) -> SavedGraph:
         kernels=kernels,
         ops=ops,
     )
-    return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body))
+    return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body),
+                      device)
 
 
 def _sequence(value, op_count: int) -> np.ndarray:
@@ -390,14 +411,14 @@ def _regions(value) -> tuple[list[Region], list]:
     return regions, contents
 
 
-def _modules(value) -> tuple[ModuleEntry, ...]:
+def _modules(value, device: dict | None = None) -> tuple[ModuleEntry, ...]:
     modules, files = [], {}
     for i, entry in enumerate(_list(value, "modules")):
         where = f"modules[{i}]"
         entry = _map(entry, where, ("name", "file", "sha256", "size"))
         module = ModuleEntry(
             name=_str(entry["name"], f"{where}.name", max_len=1024),
-            file=_str(entry["file"], f"{where}.file", _MODULE_FILE),
+            file=_str(entry["file"], f"{where}.file", _MODULE_FILE if device is None else cuda_format.MODULE_FILE),
             sha256=_str(entry["sha256"], f"{where}.sha256", _SHA256),
             size=_int(entry["size"], f"{where}.size"),
             native_types=tuple(
@@ -407,24 +428,35 @@ def _modules(value) -> tuple[ModuleEntry, ...]:
         )
         if module.file in (".", "..") or module.file.startswith("."):
             _fail(f"{where}.file", f"{module.file!r} is not a valid module file name")
+        if device is not None:
+            arch, arch_suffix = cuda_format.read_module_arch(entry, where, module.file)
+            module = dataclasses.replace(module, arch=arch, arch_suffix=arch_suffix)
         if files.setdefault(module.file, module.sha256) != module.sha256:
             _fail(f"{where}.file", f"{module.file!r} is listed twice with different checksums")
         modules.append(module)
     return tuple(modules)
 
 
-def _kernels(value, module_count: int) -> tuple[KernelInfo, ...]:
+def _kernels(value, module_count: int, device: dict | None = None) -> tuple[KernelInfo, ...]:
     kernels = []
     for i, entry in enumerate(_list(value, "kernels")):
         where = f"kernels[{i}]"
         entry = _map(entry, where, ("module", "key", "symbol", "adjoint"))
         if not module_count:
             _fail(f"{where}.module", "the graph has no modules")
+        adjoint = _bool(entry["adjoint"], f"{where}.adjoint")
+        symbol = _str(entry["symbol"], f"{where}.symbol", _SYMBOL)
+        # Only a kernel entry point may be called: not a C library function the JIT also resolves
+        suffix = (_KERNEL_SUFFIX if device is None else cuda_format.KERNEL_SUFFIX)[adjoint]
+        if not symbol.endswith(suffix) or len(symbol) == len(suffix):
+            _fail(f"{where}.symbol", f"{symbol!r} is not the entry point of a Warp {'CPU' if device is None else 'CUDA'} "
+                                     f"{'backward' if adjoint else 'forward'} kernel (<name>{suffix})")
         kernels.append(KernelInfo(
             module=_int(entry["module"], f"{where}.module", 0, module_count - 1),
             key=_str(entry["key"], f"{where}.key", max_len=1024),
-            symbol=_str(entry["symbol"], f"{where}.symbol", _SYMBOL),
-            adjoint=_bool(entry["adjoint"], f"{where}.adjoint"),
+            symbol=symbol,
+            adjoint=adjoint,
+            params=() if device is None else cuda_format.read_kernel_params(entry.get("params"), f"{where}.params"),
         ))
     return tuple(kernels)
 
@@ -436,7 +468,15 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         kind = schema.WireOp(kind_value)
     except ValueError:
         _fail(f"{where}.kind", f"unknown op kind {kind_value} (this apic knows {[int(k) for k in schema.WireOp]})")
-    _map(entry, where, tuple(k for k, t in schema.OP_FIELDS[kind].items() if not t.endswith("?")))
+    fields = schema.OP_FIELDS.get(kind)
+    if fields is None:  # a kind apic records but never writes
+        _fail(f"{where}.kind", f"op kind {kind_value} ({kind.name.lower()}) cannot appear in a graph file")
+    _map(entry, where, tuple(k for k, t in fields.items() if not t.endswith("?")))
+    cuda = abi == cuda_format.CUDA_ABI
+    if (kind not in cuda_format.OP_KINDS) if cuda else (kind == schema.WireOp.CUDA_LAUNCH):
+        _fail(f"{where}.kind", f"op kind {kind_value} ({kind.name.lower()}) cannot appear in a graph with ABI {abi!r}")
+    if kind == schema.WireOp.CUDA_LAUNCH:
+        return cuda_format.read_launch(entry, where, ctx, kernels)
 
     if kind == schema.WireOp.LAUNCH:
         if not kernels:
@@ -490,7 +530,34 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
     if kind == schema.WireOp.ALLOC:
         nbytes = _int(entry["nbytes"], f"{where}.nbytes")
         return rec.Alloc(ctx.ref(entry["dst"], f"{where}.dst", nbytes), nbytes)
+    if kind == schema.WireOp.BRANCH:  # the target is checked against the sequence in read()
+        return rec.Branch(ctx.ref(entry["cond"], f"{where}.cond", 4), _int(entry["target"], f"{where}.target"))
+    if kind == schema.WireOp.JUMP:
+        return rec.Jump(_int(entry["target"], f"{where}.target"))
+    if kind == schema.WireOp.NATIVE_CALL:
+        return _native_call(entry, where, ctx)
     raise AssertionError(kind)  # pragma: no cover - every WireOp is handled above
+
+
+def _native_call(entry: dict, where: str, ctx: _Context) -> rec.NativeCall:
+    """A call of an allowed native utility whose every pointer stays inside its region."""
+    name = _str(entry["fn"], f"{where}.fn", max_len=64)
+    args = _list(entry["args"], f"{where}.args", 16)
+    sig = natives.signature(name, len(args))
+    if sig is None:
+        _fail(f"{where}.fn", f"wp_{name} with {len(args)} arguments is not a native call apic makes")
+    ints = tuple(
+        _int(a, f"{where}.args[{i}]", -schema.MAX_INT, schema.MAX_INT) if kind == natives.INT else 0
+        for i, (kind, a) in enumerate(zip(sig.params, args))
+    )
+    problem = sig.check(ints)
+    if problem is not None:
+        _fail(f"{where}.args", problem)
+    values = tuple(
+        ctx.ref(a, f"{where}.args[{i}]", nbytes) if kind == natives.PTR else ints[i]
+        for i, (kind, a, nbytes) in enumerate(zip(sig.params, args, sig.reach(ints)))
+    )
+    return rec.NativeCall(name, values)
 
 
 def _bindings(value, ctx: _Context) -> tuple[Binding, ...]:
@@ -523,6 +590,8 @@ def _bindings(value, ctx: _Context) -> tuple[Binding, ...]:
         np_dtype = entry["np_dtype"]
         if np_dtype is not None:
             np_dtype = _str(np_dtype, f"{where}.np_dtype", max_len=16)
+            if not _NP_DTYPE.fullmatch(np_dtype):
+                _fail(f"{where}.np_dtype", f"{np_dtype!r} is not a NumPy dtype of numbers (as '<f4', '|b1')")
             try:
                 parsed = np.dtype(np_dtype)
             except (TypeError, ValueError):

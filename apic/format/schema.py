@@ -15,6 +15,12 @@ Changelog (one entry per format version; never change the meaning of a written v
 * 1 (2026-11-21): first version. Header as above; body keys ``format``, ``format_version``,
   ``writer``, ``target``, ``abi``, ``regions``, ``modules``, ``kernels``, ``ops`` (each distinct op
   once), ``sequence`` (uint32 indices into ``ops``, in execution order), ``bindings``.
+  Added before the first release, still version 1: op kinds 8 ``branch`` and 9 ``jump``
+  (``wp.capture_if`` / ``capture_while``; targets are positions in ``sequence``) and 10
+  ``native_call`` (``wp.utils`` host utilities from an allow-list).
+  Also added before the first release, still version 1: CUDA graphs (an optional ``device`` map,
+  ABI ``"cuda-params-v1"``, ``.cubin``/``.ptx`` modules with ``arch``, kernels with ``params``,
+  op kind 11 ``cuda_launch``; see ``apic.format.cuda``). CPU files are unchanged.
 """
 
 from __future__ import annotations
@@ -55,6 +61,10 @@ OP_FIELDS: dict[WireOp, dict[str, str]] = {
     WireOp.ARRAY_COPY: {"dst": "blob", "src": "blob", "dst_type": "int", "src_type": "int", "elem_size": "int"},
     WireOp.ARRAY_FILL: {"dst": "blob", "array_type": "int", "value": "blob"},
     WireOp.ALLOC: {"dst": "ref", "nbytes": "int"},
+    WireOp.BRANCH: {"cond": "ref", "target": "int"},
+    WireOp.JUMP: {"target": "int"},
+    WireOp.NATIVE_CALL: {"fn": "str", "args": "list"},
+    WireOp.CUDA_LAUNCH: {"kernel": "int", "dim": "ints", "params": "blob", "grid": "ints", "block": "ints", "smem": "int"},
 }
 
 # Warp's array type ids in ArrayCopy / ArrayFill descriptors.

@@ -5,15 +5,20 @@
 so that a save that fails at any point leaves an earlier artifact at that path intact:
 
 1. everything is gathered in memory first (nothing on disk changes if that fails);
-2. module binaries are content-addressed (``<module>.<sha256[:16]>.o``), so writing the new ones
-   into ``<stem>_modules/`` never touches a file the old ``.wrp`` uses; each is written to a
-   temporary file, fsync'ed and renamed into place;
-3. the new ``.wrp`` is written to a temporary file next to the target, fsync'ed, and renamed over
-   the old one: this ``os.replace`` is the commit point;
-4. only then are module files the new graph does not use removed.
+2. every file is written and fsync'ed before any is published. On Linux each is an unnamed file
+   (``O_TMPFILE``) until then, so a process killed while writing leaves nothing behind; elsewhere
+   it is a temporary file (``.<name>.apic-tmp-*``);
+3. module binaries are content-addressed (``<module>.<sha256[:16]>.o``), so publishing the new ones
+   in ``<stem>_modules/`` never touches a file the old ``.wrp`` uses;
+4. the new ``.wrp`` is renamed over the old one (or, for a first save, linked into place): this is
+   the commit point;
+5. only then are module files the new graph does not use removed, with any temporaries an earlier
+   killed save left.
 
-An exception before the commit removes every file this save created. A process killed before
-the commit leaves the old artifact working, plus temporary files that the next save there removes.
+An exception before the commit removes every file this save created. A process killed before the
+commit leaves the old artifact working; if it was killed in the few system calls between the first
+publication and the commit, it also leaves new module files (and, at most, one temporary name),
+which the old ``.wrp`` does not use and the next save at that path removes.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import gc
 import hashlib
 import os
 import re
+import secrets
 import tempfile
 
 import msgpack
@@ -141,6 +147,13 @@ def _op(op) -> dict:
         }
     if isinstance(op, rec.Alloc):
         return {"kind": int(schema.WireOp.ALLOC), "dst": _ref(op.dst), "nbytes": op.nbytes}
+    if isinstance(op, rec.Branch):
+        return {"kind": int(schema.WireOp.BRANCH), "cond": _ref(op.cond), "target": op.target}
+    if isinstance(op, rec.Jump):
+        return {"kind": int(schema.WireOp.JUMP), "target": op.target}
+    if isinstance(op, rec.NativeCall):
+        args = [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]
+        return {"kind": int(schema.WireOp.NATIVE_CALL), "fn": op.name, "args": args}
     raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
 
 
@@ -267,18 +280,107 @@ def _write_all(fd: int, data) -> None:
         view = view[written:]
 
 
-def _stage(folder: str, prefix: str, data, created: list[str]) -> str:
-    """Write ``data`` to a new temporary file in ``folder``, fsync'ed; return its path."""
-    fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
-    created.append(path)
+class _Staged:
+    """A complete, fsync'ed file not published yet: unnamed (``fd``, Linux) or at a temporary ``path``."""
+
+    def __init__(self, fd: int | None = None, path: str | None = None) -> None:
+        self.fd, self.path = fd, path
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # an unnamed file that was never linked disappears here
+            self.fd = None
+
+
+def _open_unnamed(folder: str) -> int | None:
+    """A new unnamed file in ``folder`` (Linux ``O_TMPFILE``), or None where the system cannot make one."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):  # naming it later goes through /proc/self/fd
+        return None
+    try:
+        return os.open(folder, flag | os.O_RDWR, 0o644)
+    except OSError:  # no O_TMPFILE on this file system; mkstemp then reports real problems (EACCES, ...)
+        return None
+
+
+def _stage(folder: str, prefix: str, data, created: list[str]) -> _Staged:
+    """Write ``data`` to a new file in ``folder`` and fsync it; not published yet (see ``_publish``).
+
+    Where it can be, the file is unnamed, so a process killed meanwhile leaves nothing; otherwise it
+    is a temporary file named ``prefix...``, listed in ``created``.
+    """
+    fd, path = _open_unnamed(folder), None
+    if fd is None:
+        fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
+        created.append(path)
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(fd, 0o644)
         _write_all(fd, data)
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    if path is None:
+        return _Staged(fd=fd)
+    os.close(fd)
+    return _Staged(path=path)
+
+
+def _link(fd: int, path: str) -> None:
+    """Give the unnamed file ``fd`` the name ``path`` (which must not exist).
+
+    ``linkat(AT_FDCWD, "/proc/self/fd/N", dir, name, AT_SYMLINK_FOLLOW)``, as open(2) describes;
+    passing ``dst_dir_fd`` makes Python call ``linkat`` rather than ``link`` (which would not follow).
+    """
+    folder = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=folder, follow_symlinks=True)
+    finally:
+        os.close(folder)
+
+
+def _copy_to_temp(fd: int, folder: str, prefix: str, created: list[str]) -> str:
+    """Where an unnamed file cannot be linked after all: copy it to a new temporary file, fsync'ed."""
+    out, path = tempfile.mkstemp(prefix=prefix, dir=folder)
+    created.append(path)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(out, 0o644)
+        offset = 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            _write_all(out, chunk)
+            offset += len(chunk)
+        os.fsync(out)
+    finally:
+        os.close(out)
     return path
+
+
+def _publish(staged: _Staged, final: str, prefix: str, created: list[str]) -> None:
+    """Put a staged file at ``final``, atomically replacing any file there; ``created`` lists new names."""
+    if staged.fd is not None:
+        folder = os.path.dirname(final)
+        try:
+            if not os.path.lexists(final):
+                try:
+                    _link(staged.fd, final)  # no temporary name at all
+                except FileExistsError:
+                    pass
+                else:
+                    created.append(final)
+                    return
+            # an existing file is replaced by a rename, which needs a name: linked for these few calls
+            temp = os.path.join(folder, prefix + secrets.token_hex(8))
+            _link(staged.fd, temp)
+            created.append(temp)
+            staged.path = temp
+        except OSError as error:
+            if error.errno not in (errno.EXDEV, errno.EPERM, errno.ENOENT, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            staged.path = _copy_to_temp(staged.fd, folder, prefix, created)  # /proc cannot be linked from here
+    os.replace(staged.path, final)
+    created.remove(staged.path)
 
 
 def _fsync_dir(folder: str) -> None:
@@ -311,25 +413,25 @@ def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, byte
         raise FileExistsError(errno.EEXIST, "the modules folder path exists and is not a folder", modules_dir)
 
     created: list[str] = []  # files (and, last, the folder) this save created, removed on failure
+    staged: list[_Staged] = []
     made_dir = False
+    wrp_prefix = "." + os.path.basename(wrp_path) + _TEMP_TAG
     try:
         if not os.path.isdir(modules_dir):
             os.mkdir(modules_dir)
             made_dir = True
+        new_modules = []
         for name, image in images.items():
             final = os.path.join(modules_dir, name)
-            if _same_contents(final, image):
-                continue
-            existed = os.path.lexists(final)
-            staged = _stage(modules_dir, _TEMP_TAG, image, created)
-            os.replace(staged, final)
-            created.remove(staged)
-            if not existed:
-                created.append(final)
+            if not _same_contents(final, image):
+                staged.append(_stage(modules_dir, _TEMP_TAG, image, created))
+                new_modules.append(final)
+        staged.append(_stage(out_dir, wrp_prefix, data, created))
+        # everything is written and synced: publish the modules, then commit the .wrp
+        for file, final in zip(staged, new_modules):
+            _publish(file, final, _TEMP_TAG, created)
         _fsync_dir(modules_dir)
-        staged = _stage(out_dir, "." + os.path.basename(wrp_path) + _TEMP_TAG, data, created)
-        os.replace(staged, wrp_path)  # the commit point
-        created.remove(staged)
+        _publish(staged[-1], wrp_path, wrp_prefix, created)  # the commit point
     except BaseException:
         for path in reversed(created):
             try:
@@ -342,6 +444,9 @@ def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, byte
             except OSError:
                 pass
         raise
+    finally:
+        for file in staged:
+            file.close()
     try:
         _fsync_dir(out_dir)
     except OSError:

@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple, Union
 
 
 class OpKind(IntEnum):
-    """Persisted op kinds: explicit values, never reused. Last used value: 7."""
+    """Persisted op kinds: explicit values, never reused. Last used value: 11."""
 
     LAUNCH = 1
     MEMCPY = 2
@@ -26,6 +26,10 @@ class OpKind(IntEnum):
     ARRAY_COPY = 5
     ARRAY_FILL = 6
     ALLOC = 7
+    BRANCH = 8  # control flow (wp.capture_if / capture_while): jump if an int32 in graph memory is zero
+    JUMP = 9
+    NATIVE_CALL = 10  # one of Warp's native host utilities (wp.utils.array_scan, radix_sort_pairs, ...)
+    CUDA_LAUNCH = 11  # a CUDA kernel launch (one param blob; grid, block, dynamic shared memory)
 
 
 @dataclass(frozen=True)
@@ -159,8 +163,60 @@ class Alloc:
     kind = OpKind.ALLOC
 
 
-Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc]
-OP_TYPES: dict[OpKind, type] = {t.kind: t for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc)}
+@dataclass(frozen=True)
+class Branch:
+    """Control flow: if the int32 at ``cond`` is zero, continue at position ``target`` of the op sequence.
+
+    Otherwise fall through. ``wp.capture_if`` and ``wp.capture_while`` become a branch over the body
+    (and jumps), so the condition is read at replay time, each time the branch is reached.
+    """
+
+    cond: Pointer
+    target: int
+    kind = OpKind.BRANCH
+
+
+@dataclass(frozen=True)
+class Jump:
+    """Control flow: continue at position ``target`` of the op sequence (``len(sequence)`` ends the replay)."""
+
+    target: int
+    kind = OpKind.JUMP
+
+
+@dataclass(frozen=True)
+class NativeCall:
+    """A call of Warp's native host utility ``wp_<name>`` (see ``apic.record.natives`` for the allow-list).
+
+    ``args`` are the call's arguments in order: an ``int`` for an integer parameter, a ``Pointer``
+    for a pointer parameter.
+    """
+
+    name: str
+    args: tuple
+    kind = OpKind.NATIVE_CALL
+
+
+@dataclass(frozen=True)
+class CudaLaunch:
+    """A CUDA kernel launch: ``params`` is the kernel's whole param blob ``{bounds, args...[, adj_args...]}``
+    with natural alignment (see ``apic.replay.cuda_params``); ``grid``/``block`` are ``cuLaunchKernel``'s."""
+
+    kernel: int
+    dim: tuple[int, ...]
+    params: Bytes
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int  # dynamic shared memory, bytes
+    kind = OpKind.CUDA_LAUNCH
+
+
+Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch]
+OP_TYPES: dict[OpKind, type] = {
+    t.kind: t
+    for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch)
+}
+CONTROL_TYPES = (Branch, Jump)
 
 
 @functools.lru_cache(maxsize=None)
@@ -177,6 +233,8 @@ def raw_pointers(op) -> list[RawPtr]:
             found.append(value)
         elif isinstance(value, RawBlob):
             found.extend(ptr for _, ptr in value.pointers)
+        elif type(value) is tuple:  # NativeCall.args (a RawPtr is a tuple too, handled above)
+            found.extend(v for v in value if isinstance(v, RawPtr))
     return found
 
 
@@ -190,4 +248,33 @@ def resolve_op(op, resolve: Callable[[int], Ref]):
         elif isinstance(value, RawBlob):
             relocs = tuple(Reloc(at, resolve(ptr.address)) for at, ptr in value.pointers)
             changes[name] = Blob(value.data, relocs, value.arrays)
+        elif type(value) is tuple and any(isinstance(v, RawPtr) for v in value):
+            changes[name] = tuple(resolve(v.address) if isinstance(v, RawPtr) else v for v in value)
+    return dataclasses.replace(op, **changes) if changes else op
+
+
+def unresolve_op(op, address_of: Callable[[Ref], int]):
+    """The inverse of ``resolve_op``: region references back to live addresses (``RawPtr``/``RawBlob``).
+
+    Used to record a finished graph into another capture. The byte ranges of the ``RawPtr`` are
+    empty: the caller notes the graph's regions whole.
+    """
+    changes = {}
+    for name in _field_names(type(op)):
+        value = getattr(op, name)
+        if isinstance(value, Ref):
+            address = address_of(value)
+            changes[name] = RawPtr(address, address, address)
+        elif isinstance(value, Blob):
+            data = bytearray(value.data)
+            pointers = []
+            for reloc in value.relocs:
+                address = address_of(reloc.target)
+                data[reloc.at : reloc.at + 8] = address.to_bytes(8, "little")
+                pointers.append((reloc.at, RawPtr(address, address, address)))
+            changes[name] = RawBlob(bytes(data), tuple(pointers), value.arrays)
+        elif type(value) is tuple and any(isinstance(v, Ref) for v in value):
+            changes[name] = tuple(
+                RawPtr(address_of(v), address_of(v), address_of(v)) if isinstance(v, Ref) else v for v in value
+            )
     return dataclasses.replace(op, **changes) if changes else op

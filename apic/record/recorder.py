@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import threading
 
 from apic import _compat
 from apic._compat import wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record import layout
-from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Launch, Memcpy, Memset, Memtile, RawBlob, RawPtr
-from apic.record.ops import raw_pointers, resolve_op
+from apic.record import natives
+from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, Jump, Launch, Memcpy, Memset, Memtile
+from apic.record.ops import NativeCall, RawBlob, RawPtr, raw_pointers, resolve_op, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
 
@@ -34,6 +36,38 @@ def active() -> "Recorder | None":
 
 def _set_active(recorder: "Recorder | None") -> None:
     _local.recorder = recorder
+
+
+def _paused_list() -> list:
+    found = getattr(_local, "paused", None)
+    if found is None:
+        found = _local.paused = []
+    return found
+
+
+def pause() -> "Recorder":
+    """``wp.capture_pause``: stop recording on this thread (work runs eagerly) until ``resume``."""
+    recorder = active()
+    if recorder is None:
+        raise CaptureError("no CPU graph capture is in progress on this thread")
+    _set_active(None)
+    _paused_list().append(recorder)
+    return recorder
+
+
+def resume(recorder: "Recorder") -> None:
+    """``wp.capture_resume``: record again into a capture paused on this thread."""
+    paused_here = _paused_list()
+    if not any(r is recorder for r in paused_here):
+        raise CaptureError("CPU graph capture is not paused (on this thread)")
+    if active() is not None:
+        raise CaptureError("cannot resume a paused CPU capture while another capture is in progress on this thread")
+    paused_here[:] = [r for r in paused_here if r is not recorder]
+    _set_active(recorder)
+
+
+def is_paused(recorder: "Recorder") -> bool:
+    return any(r is recorder for r in _paused_list())
 
 
 @contextlib.contextmanager
@@ -63,6 +97,7 @@ class Recorder:
         self._kernel_by_hooks: dict[tuple[int, bool], int] = {}  # (id(hooks), adjoint) -> index
         self._launches: dict[tuple, Launch] = {}  # identical launches share one op (found before packing)
         self._interned: dict = {}  # every distinct op, to itself
+        self._layouts: dict[tuple, layout.ArgsLayout] = {}  # (id(kernel), param types) -> layout
         self._kernel_infos: list[KernelInfo] = []
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
 
@@ -78,10 +113,15 @@ class Recorder:
     def abort(self) -> None:
         if active() is self:
             _set_active(None)
+        paused_here = _paused_list()
+        if any(r is self for r in paused_here):
+            paused_here[:] = [r for r in paused_here if r is not self]
 
     def end(self) -> Recording:
         """Stop recording and resolve every address into a region reference."""
         self.abort()
+        if any(op is None for op in self.ops):  # pragma: no cover - a control-flow body left unfinished
+            raise CaptureError("a wp.capture_if / capture_while body was not finished when the capture ended")
         regions, resolve = self._ranges.build()
         resolved: dict[int, object] = {}  # by id(op): shared ops stay shared
         ops = []
@@ -107,11 +147,109 @@ class Recorder:
                 self._ranges.note(ptr.lo, ptr.hi, used=True)
         self.ops.append(shared)
 
+    def _reserve(self) -> int:
+        """A place in the op list for a control-flow op whose target is not known yet."""
+        self.ops.append(None)
+        return len(self.ops) - 1
+
+    def _place(self, index: int, op) -> None:
+        shared = self._interned.setdefault(op, op)
+        if shared is op:
+            for ptr in raw_pointers(op):
+                self._ranges.note(ptr.lo, ptr.hi, used=True)
+        self.ops[index] = shared
+
+    # --- control flow (wp.capture_if / wp.capture_while) ----------------------------------------------
+    def _condition(self, condition) -> RawPtr:
+        """The int32 a branch reads at replay time: the first element of ``condition``."""
+        if not condition.ptr or condition.size < 1:
+            raise CaptureError("the condition of wp.capture_if / capture_while must be an int32 array with an element")
+        self.note_values([condition])
+        return RawPtr(condition.ptr, condition.ptr, condition.ptr + 4)
+
+    def record_if(self, condition, on_true, on_false) -> None:
+        """``capture_if``: ``on_true`` / ``on_false`` (callables or None) record the two bodies inline.
+
+        Layout: ``branch(cond == 0 -> else); <on_true>; [jump -> end; else: <on_false>;] end:``.
+        """
+        cond = self._condition(condition)
+        start = len(self.ops)
+        try:
+            branch = self._reserve()
+            if on_true is not None:
+                on_true()
+            if on_false is not None:
+                jump = self._reserve()
+                otherwise = len(self.ops)
+                on_false()
+                self._place(jump, Jump(len(self.ops)))
+            else:
+                otherwise = len(self.ops)
+            self._place(branch, Branch(cond, otherwise))
+        except BaseException:
+            del self.ops[start:]  # a failed body leaves nothing behind (the capture may go on)
+            raise
+
+    def record_while(self, condition, body) -> None:
+        """``capture_while``: ``top: branch(cond == 0 -> end); <body>; jump -> top; end:``."""
+        cond = self._condition(condition)
+        start = len(self.ops)
+        try:
+            branch = self._reserve()
+            body()
+            self._place(self._reserve(), Jump(start))
+            self._place(branch, Branch(cond, len(self.ops)))
+        except BaseException:
+            del self.ops[start:]
+            raise
+
+    def record_graph(self, graph) -> None:
+        """A finished apic graph launched (or used as a branch body) inside this capture: its ops, inline."""
+        recording = graph.recording
+        if recording.abi != _compat.KERNEL_ABI:
+            raise UnsupportedOperationError(
+                "launching a loaded graph saved for another kernel ABI inside a capture",
+                f"it calls kernels as {recording.abi}, this warp-lang as {_compat.KERNEL_ABI}",
+            )
+        self.keepalive.append(graph)  # its arrays, external buffers, modules and loaded memory
+        addresses = graph.region_addresses
+        for region in recording.regions:
+            lo = addresses[region.id]
+            self._ranges.note(lo, lo + region.nbytes, used=True, owned=region.owned, array=region.array)
+        kernels = [self._kernel_from(recording, info) for info in recording.kernels]
+        base = len(self.ops)
+        converted: dict[int, object] = {}  # by id: ops shared in the graph stay shared
+        for op in recording.ops:
+            done = converted.get(id(op))
+            if done is None:
+                done = unresolve_op(op, lambda ref: addresses[ref.region] + ref.offset)
+                if isinstance(done, Launch):
+                    done = dataclasses.replace(done, kernel=kernels[done.kernel])
+                elif isinstance(done, (Branch, Jump)):
+                    done = dataclasses.replace(done, target=done.target + base)
+                converted[id(op)] = done
+            self._append(done)
+
+    def _kernel_from(self, recording, info) -> int:
+        """This capture's index of a kernel of another recording (same loaded module, same symbol)."""
+        module = recording.modules[info.module]
+        key = (id(module.module_exec), info.symbol)
+        index = self._kernels.get(key)
+        if index is None:
+            module_index = self._modules.get(id(module.module_exec))
+            if module_index is None:
+                module_index = self._modules[id(module.module_exec)] = len(self._module_infos)
+                self._module_infos.append(ModuleInfo(module.name, module.module_exec))
+            index = self._kernels[key] = len(self._kernel_infos)
+            self._kernel_infos.append(dataclasses.replace(info, module=module_index))
+        return index
+
     # --- context from the Python-level API -------------------------------------------------------
     def note_values(self, values) -> None:
         """Keep ``values`` alive and note the whole allocations behind any Warp arrays among them."""
+        noted = self._noted
         for value in values:
-            if value is None or isinstance(value, (int, float, bool)) or id(value) in self._noted:
+            if id(value) in noted or value is None or isinstance(value, (int, float, bool)):
                 continue
             if hasattr(type(value), "_constructors"):  # a @wp.struct instance
                 # Its fields can be reassigned between launches (and after the capture): walk it
@@ -171,9 +309,9 @@ class Recorder:
         kernel_index = self._kernel_index(kernel, hooks, fn, adjoint)
         nargs = len(kernel.adj.args)
         fwd = params[1 : 1 + nargs]
-        fwd_layout = layout.args_layout(kernel, tuple(type(p) for p in fwd))
+        fwd_layout = self._args_layout(kernel, fwd)
         adj = params[1 + nargs :] if adjoint else None
-        adj_layout = layout.args_layout(kernel, tuple(type(p) for p in adj)) if adjoint else None
+        adj_layout = self._args_layout(kernel, adj) if adjoint else None
         bounds = bytes(params[0])
         args_data = fwd_layout.pack(fwd)
         adj_data = adj_layout.pack(adj) if adjoint else None
@@ -194,6 +332,15 @@ class Recorder:
             self._append(op)
         else:
             self.ops.append(op)
+
+    def _args_layout(self, kernel, params) -> layout.ArgsLayout:
+        # keyed by id: hashing a Warp Kernel costs more than this whole lookup (kept alive by hooks)
+        key = (id(kernel), tuple(map(type, params)))
+        found = self._layouts.get(key)
+        if found is None:
+            found = self._layouts[key] = layout.args_layout(kernel, key[1])
+            self.keepalive.append(kernel)
+        return found
 
     def _kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
         index = self._kernel_by_hooks.get((id(hooks), adjoint))
@@ -239,6 +386,22 @@ class Recorder:
         dst = _descriptor_blob(dst_desc, dst_type, elem_size, "wp.copy")
         src = _descriptor_blob(src_desc, src_type, elem_size, "wp.copy")
         self._append(ArrayCopy(dst, src, dst_type, src_type, elem_size))
+
+    def record_native_call(self, name: str, args: tuple) -> None:
+        """A call of one of Warp's native host utilities (``wp_<name>``, see ``natives``)."""
+        args = tuple(int(a) for a in args)  # a C bool arrives as a Python bool
+        sig = natives.signature(name, len(args))
+        problem = "apic does not know this argument list" if sig is None else sig.check(args)
+        if problem is not None:
+            raise UnsupportedOperationError(f"wp_{name} (native)", problem)
+        values = []
+        for kind, value, nbytes in zip(sig.params, args, sig.reach(args)):
+            if kind == natives.PTR:
+                if not value:
+                    raise UnsupportedOperationError(f"wp_{name} (native)", "a null pointer argument")
+                value = RawPtr(value, value, value + nbytes)
+            values.append(value)
+        self._append(NativeCall(name, tuple(values)))
 
     def record_array_fill(self, desc: int, array_type: int, value: int, value_size: int) -> None:
         # the element size of a fill is the size of the value being tiled

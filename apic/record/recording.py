@@ -21,13 +21,15 @@ class ModuleInfo:
 
 @dataclass(frozen=True)
 class KernelInfo:
-    """One CPU entry point (forward or backward) of a kernel."""
+    """One CPU entry point (forward or backward) of a kernel, or a CUDA one (``params`` non-empty)."""
 
     module: int  # index into Recording.modules
     key: str  # the kernel's Python name, for inspection
     symbol: str  # exported symbol, e.g. "saxpy_2f51673c_cpu_forward"
     adjoint: bool
     address: int = 0  # live function pointer (resolved again after a load)
+    # CUDA entry points only: the param blob layout, (offset, size) of each parameter, bounds first
+    params: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import warp as wp
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
+from apic.record import natives
 from apic.record.recorder import active, paused
 
 
@@ -185,6 +186,39 @@ def _read_guard(name: str, cls: type):
     return shim
 
 
+# wp.utils functions that end in a recorded native call (see apic.record.natives), and the parameter
+# whose None asks for a host return value, which a record-only capture cannot produce.
+_UTILITIES = {
+    "array_scan": None, "radix_sort_pairs": None, "segmented_sort_pairs": None,
+    "runlength_encode": "run_count", "array_sum": "out", "array_inner": "out",
+}
+
+
+def _utility(name: str, original):
+    host_return = _UTILITIES[name]
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def shim(*args, **kwargs):
+        recorder = active()
+        if recorder is None:
+            return original(*args, **kwargs)
+        arrays = [v for v in (*args, *kwargs.values()) if isinstance(v, wp_types.array)]
+        if not any(a.device.is_cpu for a in arrays):
+            return original(*args, **kwargs)  # CUDA work is not ours to record
+        if host_return is not None and signature.bind(*args, **kwargs).arguments.get(host_return) is None:
+            raise UnsupportedOperationError(
+                f"wp.utils.{name} without {host_return}",
+                f"its host return value would be read before the captured work has run; pass {host_return}=",
+            )
+        if any(stride < 0 for a in arrays for stride in a.strides):
+            raise UnsupportedOperationError(f"wp.utils.{name} on an array with a negative stride")
+        recorder.note_values(arrays)
+        return _recorded_call(recorder, original, args, kwargs)
+
+    return shim
+
+
 # --- native sinks ------------------------------------------------------------------------------------
 def _invoke_sink(original):
     @functools.wraps(original)
@@ -243,6 +277,24 @@ _MEMORY_SINKS = {
 _NATIVE_ALLOWED = ("alloc_host", "free_host", "is_", "get_", "_get", "float_to_", "half_bits", "cuda_")
 
 
+def _utility_sink(name: str, original):
+    """A native host utility (``apic.record.natives``) that records when reached from ``wp.utils``."""
+
+    @functools.wraps(original)
+    def sink(*args):
+        recorder = active()
+        if recorder is None:
+            return original(*args)
+        if recorder.api_depth == 0:
+            raise UnsupportedOperationError(
+                f"wp_{name} (native)", "apic records it only when called through its wp.utils function"
+            )
+        recorder.record_native_call(name, tuple(map(_as_int, args)))
+        return True  # success, for the callers that check (segmented_sort_pairs)
+
+    return sink
+
+
 def _refusing_sink(name: str, original):
     @functools.wraps(original)
     def sink(*args):
@@ -272,6 +324,8 @@ def _install_native_sinks() -> None:
         if name in _MEMORY_SINKS:
             sinks[name] = _memory_sink(name, value, _MEMORY_SINKS[name])
             _native_patches.set(core, attr, sinks[name])
+        elif name in natives.NAMES:
+            _native_patches.set(core, attr, _utility_sink(name, value))
         elif not any(token in name for token in _NATIVE_ALLOWED):
             _native_patches.set(core, attr, _refusing_sink(attr, value))
     # The CPU device binds memset/memtile to the native functions once, at init.
@@ -327,7 +381,19 @@ def install() -> None:
         for name in ("numpy", "list"):
             if name in vars(cls):
                 _python_patches.set(cls, name, _read_guard(name, cls))
+    from warp import utils as public_utils
+    from warp._src import utils as wp_utils
+
+    for name in _UTILITIES:
+        original = vars(wp_utils)[name]
+        shim = _utility(name, original)
+        for owner in (wp_utils, public_utils):
+            if vars(owner).get(name) is original:
+                _python_patches.set(owner, name, shim)
     capture.install_capture_api(_python_patches)
+    from apic.record import cuda  # recording alongside Warp's CUDA capture (apic=True), layered on top
+
+    cuda.install(_python_patches)
 
 
 def uninstall() -> None:
@@ -335,6 +401,9 @@ def uninstall() -> None:
     from apic import capture
 
     capture.abort_all()
+    from apic.record import cuda
+
+    cuda.uninstall()
     _native_patches.restore()
     _python_patches.restore()
     _compat.native_address.cache_clear()

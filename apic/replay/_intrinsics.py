@@ -56,3 +56,16 @@ def call5(typingctx, fn, a0, a1, a2, a3, a4):
 @intrinsic
 def call10(typingctx, fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9):
     return _typed_call(fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9)
+
+
+@intrinsic
+def load_i32(typingctx, address):
+    """The int32 at an integer ``address`` (any alignment): a branch condition in graph memory."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        value = context.cast(builder, llargs[0], signature.args[0], types.int64)
+        return builder.load(builder.inttoptr(value, ir.IntType(32).as_pointer()), align=1)
+
+    return types.int32(address), codegen

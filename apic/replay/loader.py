@@ -7,10 +7,12 @@ Order matters, and nothing native runs before the checks that protect it:
    refused with the reason;
 2. every module binary is read and checked against its size and SHA-256 from the file;
 3. regions are allocated (zeroed, 64-byte aligned, owned by the graph) and filled with the saved
-   contents;
+   contents; their total must fit in ``memory_limit()`` (checked before anything is allocated:
+   graph-owned regions are not in the file, so a small file can ask for any amount);
 4. each module is loaded through Warp's LLVM backend under a name unique to this load, and each
-   kernel symbol is looked up (a missing one is an error). The module stays loaded as long as the
-   graph lives and is unloaded when the graph is garbage collected; nothing looks symbols up after.
+   kernel symbol is looked up (a missing one is an error; a symbol must be a kernel entry point
+   defined in its module's object file). The module stays loaded as long as the graph lives and
+   is unloaded as soon as the graph is freed; nothing looks symbols up after.
 """
 
 from __future__ import annotations
@@ -18,18 +20,45 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import os
 import re
 import weakref
 
 import numpy as np
 
 from apic import _compat
-from apic.errors import FormatError, IncompatibleGraphError
+from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
 
 _ALIGN = 64
 _load_ids = itertools.count()
+_loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloaded yet
+
+#: The most memory the regions of one loaded graph may take, in bytes; ``None`` (the default) means
+#: this machine's physical memory. A graph needing more is refused with ``apic.GraphMemoryError``
+#: before anything is allocated.
+max_graph_bytes: int | None = None
+
+
+def memory_limit() -> int | None:
+    """``max_graph_bytes``, or the physical memory of this machine (None where it cannot be read)."""
+    if max_graph_bytes is not None:
+        return int(max_graph_bytes)
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - platforms without sysconf
+        return None
+
+
+def loaded_modules() -> frozenset[str]:
+    """The LLVM names of the module objects loaded for graphs that are still alive."""
+    return frozenset(_loaded)
+
+
+def _unload(handle: str) -> None:
+    _loaded.discard(handle)
+    _compat.unload_object(handle)
 
 
 class LoadedModule:
@@ -41,11 +70,13 @@ class LoadedModule:
         self.apic_image = image  # kept so that a loaded graph can be saved again
         self.native_types = tuple(native_types)
         _compat.load_object(image, self.handle)
-        self._unload = weakref.finalize(self, _compat.unload_object, self.handle)
+        _loaded.add(self.handle)
+        self._unload = weakref.finalize(self, _unload, self.handle)
         self._unload.atexit = False  # at interpreter exit Warp may already be gone
 
     def lookup(self, symbol: str) -> int:
-        if not self._unload.alive:
+        """The address of ``symbol``; never asked of an unloaded module (warp <= 1.12 would crash)."""
+        if not self._unload.alive or self.handle not in _loaded:
             raise RuntimeError(f"module {self.handle} was unloaded")
         return _compat.lookup_symbol(self.handle, symbol)
 
@@ -102,12 +133,24 @@ def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
     return images
 
 
+def check_memory(saved: SavedGraph) -> None:
+    """Refuse a graph whose regions need more memory than ``memory_limit()``, before allocating any."""
+    limit = memory_limit()
+    needed = sum(region.nbytes + _ALIGN for region in saved.recording.regions)
+    if limit is not None and needed > limit:
+        where = "apic.replay.loader.max_graph_bytes" if max_graph_bytes is not None else "this machine's memory"
+        raise GraphMemoryError(
+            f"this graph's {len(saved.recording.regions)} memory regions need {needed:,} bytes, more than a "
+            f"loaded graph may use here ({limit:,} bytes, {where})"
+        )
+
+
 def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
     """A zeroed buffer with ``nbytes`` usable bytes at a 64-byte aligned address; (owner, address, view)."""
     try:
         owner = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
     except (MemoryError, ValueError):
-        raise MemoryError(f"cannot allocate {nbytes} bytes for region {index} of the graph") from None
+        raise GraphMemoryError(f"cannot allocate {nbytes:,} bytes for region {index} of the graph") from None
     pad = -owner.ctypes.data % _ALIGN
     return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
 
@@ -135,12 +178,13 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
 
     kernels = []
     for kernel in recording.kernels:
-        address = modules[kernel.module].module_exec.lookup(kernel.symbol)
+        file = saved.modules[kernel.module].file
+        # Every symbol name is in the object file's string table, NUL-terminated (ELF, COFF, Mach-O);
+        # checking there first keeps names the JIT would not find (and would complain about) from it.
+        found = kernel.symbol.encode() + b"\0" in images[file]
+        address = modules[kernel.module].module_exec.lookup(kernel.symbol) if found else 0
         if not address:
-            raise FormatError(
-                f"kernel '{kernel.key}': symbol {kernel.symbol} is not in module file "
-                f"'{saved.modules[kernel.module].file}'"
-            )
+            raise FormatError(f"kernel '{kernel.key}': symbol {kernel.symbol} is not in module file '{file}'")
         kernels.append(dataclasses.replace(kernel, address=address))
 
     live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels))
@@ -153,6 +197,7 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
 def load(saved: SavedGraph, fetch, origin: str, device):
     """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None."""
     check_compatible(saved)
+    check_memory(saved)
     images = verified_images(saved, fetch, origin)
     return build_graph(saved, images, device)
 

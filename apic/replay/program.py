@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
+from apic.record import natives
 from apic.record import ops as rec
 from apic.replay import table as tbl
 
 _ALIGN = 16
 _U64 = struct.Struct("<Q")
-_BOUNDS_QWORDS = struct.Struct("<4Q")
+_BOUNDS_QWORDS = struct.Struct("<4q")  # signed: the table holds int64 (same bits)
 
 # The ABI tags a lowering can call (see apic._compat.KERNEL_ABI).
 ABI_BY_POINTER = "bounds-by-pointer-v1"
@@ -92,13 +93,21 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
     """Build the program of ``recording`` with regions and kernels at the given addresses."""
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
-    blobs = [blob for op in recording.ops for blob in _blobs_of(op)]
+    distinct_ops = {id(op): op for op in recording.ops}.values()  # shared ops hold shared blobs
+    blobs = [blob for op in distinct_ops for blob in _blobs_of(op)]
     arena = _Arena(blobs)
 
     def address_of(ref: rec.Ref) -> int:
         return region_addresses[ref.region] + ref.offset
 
     arena.fill(address_of)
+    rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
+
+    def row_at(position: int) -> int:
+        if not rows_before:
+            rows_before.extend(np.cumsum([0] + [not isinstance(op, _NO_ROW) for op in recording.ops]).tolist())
+        return rows_before[position]
+
     # Lower each distinct op once (the recording shares equal ops), then gather the table's rows.
     row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
     distinct = []
@@ -106,7 +115,7 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
     for op in recording.ops:
         row = row_of.get(id(op))
         if row is None:
-            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses)
+            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
             if lowered is not None:
                 distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
@@ -117,11 +126,20 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
 
 
 def _call(fn: int, *args: int) -> list[int]:
-    return [tbl.CALL_OPCODES[len(args)], fn, *args]
+    # A function of another arity is called with trailing zeros: extra integer arguments are harmless
+    # to a C callee on every supported ABI (the caller owns and cleans up the argument area).
+    arity = min(n for n in tbl.CALL_OPCODES if n >= len(args))
+    return [tbl.CALL_OPCODES[arity], fn, *args, *[0] * (arity - len(args))]
 
 
-def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses) -> list[int] | None:
-    """One op-table row (as a list) for ``op``, or None when there is nothing to run."""
+_NO_ROW = (rec.Alloc,)  # ops that lower to no table row
+
+
+def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at) -> list[int] | None:
+    """One op-table row (as a list) for ``op``, or None when there is nothing to run.
+
+    ``row_at(position)`` is the table row of a position in the op sequence (for jump targets).
+    """
     if isinstance(op, rec.Launch):
         fn = kernel_addresses[op.kernel]
         args = arena.address(op.args)
@@ -148,6 +166,14 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses) -> list
     if isinstance(op, rec.ArrayFill):
         fn = _compat.native_address("array_fill_host")
         return _call(fn, arena.address(op.dst), op.array_type, arena.address(op.value), len(op.value.data))
-    if isinstance(op, rec.Alloc):
+    if isinstance(op, rec.Branch):
+        return [tbl.OP_BRANCH_IF_ZERO, 0, address_of(op.cond), row_at(op.target)]
+    if isinstance(op, rec.Jump):
+        return [tbl.OP_JUMP, 0, row_at(op.target)]
+    if isinstance(op, rec.NativeCall):
+        natives.check_host(op.name, len(op.args))
+        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args]
+        return _call(_compat.native_address(op.name), *args)
+    if isinstance(op, _NO_ROW):
         return None
     raise TypeError(f"cannot lower op {type(op).__name__}")

@@ -1,8 +1,14 @@
 """The op-table layout shared by the lowering (``program.py``) and the interpreter.
 
-Each row is ``OP_COLUMNS`` int64 values: ``[opcode, function address, arg0 .. arg9]``. The opcode is
-the number of integer arguments the native function takes; 0 does nothing. Kept apart from the
-interpreter so that building a table never imports Numba.
+Each row is ``OP_COLUMNS`` int64 values: ``[opcode, function address, arg0 .. arg9]``. For a call the
+opcode is the number of integer arguments the native function takes; 0 does nothing. Two opcodes
+move the program counter instead (their targets are row numbers; the table's length ends the replay):
+
+* ``OP_JUMP``: ``[OP_JUMP, 0, target]``, continue at row ``target``;
+* ``OP_BRANCH_IF_ZERO``: ``[OP_BRANCH_IF_ZERO, 0, address, target]``, continue at row ``target`` if the
+  int32 at ``address`` is zero, else at the next row.
+
+Kept apart from the interpreter so that building a table never imports Numba.
 """
 
 from __future__ import annotations
@@ -20,4 +26,6 @@ OP_CALL4 = 4
 OP_CALL5 = 5
 OP_CALL10 = 10
 CALL_OPCODES = {2: OP_CALL2, 3: OP_CALL3, 4: OP_CALL4, 5: OP_CALL5, 10: OP_CALL10}
+OP_JUMP = 16
+OP_BRANCH_IF_ZERO = 17
 

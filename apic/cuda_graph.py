@@ -1,0 +1,89 @@
+"""CUDA graphs apic knows: captured alongside Warp's own CUDA graph, or loaded from a file.
+
+``wp.ScopedCapture(device="cuda:0", apic=True)`` hands out a :class:`CapturedCudaGraph`: Warp's
+``warp.Graph`` (which ``wp.capture_launch`` replays, exactly as without apic) plus the apic
+recording of the same operations, which ``wp.capture_save`` writes. ``wp.capture_load`` of such a
+file returns an ``apic.replay.cuda.LoadedCudaGraph``, replayed with cuda-python alone.
+"""
+
+from __future__ import annotations
+
+from apic.record.recording import Recording
+
+
+class CudaGraph:
+    """What every apic CUDA graph has: its recording, its device, and ``launch``."""
+
+    recording: Recording
+    device = None
+    apic = True
+    is_loaded = False
+
+    @property
+    def op_count(self) -> int:
+        return len(self.recording.ops)
+
+    def launch(self, stream=None) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class CapturedCudaGraph(CudaGraph):
+    """A CUDA graph captured by Warp with apic recording alongside (``apic=True``).
+
+    ``wp.capture_launch`` replays Warp's own graph (``warp_graph``); ``wp.capture_save`` saves the
+    recording. Attributes of ``warp.Graph`` that user code reads are forwarded to it.
+    """
+
+    def __init__(self, warp_graph, recording: Recording, device, keepalive=()) -> None:
+        self.warp_graph = warp_graph
+        self.recording = recording
+        self.device = device
+        self.apic = True
+        self.is_loaded = False
+        self.bindings: dict = {}
+        self._keepalive = list(keepalive)
+        self.region_addresses = [r.address for r in recording.regions]  # device pointers
+
+    def __getattr__(self, name):
+        # only reached for attributes this class lacks: warp.Graph's own (graph_exec, ...)
+        if name == "warp_graph":
+            raise AttributeError(name)
+        return getattr(self.warp_graph, name)
+
+    def launch(self, stream=None) -> None:
+        from apic import capture
+
+        capture._originals["capture_launch"](self.warp_graph, stream=stream)
+
+    # --- what saving needs --------------------------------------------------------------------------
+    def read_region(self, index: int) -> bytes:
+        """The current contents of region ``index`` (device to host, after the device is idle)."""
+        import warp as wp
+
+        region = self.recording.regions[index]
+        if not region.nbytes:
+            return b""
+        wp.synchronize_device(self.device)
+        view = wp.array(ptr=self.region_addresses[index], dtype=wp.uint8, shape=(region.nbytes,), device=self.device)
+        return view.numpy().tobytes()
+
+    @property
+    def arch(self) -> int:
+        return int(self.device.arch)
+
+    @property
+    def device_name(self) -> str:
+        return str(getattr(self.device, "name", ""))
+
+    def module_image(self, index: int) -> tuple[bytes, tuple[int, str, str]]:
+        """The ``.cubin``/``.ptx`` of module ``index`` from Warp's kernel cache, and ``(arch, suffix, kind)``."""
+        from apic.format.cuda import module_arch
+
+        path = self.recording.modules[index].module_exec.binary_path()
+        with open(path, "rb") as f:
+            image = f.read()
+        return image, module_arch(path, image)
+
+    def __repr__(self) -> str:
+        return f"<apic.CapturedCudaGraph device={self.device} ops={self.op_count} regions={len(self.recording.regions)}>"
+

@@ -1,0 +1,478 @@
+"""Recording alongside Warp's own CUDA graph capture (``wp.ScopedCapture(device="cuda:N", apic=True)``).
+
+Warp still captures its CUDA graph (every launch, copy and fill is enqueued on the capturing stream
+as before), and apic records the same operations, so that the graph can be saved and later
+replayed with cuda-python alone (``apic.replay.cuda``):
+
+* **Python-level wrappers** (``wp.launch``, ``Launch.launch``, ``wp.copy``, ``array.zero_/fill_``,
+  ``array._init_new``) tell the recorder which kernel is being launched and which arrays an
+  operation uses (whole allocations, kept alive), and record allocations made inside the capture.
+* **Native sinks** on ``runtime.core`` record what reaches the device: ``wp_cuda_launch_kernel``
+  (the packed parameters, grid, block size and dynamic shared memory), ``wp_memcpy_d2d``,
+  ``wp_memset_device`` and ``wp_memtile_device``, then call Warp's function unchanged. Any other
+  native that would do work on the device (host copies, strided copies, sorts, BVH...) is refused
+  with an error naming it while a recording runs on this thread: nothing is silently left out.
+
+Only ``apic=True`` CUDA captures record; others go to Warp exactly as before. The recording is
+thread-local and tied to the capturing device.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import warp as wp
+
+from apic import _compat
+from apic._compat import wp_context, wp_types
+from apic.errors import CaptureError
+from apic.format.cuda import CUDA_ABI  # by-value params after the launch bounds
+from apic.errors import UnsupportedOperationError as _Unsupported
+from apic.record import layout
+from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, raw_pointers, resolve_op
+from apic.record.recording import KernelInfo, ModuleInfo, Recording
+from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.replay import cuda_params
+
+WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
+
+_local = threading.local()
+
+
+def _unsupported(operation: str, hint: str = "") -> _Unsupported:
+    return _Unsupported(operation, hint, capture="CUDA (apic=True)")
+
+
+def active() -> "CudaRecorder | None":
+    """The CUDA recording running on this thread, if any."""
+    return getattr(_local, "recorder", None)
+
+
+def _as_int(value) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    if isinstance(value, ctypes._SimpleCData):
+        return value.value or 0
+    if isinstance(value, ctypes._Pointer):
+        return ctypes.addressof(value.contents)
+    if isinstance(value, (ctypes.Array, ctypes.Structure)):
+        return ctypes.addressof(value)
+    raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
+
+
+class CudaModule:
+    """A Warp module loaded on the capturing device: the ``Module`` (for its cache paths) and its ``ModuleExec``."""
+
+    def __init__(self, module, module_exec) -> None:
+        self.module = module
+        self.module_exec = module_exec  # held: keeps the CUmodule (and so the CUfunctions) loaded
+
+    def binary_path(self) -> str:
+        return _compat.cuda_module_binary_path(self.module, self.module_exec)
+
+
+class CudaRecorder:
+    """State of one CUDA recording, from ``capture_begin`` to ``capture_end``."""
+
+    def __init__(self, device, stream: int) -> None:
+        self.device = device
+        self.context = _as_int(device.context)
+        self.stream = stream
+        self.arch = int(getattr(device, "arch", 0) or 0)
+        self.ops: list = []
+        self.keepalive: list = []
+        self.pending: list = []  # kernels being launched through wp.launch / Launch.launch (innermost last)
+        self._ranges = RegionTableBuilder()
+        self._noted: set[int] = set()
+        self._interned: dict = {}
+        self._modules: dict[int, int] = {}  # id(module_exec) -> index
+        self._module_infos: list[ModuleInfo] = []
+        self._kernels: dict[tuple[int, str], int] = {}
+        self._kernel_infos: list[KernelInfo] = []
+        self._functions: dict[tuple[int, int], tuple] = {}  # (id(kernel), CUfunction) -> resolved entry
+        self._layouts: dict[tuple[int, bool], tuple] = {}
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    @classmethod
+    def begin(cls, device, stream: int) -> "CudaRecorder":
+        if active() is not None:
+            raise CaptureError("an apic CUDA capture is already in progress on this thread")
+        recorder = cls(device, stream)
+        _local.recorder = recorder
+        return recorder
+
+    def abort(self) -> None:
+        if active() is self:
+            _local.recorder = None
+
+    def end(self) -> Recording:
+        self.abort()
+        regions, resolve = self._ranges.build()
+        resolved: dict[int, object] = {}
+        ops = []
+        for op in self.ops:
+            done = resolved.get(id(op))
+            if done is None:
+                done = resolved[id(op)] = resolve_op(op, resolve)
+            ops.append(done)
+        return Recording(abi=CUDA_ABI, regions=tuple(regions), modules=tuple(self._module_infos),
+                         kernels=tuple(self._kernel_infos), ops=tuple(ops))
+
+    def _append(self, op) -> None:
+        shared = self._interned.setdefault(op, op)
+        if shared is op:
+            for ptr in raw_pointers(op):
+                self._ranges.note(ptr.lo, ptr.hi, used=True)
+        self.ops.append(shared)
+
+    # --- context from the Python-level API ---------------------------------------------------------
+    def owns(self, device) -> bool:
+        return device is not None and not device.is_cpu and _as_int(device.context) == self.context
+
+    def note_values(self, values, api: str) -> None:
+        """Keep ``values`` alive; note the whole allocations behind the Warp arrays among them."""
+        for value in values:
+            if value is None or isinstance(value, (int, float, bool)) or id(value) in self._noted:
+                continue
+            if hasattr(type(value), "_constructors"):  # a @wp.struct: walk its fields every time
+                self.note_values([getattr(value, name) for name, _ in type(value)._constructors], api)
+                continue
+            self._noted.add(id(value))
+            self.keepalive.append(value)
+            self._note_arrays(value, api)
+
+    def _note_arrays(self, value, api: str) -> None:
+        if isinstance(value, wp_types.indexedarray):
+            self._note_arrays(value.data, api)
+            for index in value.indices:
+                if index is not None:
+                    self._note_arrays(index, api)
+        elif isinstance(value, wp_types.array):
+            self._note_allocation(value, api)
+            if getattr(value, "grad", None) is not None:
+                self._note_allocation(value.grad, api)
+
+    def _note_allocation(self, arr, api: str, owned: bool = False) -> None:
+        root = arr
+        while isinstance(getattr(root, "_ref", None), wp_types.array):
+            root = root._ref
+        if not root.ptr or not root.capacity:
+            return
+        if not self.owns(root.device):
+            raise _unsupported(
+                f"{api} with an array on {root.device} during an apic capture on {self.device}",
+                "a saved CUDA graph holds memory of the capturing device only",
+            )
+        info = None
+        nbytes = root.size * wp_types.type_size_in_bytes(root.dtype)
+        if root.is_contiguous and nbytes == root.capacity:
+            info = ArrayInfo(wp_types.type_repr(root.dtype), tuple(root.shape), tuple(root.strides))
+        self._ranges.note(root.ptr, root.ptr + root.capacity, used=owned, owned=owned, array=info)
+
+    def record_alloc(self, arr) -> None:
+        """An array allocated inside the capture: graph-owned memory (saved by size, not contents)."""
+        if not arr.ptr:
+            return
+        self.keepalive.append(arr)
+        self._note_allocation(arr, "an allocation", owned=True)
+        self._append(Alloc(RawPtr(arr.ptr, arr.ptr, arr.ptr + arr.capacity), arr.capacity))
+
+    # --- native operations -------------------------------------------------------------------------
+    def _check_stream(self, stream, what: str) -> None:
+        handle = _as_int(stream)
+        if handle not in (self.stream, WP_CURRENT_STREAM, 0):
+            raise _unsupported(
+                f"{what} on another stream than the capturing one", "apic records single-stream CUDA captures"
+            )
+
+    def record_launch(self, call: dict) -> None:
+        """A ``wp_cuda_launch_kernel`` call (its arguments by name, see ``_compat.cuda_launch_params``)."""
+        if not self.pending:
+            raise _unsupported(
+                "a CUDA kernel launch that did not come from wp.launch or Launch.launch",
+                "apic cannot tell which kernel it is",
+            )
+        self._check_stream(call["stream"], "a kernel launch")
+        fn = _as_int(call["kernel"])
+        kernel, module_exec, adjoint = self._resolve(self.pending[-1], fn)
+        if _compat.cuda_entry_abi(kernel) != "warp":
+            raise _unsupported(
+                f"a launch of '{kernel.key}' with entry_point_abi={_compat.cuda_entry_abi(kernel)!r}",
+                "apic records kernels with Warp's own entry point only",
+            )
+        types, params_layout, slots = self._layout(kernel, adjoint)
+        args = call["args"]
+        count = len(args) if isinstance(args, ctypes.Array) else None
+        if count != len(params_layout):
+            raise _unsupported(
+                f"a launch of '{kernel.key}' with {count} parameters (its signature has {len(params_layout)})",
+                "deterministic-mode and other special launches are not recorded",
+            )
+        addresses = [_as_int(a) for a in args]
+        blob = cuda_params.pack(params_layout, addresses)
+        dim = int(call["dim"])
+        grid = cuda_params.launch_grid(
+            dim, int(call["block_dim"]), int(call["max_blocks"]), bool(call.get("grid_stride", 1)),
+            int(call.get("cluster_dim", 1)), self.arch or None,
+        )
+        if grid is None:
+            return  # an empty launch runs nothing (Warp launches nothing either)
+        bounds = types[0].from_buffer_copy(blob[: params_layout.sizes[0]])
+        index = self._kernel_index(kernel, module_exec, adjoint, fn, params_layout)
+        self.keepalive.append(args)
+        self._append(CudaLaunch(
+            kernel=index, dim=_launch_dim(bounds),
+            params=RawBlob(blob, layout.blob_pointers(blob, slots), slots),
+            grid=grid.grid, block=grid.block, smem=int(call["smem"]),
+        ))
+
+    def _resolve(self, kernel, fn: int):
+        """The concrete kernel (an overload of a generic one), its loaded module and direction behind ``fn``."""
+        key = (id(kernel), fn)
+        found = self._functions.get(key)
+        if found is not None:
+            return found
+        candidates = [kernel, *getattr(kernel, "overloads", {}).values()]
+        for candidate in candidates:
+            if getattr(candidate, "is_generic", False):
+                continue  # only its overloads are compiled
+            for module_exec in list(candidate.module.execs.values()):
+                if module_exec is None or _as_int(getattr(module_exec.device, "context", 0)) != self.context:
+                    continue
+                try:
+                    hooks = module_exec.get_kernel_hooks(candidate)
+                except Exception:
+                    continue
+                for adjoint, entry in ((False, hooks.forward), (True, hooks.backward)):
+                    if entry is not None and _as_int(entry) == fn:
+                        self.keepalive.append(candidate)
+                        found = self._functions[key] = (candidate, module_exec, adjoint)
+                        return found
+        raise _unsupported(
+            f"a CUDA launch of '{kernel.key}' apic cannot match to a loaded entry point of that kernel"
+        )
+
+    def _layout(self, kernel, adjoint: bool):
+        key = (id(kernel), adjoint)
+        found = self._layouts.get(key)
+        if found is None:
+            types = cuda_params.param_types(kernel, adjoint)
+            params_layout = cuda_params.param_layout(types)
+            slots = cuda_params.array_slots(kernel, types, params_layout, adjoint)
+            found = self._layouts[key] = (types, params_layout, slots)
+        return found
+
+    def _kernel_index(self, kernel, module_exec, adjoint: bool, fn: int, params_layout) -> int:
+        symbol = _compat.cuda_kernel_symbol(module_exec, kernel, adjoint)
+        key = (id(module_exec), symbol)
+        index = self._kernels.get(key)
+        if index is None:
+            module_index = self._modules.get(id(module_exec))
+            if module_index is None:
+                module_index = self._modules[id(module_exec)] = len(self._module_infos)
+                self._module_infos.append(ModuleInfo(kernel.module.name, CudaModule(kernel.module, module_exec)))
+            index = self._kernels[key] = len(self._kernel_infos)
+            params = tuple(zip(params_layout.offsets, params_layout.sizes))
+            self._kernel_infos.append(KernelInfo(module_index, str(kernel.key), symbol, adjoint, fn, params))
+        return index
+
+    def record_memcpy(self, context, dst, src, nbytes, stream=None) -> None:
+        self._check_stream(stream, "wp.copy")
+        dst, src, nbytes = _as_int(dst), _as_int(src), _as_int(nbytes)
+        if nbytes:
+            self._append(Memcpy(RawPtr(dst, dst, dst + nbytes), RawPtr(src, src, src + nbytes), nbytes))
+
+    def record_memset(self, context, dst, value, nbytes, stream=None) -> None:
+        self._check_stream(stream, "a memset")
+        dst, nbytes = _as_int(dst), _as_int(nbytes)
+        if nbytes:
+            self._append(Memset(RawPtr(dst, dst, dst + nbytes), _as_int(value) & 0xFF, nbytes))
+
+    def record_memtile(self, context, dst, src, srcsize, reps) -> None:
+        dst, srcsize, reps = _as_int(dst), _as_int(srcsize), _as_int(reps)
+        if srcsize * reps:
+            value = ctypes.string_at(_as_int(src), srcsize)  # a host pointer to the fill value
+            self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
+
+
+def _launch_dim(bounds) -> tuple[int, ...]:
+    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
+    return tuple(int(n) for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
+
+
+# --- Python-level wrappers -------------------------------------------------------------------------
+def _launch_arg(args, kwargs, name: str, position: int, default=None):
+    return args[position] if len(args) > position else kwargs.get(name, default)
+
+
+def _wrap_launch(inner):
+    @functools.wraps(inner)
+    def launch(*args, **kwargs):
+        recorder = active()
+        if recorder is None or _launch_arg(args, kwargs, "record_cmd", 10, False):
+            return inner(*args, **kwargs)
+        stream = _launch_arg(args, kwargs, "stream", 7)
+        device = stream.device if stream is not None else wp.get_device(_launch_arg(args, kwargs, "device", 6))
+        if not recorder.owns(device):
+            return inner(*args, **kwargs)
+        kernel = _launch_arg(args, kwargs, "kernel", 0)
+        for name, position in (("inputs", 2), ("outputs", 3), ("adj_inputs", 4), ("adj_outputs", 5)):
+            recorder.note_values(_launch_arg(args, kwargs, name, position, ()) or (), f"wp.launch('{kernel.key}')")
+        recorder.pending.append(kernel)
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            recorder.pending.pop()
+
+    return launch
+
+
+def _wrap_launch_object(inner):
+    def launch(self, *args, **kwargs):
+        recorder = active()
+        if recorder is None or not recorder.owns(self.device):
+            return inner(self, *args, **kwargs)
+        from apic.record.shims import _launch_arguments
+
+        recorder.keepalive.append(self)
+        recorder.note_values(_launch_arguments(self), f"Launch.launch('{self.kernel.key}')")
+        recorder.pending.append(self.kernel)
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            recorder.pending.pop()
+
+    return launch
+
+
+def _wrap_copy(inner):
+    @functools.wraps(inner)
+    def copy(dest, src, *args, **kwargs):
+        recorder = active()
+        if recorder is not None and any(recorder.owns(getattr(a, "device", None)) for a in (dest, src)):
+            recorder.note_values([dest, src], "wp.copy")
+        return inner(dest, src, *args, **kwargs)
+
+    return copy
+
+
+def _wrap_array_method(name: str, inner):
+    @functools.wraps(inner)
+    def method(self, *args, **kwargs):
+        recorder = active()
+        if recorder is not None and recorder.owns(self.device):
+            recorder.note_values([self], f"array.{name}")
+        return inner(self, *args, **kwargs)
+
+    return method
+
+
+def _wrap_init_new(inner):
+    def _init_new(self, *args, **kwargs):
+        result = inner(self, *args, **kwargs)
+        recorder = active()
+        if recorder is not None and recorder.owns(self.device):
+            recorder.record_alloc(self)
+        return result
+
+    return _init_new
+
+
+def install(patches) -> None:
+    """Layer the Python-level wrappers over Warp (and apic's CPU shims); ``patches`` undoes them."""
+    for owner in (wp, wp_context):
+        patches.set(owner, "launch", _wrap_launch(getattr(owner, "launch")))
+        patches.set(owner, "copy", _wrap_copy(getattr(owner, "copy")))
+    patches.set(wp_context.Launch, "launch", _wrap_launch_object(vars(wp_context.Launch)["launch"]))
+    patches.set(wp_types.array, "_init_new", _wrap_init_new(vars(wp_types.array)["_init_new"]))
+    for value in list(vars(wp_types).values()):
+        if isinstance(value, type):
+            for name in ("zero_", "fill_"):
+                if name in vars(value):
+                    patches.set(value, name, _wrap_array_method(name, vars(value)[name]))
+
+
+# --- native sinks ------------------------------------------------------------------------------------
+def _launch_sink(original, names):
+    @functools.wraps(original)
+    def sink(*args):
+        recorder = active()
+        if recorder is not None:
+            call = dict(zip(names, args))
+            if _as_int(call["context"]) == recorder.context:
+                recorder.record_launch(call)
+        return original(*args)
+
+    return sink
+
+
+def _memory_sink(original, method: str):
+    @functools.wraps(original)
+    def sink(*args):
+        recorder = active()
+        if recorder is not None and args and _as_int(args[0]) == recorder.context:
+            getattr(recorder, method)(*args)
+        return original(*args)
+
+    return sink
+
+
+def _refusing_sink(name: str, original):
+    @functools.wraps(original)
+    def sink(*args):
+        if active() is not None:
+            raise _unsupported(
+                f"{name} (native) during an apic CUDA capture", "apic does not record this Warp operation on CUDA yet"
+            )
+        return original(*args)
+
+    return sink
+
+
+_MEMORY_SINKS = {"memcpy_d2d": "record_memcpy", "memset_device": "record_memset", "memtile_device": "record_memtile"}
+# Natives that move or compute device data and that apic does not record (refused during a recording).
+_REFUSED = ("memcpy_h2d", "memcpy_d2h", "memcpy_p2p", "memcpy_peer", "memcpy_batch", "cuda_graph_insert_memcpy",
+            "cuda_graph_update_memcpy")
+
+
+_native_patches = None  # apic.record.shims._Patches of the CUDA natives, while installed
+
+
+def ensure_native_sinks() -> None:
+    """Patch Warp's CUDA launch and device memory natives (once; needs an initialised runtime)."""
+    global _native_patches
+    if _native_patches:
+        return
+    from apic.record.shims import _Patches
+
+    patches = _Patches()
+    core = _compat.runtime().core
+    names = _compat.cuda_launch_params()
+    patches.set(core, "wp_cuda_launch_kernel", _launch_sink(core.wp_cuda_launch_kernel, names))
+    for attr, value in list(vars(core).items()):
+        if not attr.startswith("wp_") or not isinstance(value, ctypes._CFuncPtr):
+            continue
+        name = attr[3:]
+        if name in _MEMORY_SINKS:
+            patches.set(core, attr, _memory_sink(value, _MEMORY_SINKS[name]))
+        elif name.startswith(_REFUSED) or (
+            name.endswith("_device") and not name.startswith(("alloc_", "free_", "cuda_"))
+            and not name.endswith("_destroy_device")
+        ):
+            patches.set(core, attr, _refusing_sink(attr, value))
+    _native_patches = patches
+
+
+def uninstall() -> None:
+    """Abandon this thread's CUDA recording and restore the CUDA natives (``apic.uninstall``)."""
+    global _native_patches
+    recorder = active()
+    if recorder is not None:
+        recorder.abort()
+    if _native_patches is not None:
+        _native_patches.restore()
+        _native_patches = None

@@ -1,0 +1,166 @@
+"""Warp's native host utilities that a CPU capture records as ``NativeCall`` ops: the allow-list.
+
+``wp.utils.array_scan``, ``radix_sort_pairs``, ``segmented_sort_pairs``, ``runlength_encode``,
+``array_sum`` and ``array_inner`` end in a call of a ``wp_*_host`` export of Warp's core library
+with integer and pointer arguments only. A capture records that call (the export's name and its
+arguments, pointers as region references) and replay makes it again, from the interpreter.
+
+Each allowed export has one ``Signature`` per argument list it has had across supported warp-lang
+versions (they differ: ``wp_array_scan_float_host`` takes 4 arguments in 1.12 and 7 in 1.19). A
+signature says which arguments are pointers, the range of each integer, and how many bytes each
+pointer reaches for given integers, read off Warp's native implementation
+(``warp/native/{scan,sort,reduce,runlength_encode}.cpp``). The recorder uses it to know the memory a
+call touches; the reader to refuse a file whose call would reach outside its regions; the lowering
+to refuse a call whose export takes other arguments in this process's Warp.
+
+What the checks cannot cover: ``segmented_sort_pairs`` reads its segment bounds from graph memory
+at replay time. warp-lang 1.19 checks them (an invalid range sorts nothing); 1.12 does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+_INT_MAX = (1 << 31) - 1
+PTR = "ptr"
+INT = "int"
+
+# Bytes per scalar of each type suffix in the export names.
+_SCALAR = {"int": 4, "uint": 4, "float": 4, "double": 8, "int64": 8, "uint64": 8}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One argument list of a native utility ``wp_<name>``."""
+
+    name: str
+    params: tuple[str, ...]  # PTR or INT, in order
+    ranges: dict  # position of an INT -> (lo, hi), inclusive
+    reach: Callable[[tuple], tuple]  # args -> bytes reached from each PTR argument (None at INT positions)
+    multiple: dict  # position of an INT -> the value must be a multiple of this (strides in whole scalars)
+
+    def check(self, args: tuple) -> str | None:
+        """Why ``args`` (ints at INT positions) are not valid for this signature, or None."""
+        if len(args) != len(self.params):
+            return f"{len(args)} arguments, expected {len(self.params)}"
+        for i, kind in enumerate(self.params):
+            if kind != INT:
+                continue
+            lo, hi = self.ranges[i]
+            if not lo <= args[i] <= hi:
+                return f"argument {i} is {args[i]}, outside [{lo}, {hi}]"
+            step = self.multiple.get(i)
+            if step and args[i] % step:
+                return f"argument {i} ({args[i]}) is not a multiple of {step}"
+        for i, nbytes in enumerate(self.reach(args)):
+            # The native code indexes with C ints: below 2 GiB no index can overflow.
+            if nbytes is not None and nbytes > _INT_MAX:
+                return f"argument {i} reaches {nbytes} bytes; apic records these calls on less than 2 GiB"
+        return None
+
+
+def _elements(count: int, stride_elems: int, length: int) -> int:
+    """Scalars a strided walk reaches: ``(count - 1) * stride + length`` (0 when ``count`` is 0)."""
+    return 0 if count <= 0 else (count - 1) * stride_elems + length
+
+
+_SIGNATURES: dict[tuple[str, int], Signature] = {}
+
+
+def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None) -> None:
+    kinds = tuple(PTR if c == "p" else INT for c in params)
+    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {})
+
+
+_BOOL = (0, 1)
+_COUNT = (0, _INT_MAX)
+_HALF = (0, _INT_MAX // 2)  # counts of buffers that hold 2 * count elements
+_LENGTH = (1, 1 << 16)  # scalars per element (vector and matrix dtypes)
+
+for _t in ("int", "int64", "float", "double"):
+    _s = _SCALAR[_t]
+    # 1.13+: scan(in, out, n, in_byte_stride, out_byte_stride, type_length, inclusive)
+    _add(
+        f"array_scan_{_t}_host", "ppiiiii", {2: _COUNT, 3: _COUNT, 4: _COUNT, 5: _LENGTH, 6: _BOOL},
+        lambda a, s=_s: (_elements(a[2], a[3] // s, a[5]) * s, _elements(a[2], a[4] // s, a[5]) * s,
+                         None, None, None, None, None),
+        {3: _s, 4: _s},
+    )
+for _t in ("int", "float"):
+    # up to 1.12: scan(in, out, n, inclusive), contiguous scalars
+    _add(f"array_scan_{_t}_host", "ppii", {2: _COUNT, 3: _BOOL},
+         lambda a, s=_SCALAR[_t]: (a[2] * s, a[2] * s, None, None))
+
+for _t in ("int", "uint", "float", "double", "int64", "uint64"):
+    # 1.19: radix_sort(keys, values, n, begin_bit, end_bit, value_size); keys and values hold 2n elements
+    _add(
+        f"radix_sort_pairs_{_t}_host", "ppiiii",
+        {2: _HALF, 3: (0, 8 * _SCALAR[_t]), 4: (0, 8 * _SCALAR[_t]), 5: (4, 8)},
+        lambda a, s=_SCALAR[_t]: (2 * a[2] * s, 2 * a[2] * a[5], None, None, None, None),
+        {5: 4},
+    )
+for _t in ("int", "float", "int64", "uint64"):
+    # up to 1.12: radix_sort(keys, values, n) with int32 values
+    _add(f"radix_sort_pairs_{_t}_host", "ppi", {2: _HALF},
+         lambda a, s=_SCALAR[_t]: (2 * a[2] * s, 2 * a[2] * 4, None))
+
+for _t in ("int", "float"):
+    # segmented_sort(keys, values, n, segment_starts, segment_ends, num_segments): int32 values
+    _add(f"segmented_sort_pairs_{_t}_host", "ppippi", {2: _HALF, 5: _COUNT},
+         lambda a: (2 * a[2] * 4, 2 * a[2] * 4, None, 4 * a[5], 4 * a[5], None))
+
+# runlength_encode(values, run_values, run_lengths, run_count, n): int32 values
+_add("runlength_encode_int_host", "ppppi", {4: _COUNT}, lambda a: (4 * a[4], 4 * a[4], 4 * a[4], 4, None))
+
+for _t in ("float", "double"):
+    _s = _SCALAR[_t]
+    # sum(a, out, count, byte_stride, type_length): out holds one element
+    _add(f"array_sum_{_t}_host", "ppiii", {2: _COUNT, 3: _COUNT, 4: _LENGTH},
+         lambda a, s=_s: (_elements(a[2], a[3] // s, a[4]) * s, a[4] * s, None, None, None), {3: _s})
+    # inner(a, b, out, count, byte_stride_a, byte_stride_b, type_length): out holds one scalar
+    _add(
+        f"array_inner_{_t}_host", "pppiiii", {3: _COUNT, 4: _COUNT, 5: _COUNT, 6: _LENGTH},
+        lambda a, s=_s: (_elements(a[3], a[4] // s, a[6]) * s, _elements(a[3], a[5] // s, a[6]) * s, s,
+                         None, None, None, None),
+        {4: _s, 5: _s},
+    )
+
+NAMES: frozenset[str] = frozenset(name for name, _ in _SIGNATURES)
+
+
+def signature(name: str, arity: int) -> Signature | None:
+    """The signature of ``wp_<name>`` taking ``arity`` arguments, or None if apic does not allow it."""
+    return _SIGNATURES.get((name, arity))
+
+
+def host_arity(name: str) -> int | None:
+    """How many arguments ``wp_<name>`` takes in this process's Warp, if they are all integers and pointers."""
+    import ctypes
+
+    from apic import _compat
+
+    function = getattr(_compat.runtime().core, "wp_" + name, None)
+    function = getattr(function, "__wrapped__", function)  # apic's native sink wraps the original
+    argtypes = getattr(function, "argtypes", None)
+    if argtypes is None:
+        return None
+    integer = (ctypes.c_bool, ctypes.c_int, ctypes.c_uint, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64,
+               ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_long, ctypes.c_ulong)
+    if not all(t in integer for t in argtypes):
+        return None  # a float argument travels in another register class: not callable from the interpreter
+    return len(argtypes)
+
+
+def check_host(name: str, arity: int) -> None:
+    """Refuse a recorded call of ``wp_<name>`` with ``arity`` arguments that this process's Warp cannot make."""
+    from apic import _compat
+    from apic.errors import IncompatibleGraphError
+
+    have = host_arity(name)
+    if have != arity:
+        what = "does not have it" if have is None else f"takes {have}"
+        raise IncompatibleGraphError(
+            f"the graph calls Warp's native wp_{name} with {arity} arguments, but warp-lang "
+            f"{_compat.WARP_VERSION} {what}; load it with the warp-lang release that saved it"
+        )

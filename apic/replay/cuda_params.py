@@ -1,0 +1,231 @@
+"""CUDA kernel parameters and launch grids, in pure Python (no GPU, no cuda-python needed).
+
+A Warp CUDA kernel takes its parameters one by one, by value::
+
+    extern "C" __global__ void <mangled>_cuda_kernel_forward(wp::launch_bounds_t<N> dim, T0 var_a, T1 var_b, ...)
+
+and the backward entry point takes the forward arguments and then one adjoint per argument (an
+``indexedarray`` argument's adjoint is a plain ``array``). apic packs them into one *param blob*: a
+C struct ``{bounds, arg0, arg1, ...}`` with natural alignment, which is exactly the device-side
+parameter layout the CUDA driver uses. A launch passes ``kernelParams[i] = &blob[offset_i]``.
+
+This module computes that layout from the kernel's signature, packs a blob from the addresses
+Warp hands to ``wp_cuda_launch_kernel``, replicates Warp's grid computation (``native/warp.cu``)
+and parses the ``.entry`` parameter lists of PTX, which the offline tests compare against.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+
+from apic.errors import UnsupportedOperationError
+
+INT32_MAX = 2147483647
+LEAN_MAX_THREADS_X = 1 << 24  # lean kernels: gridDim.x * blockDim.x stays within this (warp.cu)
+GRID_YZ_MAX = 65535
+
+
+# --- parameter types and layout ------------------------------------------------------------------
+def arg_ctype(arg_type, adjoint: bool = False) -> type:
+    """The ctypes type Warp packs a kernel argument of Warp type ``arg_type`` into (as a CUDA param).
+
+    Raises ``UnsupportedOperationError`` for argument kinds apic does not record on CUDA.
+    """
+    from apic._compat import wp_codegen, wp_types
+
+    if wp_types.is_array(arg_type):
+        if adjoint and wp_types.matches_array_class(arg_type, wp_types.indexedarray):
+            return wp_types.array_t  # codegen: the adjoint of an indexed array is a regular array
+        ctype = type(arg_type.__ctype__())
+        if ctype not in (wp_types.array_t, wp_types.indexedarray_t):
+            raise UnsupportedOperationError(
+                f"a CUDA launch with a {ctype.__name__} argument", "Fabric arrays are not recorded yet", capture="CUDA"
+            )
+        return ctype
+    if isinstance(arg_type, wp_codegen.Struct):
+        return arg_type.ctype
+    if isinstance(arg_type, type) and issubclass(arg_type, ctypes.Array):  # vec, mat, quat, transform
+        return arg_type
+    scalar = {int: ctypes.c_int32, float: ctypes.c_float, bool: ctypes.c_bool}.get(arg_type)
+    if scalar is not None:
+        return scalar
+    ctype = getattr(arg_type, "_type_", None)  # Warp scalar types: float32._type_ is c_float, ...
+    if isinstance(ctype, type) and issubclass(ctype, ctypes._SimpleCData):
+        return ctype
+    raise UnsupportedOperationError(
+        f"a CUDA launch with an argument of type {getattr(arg_type, '__name__', arg_type)!r}",
+        "apic does not know how Warp passes it", capture="CUDA",
+    )
+
+
+def param_types(kernel, adjoint: bool) -> list[type]:
+    """ctypes types of every parameter of a kernel's CUDA entry point: bounds, args[, adjoints]."""
+    from apic._compat import launch_bounds_type
+
+    args = kernel.adj.args
+    types = [launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))]  # no kernel_dim before 1.14
+    types += [arg_ctype(a.type) for a in args]
+    if adjoint:
+        types += [arg_ctype(a.type, adjoint=True) for a in args]
+    return types
+
+
+@dataclass(frozen=True)
+class ParamLayout:
+    """Where each parameter lives in the param blob (natural alignment, as the CUDA driver lays them out)."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    aligns: tuple[int, ...]
+    size: int  # the blob's size: the end of the last parameter
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+def layout_of(sizes_aligns) -> ParamLayout:
+    """The natural-alignment layout of parameters given as ``(size, alignment)`` pairs."""
+    offsets, sizes, aligns = [], [], []
+    at = 0
+    for size, align in sizes_aligns:
+        at = -(-at // align) * align
+        offsets.append(at)
+        sizes.append(size)
+        aligns.append(align)
+        at += size
+    return ParamLayout(tuple(offsets), tuple(sizes), tuple(aligns), at)
+
+
+def param_layout(types) -> ParamLayout:
+    """The param blob layout of parameters of the given ctypes types."""
+    return layout_of((ctypes.sizeof(t), ctypes.alignment(t)) for t in types)
+
+
+def pack(layout: ParamLayout, addresses) -> bytes:
+    """A param blob from the address of each parameter's bytes (Warp's ``kernelParams`` array)."""
+    if len(addresses) != len(layout):
+        raise ValueError(f"{len(addresses)} parameter addresses for {len(layout)} parameters")
+    blob = bytearray(layout.size)
+    for at, size, address in zip(layout.offsets, layout.sizes, addresses):
+        if not address:
+            raise ValueError("a null kernel parameter pointer")
+        blob[at : at + size] = ctypes.string_at(address, size)
+    return bytes(blob)
+
+
+def pack_objects(layout: ParamLayout, objects) -> bytes:
+    """A param blob from the ctypes objects Warp packed (``Launch.params``)."""
+    return pack(layout, [ctypes.addressof(o) for o in objects])
+
+
+def array_slots(kernel, types, layout: ParamLayout, adjoint: bool) -> tuple:
+    """The array descriptors (``ArraySlot``) inside a param blob: pointers that need relocating."""
+    from apic.record.layout import array_slots as slots_in
+
+    args = kernel.adj.args
+    found = []
+    entries = [(a, False) for a in args] + ([(a, True) for a in args] if adjoint else [])
+    for i, (arg, adj) in enumerate(entries, start=1):
+        label = f"adj_{arg.label}" if adj else arg.label
+        found += slots_in(arg.type, types[i], layout.offsets[i], label)
+    return tuple(found)
+
+
+# --- launch grid ---------------------------------------------------------------------------------
+def _int32(value: int) -> int:
+    """``value`` converted to a C ``int`` as ``int x = (size_t)value`` does (two's complement wrap)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The ``cuLaunchKernel`` geometry of one launch."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+def launch_grid(dim: int, block_dim: int, max_blocks: int = 0, grid_stride: bool = True, cluster_dim: int = 1,
+                arch: int | None = None) -> Grid | None:
+    """The grid and block ``wp_cuda_launch_kernel`` launches ``dim`` threads with (``native/warp.cu``).
+
+    * grid-stride kernels (every kernel up to warp 1.14; the default after): ``ceil(dim / block_dim)``
+      blocks along x, as a C ``int``, capped by ``max_blocks`` (``<= 0``: no cap) and by INT32_MAX
+      when the ``int`` overflows; a clustered grid cut by ``max_blocks`` is rounded down to whole clusters;
+    * lean kernels (``@wp.kernel(grid_stride=False)``, warp 1.15+): the blocks are spread over a 3-D grid,
+      ``x`` at most ``2**24 / block_dim`` (a multiple of ``cluster_dim``), ``y`` and ``z`` at most 65535.
+
+    ``block_dim <= 0`` means 256. Cluster dims (sm_90+ only; 1 on an older ``arch``) are compiled
+    into the kernel. Returns None for ``dim == 0`` (nothing is launched); raises ``ValueError``
+    where Warp refuses the launch.
+    """
+    if dim < 0:
+        raise ValueError(f"negative launch size {dim}")
+    if block_dim <= 0:
+        block_dim = 256
+    if cluster_dim <= 0 or (cluster_dim > 1 and arch is not None and arch < 90):
+        cluster_dim = 1
+    if dim == 0:
+        return None
+    block = (block_dim, 1, 1)
+    total_blocks = (dim + block_dim - 1) // block_dim
+    if grid_stride:
+        natural = _int32(total_blocks)
+        cap = max_blocks if max_blocks > 0 else INT32_MAX
+        grid_x = cap if natural < 0 or natural > cap else natural
+        if cluster_dim > 1 and grid_x > 0:
+            if grid_x == natural:
+                if grid_x % cluster_dim:
+                    raise ValueError(
+                        f"a clustered launch needs a whole number of clusters ({grid_x} blocks, cluster_dim={cluster_dim})"
+                    )
+            else:
+                grid_x = grid_x // cluster_dim * cluster_dim
+                if grid_x == 0:
+                    raise ValueError(f"max_blocks={max_blocks} is less than cluster_dim={cluster_dim}")
+        return Grid((max(grid_x, 1), 1, 1), block)
+    if cluster_dim > 1 and total_blocks % cluster_dim:
+        raise ValueError(
+            f"a clustered launch needs a whole number of clusters ({total_blocks} blocks, cluster_dim={cluster_dim})"
+        )
+    max_x = LEAN_MAX_THREADS_X // block_dim
+    if cluster_dim > 1:
+        max_x = max_x // cluster_dim * cluster_dim or cluster_dim
+    gx = max(min(total_blocks, max_x), 1)
+    remaining = -(-total_blocks // gx)
+    gy = max(min(remaining, GRID_YZ_MAX), 1)
+    gz = min(max(-(-remaining // gy), 1), GRID_YZ_MAX)
+    return Grid((gx, gy, gz), block)
+
+
+# --- PTX -----------------------------------------------------------------------------------------
+_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(([^)]*)\)", re.S)
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.([a-z]+)(\d+)(?:\s+\.ptr(?:\s+\.\w+)*(?:\s+\.align\s+\d+)?)?"
+                    r"\s+([A-Za-z_$][\w$]*)(?:\[(\d+)\])?")
+_TARGET = re.compile(r"^\s*\.target\s+sm_(\d+)([a-z]?)", re.M)
+
+
+def ptx_entries(ptx: str) -> dict[str, list[tuple[int, int]]]:
+    """Every ``.entry`` of a PTX module: name -> its parameters as ``(size, alignment)`` in bytes."""
+    entries = {}
+    for match in _ENTRY.finditer(ptx):
+        params = []
+        for text in filter(None, (p.strip() for p in match.group(2).split(","))):
+            param = _PARAM.fullmatch(text)
+            if param is None:
+                raise ValueError(f"cannot read the PTX parameter {text!r} of {match.group(1)}")
+            align, _, bits, _, count = param.groups()
+            elem = int(bits) // 8
+            size = elem * int(count) if count else elem
+            params.append((size, int(align) if align else elem))
+        entries[match.group(1)] = params
+    return entries
+
+
+def ptx_target(ptx: str) -> tuple[int, str] | None:
+    """The ``.target sm_XY[a]`` of a PTX module as ``(arch, suffix)``, or None."""
+    match = _TARGET.search(ptx)
+    return (int(match.group(1)), match.group(2)) if match else None
