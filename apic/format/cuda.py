@@ -158,38 +158,32 @@ def collect_bindings(graph, inputs, outputs) -> list:
 
     from apic import bindings as b
     from apic.errors import BindingError
+    from apic.format.writer import named_arrays
 
     found: dict = {}
-    for kind, mapping in (("input", inputs), ("output", outputs)):
-        if mapping is None:
-            continue
-        if not hasattr(mapping, "items"):
-            raise TypeError(f"{kind}s must be a dict mapping names to Warp arrays, got {type(mapping).__name__}")
-        for name, arr in mapping.items():
-            if name in found:
-                raise ValueError(f"binding name '{name}' is used twice (in inputs and outputs)")
-            if not isinstance(name, str) or not name:
-                raise BindingError(f"binding names must be non-empty strings, got {name!r}")
-            if not b.is_warp_array(arr):
-                raise TypeError(f"{kind} '{name}' must be a Warp array, got {type(arr).__name__}")
-            if arr.device != graph.device:
-                raise ValueError(f"{kind} '{name}' is on {arr.device}; the graph is on {graph.device}")
-            ptr, elem_size, shape, strides = b.array_facts(arr)
-            lo, hi = b.extent(ptr, elem_size, shape, strides)
-            for region, base in zip(graph.recording.regions, graph.region_addresses):
-                if ptr and base <= lo and hi <= base + region.nbytes:
-                    np_dtype, elem_shape = b.numpy_layout(arr.dtype)
-                    found[name] = b.Binding(
-                        name=name, kind=kind, region=region.id, offset=ptr - base,
-                        nbytes=math.prod(shape) * elem_size, dtype=b.dtype_name(arr.dtype), shape=shape,
-                        strides=strides, elem_size=elem_size, np_dtype=np_dtype, elem_shape=elem_shape,
-                    )
-                    break
-            else:
-                raise BindingError(
-                    f"{kind} '{name}' ({b.dtype_name(arr.dtype)}, shape {shape}) is not memory this graph uses: "
-                    "bind only arrays that the captured operations read or write"
+    for kind, name, arr in named_arrays(inputs, outputs):
+        if not isinstance(name, str) or not name:
+            raise BindingError(f"binding names must be non-empty strings, got {name!r}")
+        if not b.is_warp_array(arr):
+            raise TypeError(f"{kind} '{name}' must be a Warp array, got {type(arr).__name__}")
+        if arr.device != graph.device:
+            raise ValueError(f"{kind} '{name}' is on {arr.device}; the graph is on {graph.device}")
+        ptr, elem_size, shape, strides = b.array_facts(arr)
+        lo, hi = b.extent(ptr, elem_size, shape, strides)
+        for region, base in zip(graph.recording.regions, graph.region_addresses):
+            if ptr and base <= lo and hi <= base + region.nbytes:
+                np_dtype, elem_shape = b.numpy_layout(arr.dtype)
+                found[name] = b.Binding(
+                    name=name, kind=kind, region=region.id, offset=ptr - base,
+                    nbytes=math.prod(shape) * elem_size, dtype=b.dtype_name(arr.dtype), shape=shape,
+                    strides=strides, elem_size=elem_size, np_dtype=np_dtype, elem_shape=elem_shape,
                 )
+                break
+        else:
+            raise BindingError(
+                f"{kind} '{name}' ({b.dtype_name(arr.dtype)}, shape {shape}) is not memory this graph uses: "
+                "bind only arrays that the captured operations read or write"
+            )
     kept = [v for k, v in getattr(graph, "bindings", {}).items() if k not in found]
     return kept + list(found.values())
 

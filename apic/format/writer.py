@@ -166,19 +166,27 @@ def _binding(binding: Binding) -> dict:
     }
 
 
-def collect_bindings(graph, inputs, outputs) -> list[Binding]:
-    """The named bindings of ``inputs`` and ``outputs`` (name -> Warp array) for ``graph``."""
-    regions = graph.recording.regions
-    found: dict[str, Binding] = {}
+def named_arrays(inputs, outputs):
+    """``(kind, name, array)`` for each entry of ``capture_save``'s ``inputs`` and ``outputs``."""
+    seen = set()
     for kind, mapping in (("input", inputs), ("output", outputs)):
         if mapping is None:
             continue
         if not hasattr(mapping, "items"):
             raise TypeError(f"{kind}s must be a dict mapping names to Warp arrays, got {type(mapping).__name__}")
         for name, arr in mapping.items():
-            if name in found:
+            if name in seen:
                 raise ValueError(f"binding name '{name}' is used twice (in inputs and outputs)")
-            found[name] = make_binding(name, kind, arr, regions, graph.region_addresses)
+            seen.add(name)
+            yield kind, name, arr
+
+
+def collect_bindings(graph, inputs, outputs) -> list[Binding]:
+    """The named bindings of ``inputs`` and ``outputs`` (name -> Warp array) for ``graph``."""
+    regions = graph.recording.regions
+    found: dict[str, Binding] = {}
+    for kind, name, arr in named_arrays(inputs, outputs):
+        found[name] = make_binding(name, kind, arr, regions, graph.region_addresses)
     # A loaded graph saved again keeps its parameters, unless a new binding takes the name.
     kept = [b for name, b in getattr(graph, "bindings", {}).items() if name not in found]
     return kept + list(found.values())

@@ -31,7 +31,7 @@ from apic.errors import CaptureError
 from apic.format.cuda import CUDA_ABI  # by-value params after the launch bounds
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import layout
-from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, raw_pointers, resolve_op
+from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, raw_pointers, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
 from apic.replay import cuda_params
@@ -112,15 +112,9 @@ class CudaRecorder:
     def end(self) -> Recording:
         self.abort()
         regions, resolve = self._ranges.build()
-        resolved: dict[int, object] = {}
-        ops = []
-        for op in self.ops:
-            done = resolved.get(id(op))
-            if done is None:
-                done = resolved[id(op)] = resolve_op(op, resolve)
-            ops.append(done)
+        ops = resolve_ops(self.ops, resolve)
         return Recording(abi=CUDA_ABI, regions=tuple(regions), modules=tuple(self._module_infos),
-                         kernels=tuple(self._kernel_infos), ops=tuple(ops))
+                         kernels=tuple(self._kernel_infos), ops=ops)
 
     def _append(self, op) -> None:
         shared = self._interned.setdefault(op, op)

@@ -238,6 +238,18 @@ def raw_pointers(op) -> list[RawPtr]:
     return found
 
 
+def resolve_ops(ops, resolve: Callable[[int], Ref]) -> tuple:
+    """``resolve_op`` over a captured op sequence; ops shared in it stay shared (resolved once)."""
+    resolved: dict[int, object] = {}
+    out = []
+    for op in ops:
+        done = resolved.get(id(op))
+        if done is None:
+            done = resolved[id(op)] = resolve_op(op, resolve)
+        out.append(done)
+    return tuple(out)
+
+
 def resolve_op(op, resolve: Callable[[int], Ref]):
     """Replace the raw addresses of a captured op by region references."""
     changes = {}

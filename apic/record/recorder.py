@@ -18,7 +18,7 @@ from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record import layout
 from apic.record import natives
 from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, Jump, Launch, Memcpy, Memset, Memtile
-from apic.record.ops import NativeCall, RawBlob, RawPtr, raw_pointers, resolve_op, unresolve_op
+from apic.record.ops import NativeCall, RawBlob, RawPtr, raw_pointers, resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
 
@@ -123,19 +123,13 @@ class Recorder:
         if any(op is None for op in self.ops):  # pragma: no cover - a control-flow body left unfinished
             raise CaptureError("a wp.capture_if / capture_while body was not finished when the capture ended")
         regions, resolve = self._ranges.build()
-        resolved: dict[int, object] = {}  # by id(op): shared ops stay shared
-        ops = []
-        for op in self.ops:
-            done = resolved.get(id(op))
-            if done is None:
-                done = resolved[id(op)] = resolve_op(op, resolve)
-            ops.append(done)
+        ops = resolve_ops(self.ops, resolve)
         return Recording(
             abi=_compat.KERNEL_ABI,
             regions=tuple(regions),
             modules=tuple(self._module_infos),
             kernels=tuple(self._kernel_infos),
-            ops=tuple(ops),
+            ops=ops,
         )
 
     def _append(self, op) -> None:

@@ -246,8 +246,11 @@ def _as_int(value) -> int:
     raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
 
 
-def _memory_sink(name: str, original, method: str):
-    """A native host memory function that records when reached from a recordable API."""
+def _recording_sink(name: str, original, record, where: str):
+    """A native host function that, during a capture, calls ``record(recorder, int args)`` instead.
+
+    It records only when reached from a recordable Python API (``where`` names them for the error).
+    """
 
     @functools.wraps(original)
     def sink(*args):
@@ -255,13 +258,17 @@ def _memory_sink(name: str, original, method: str):
         if recorder is None:
             return original(*args)
         if recorder.api_depth == 0:
-            raise UnsupportedOperationError(
-                f"wp_{name} (native)", "only wp.copy, array.zero_ and array.fill_ may move host memory"
-            )
-        getattr(recorder, method)(*map(_as_int, args))
-        return True
+            raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
+        record(recorder, tuple(map(_as_int, args)))
+        return True  # success, for the callers that check it
 
     return sink
+
+
+def _memory_sink(name: str, original, method: str):
+    """A host memory function (memcpy, memset, ...) recorded from wp.copy / zero_ / fill_."""
+    record = lambda recorder, args: getattr(recorder, method)(*args)  # noqa: E731
+    return _recording_sink(name, original, record, "wp.copy, array.zero_ or array.fill_")
 
 
 # Native host memory functions and the recorder method that records each (same argument order).
@@ -278,21 +285,9 @@ _NATIVE_ALLOWED = ("alloc_host", "free_host", "is_", "get_", "_get", "float_to_"
 
 
 def _utility_sink(name: str, original):
-    """A native host utility (``apic.record.natives``) that records when reached from ``wp.utils``."""
-
-    @functools.wraps(original)
-    def sink(*args):
-        recorder = active()
-        if recorder is None:
-            return original(*args)
-        if recorder.api_depth == 0:
-            raise UnsupportedOperationError(
-                f"wp_{name} (native)", "apic records it only when called through its wp.utils function"
-            )
-        recorder.record_native_call(name, tuple(map(_as_int, args)))
-        return True  # success, for the callers that check (segmented_sort_pairs)
-
-    return sink
+    """A native host utility (``apic.record.natives``) recorded from its ``wp.utils`` function."""
+    record = lambda recorder, args: recorder.record_native_call(name, args)  # noqa: E731
+    return _recording_sink(name, original, record, "its wp.utils function")
 
 
 def _refusing_sink(name: str, original):
