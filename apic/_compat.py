@@ -107,6 +107,16 @@ def quiet_warp() -> None:
 
 
 # --- Saved graphs: module binaries, native object loading, host target -----------------------------
+def _cache_folders(module_name: str, module_exec) -> list[tuple[str, str]]:
+    """``(stem, folder)`` where warp < 1.19 may keep a module's binaries: hashed name first, then ``strip_hash``."""
+    import os
+
+    digest = getattr(module_exec, "module_hash", None)
+    stems = [f"wp_{module_name}_{digest.hex()[:7]}"] if digest else []
+    stems.append(f"wp_{module_name}")
+    return [(stem, os.path.join(wp.config.kernel_cache_dir, stem)) for stem in stems]
+
+
 def module_binary_path(module_name: str, module_exec) -> str:
     """Path of the compiled CPU binary (``.o``) behind a loaded ``module_exec`` in Warp's kernel cache.
 
@@ -118,11 +128,7 @@ def module_binary_path(module_name: str, module_exec) -> str:
     path = getattr(module_exec, "binary_path", None)
     if path:
         return os.fspath(path)
-    digest = getattr(module_exec, "module_hash", None)
-    stems = [f"wp_{module_name}_{digest.hex()[:7]}"] if digest else []
-    stems.append(f"wp_{module_name}")
-    for stem in stems:
-        folder = os.path.join(wp.config.kernel_cache_dir, stem)
+    for stem, folder in _cache_folders(module_name, module_exec):
         exact = os.path.join(folder, stem + ".o")
         if os.path.isfile(exact):
             return exact
@@ -304,13 +310,9 @@ def cuda_module_binary_path(module, module_exec) -> str:
     path = getattr(module_exec, "binary_path", None)
     if path:
         return os.fspath(path)
-    digest = getattr(module_exec, "module_hash", None)
-    stems = [f"wp_{module.name}_{digest.hex()[:7]}"] if digest else []
-    stems.append(f"wp_{module.name}")
     device = module_exec.device
     arch = getattr(module, "_get_compile_arch", lambda d: d.get_cuda_compile_arch())(device)
-    for stem in stems:
-        folder = os.path.join(wp.config.kernel_cache_dir, stem)
+    for stem, folder in _cache_folders(module.name, module_exec):
         try:
             names = sorted(os.listdir(folder))
         except OSError:

@@ -196,17 +196,12 @@ def document(graph, bindings) -> tuple[dict, dict[str, bytes]]:
     import apic
     from apic import _compat
     from apic.format import schema
-    from apic.format.writer import _binding, module_file_name
+    from apic.format.writer import _binding, module_file_name, region_wire
 
     recording = graph.recording
     regions = []
     for region in recording.regions:
-        contents = None if region.owned else graph.read_region(region.id)
-        array = None
-        if region.array is not None:
-            array = {"dtype": region.array.dtype, "shape": list(region.array.shape),
-                     "strides": list(region.array.strides)}
-        regions.append({"nbytes": region.nbytes, "owned": region.owned, "array": array, "contents": contents})
+        regions.append(region_wire(region, None if region.owned else graph.read_region(region.id)))
 
     images: dict[str, bytes] = {}
     modules = []

@@ -211,11 +211,7 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
                     "capture_save of a graph whose memory holds a Mesh/Bvh/HashGrid/Volume id",
                     "native handles cannot be saved yet (their addresses are only valid in this process)",
                 )
-        array = None
-        if region.array is not None:
-            array = {"dtype": region.array.dtype, "shape": list(region.array.shape),
-                     "strides": list(region.array.strides)}
-        regions.append({"nbytes": region.nbytes, "owned": region.owned, "array": array, "contents": contents})
+        regions.append(region_wire(region, contents))
 
     images: dict[str, bytes] = {}
     modules = []
@@ -255,6 +251,14 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         "bindings": [_binding(b) for b in bindings],
     }
     return doc, images
+
+
+def region_wire(region, contents: bytes | None) -> dict:
+    """A region on the wire: size, ownership, the array that covers it (if one does) and its bytes."""
+    array = None
+    if region.array is not None:
+        array = {"dtype": region.array.dtype, "shape": list(region.array.shape), "strides": list(region.array.strides)}
+    return {"nbytes": region.nbytes, "owned": region.owned, "array": array, "contents": contents}
 
 
 def _ops_and_sequence(ops) -> dict:
