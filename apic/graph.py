@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from apic import _compat
+from apic.record.ops import HandleRef
 from apic.record.recorder import active
 from apic.record.recording import Recording
 from apic.replay.program import Program, lower
@@ -32,7 +34,16 @@ class Graph:
         if kernel_addresses is None:
             kernel_addresses = [k.address for k in recording.kernels]
         self.region_addresses = list(region_addresses)
-        self.program: Program = lower(recording, self.region_addresses, list(kernel_addresses))
+        # The ids of its native handles (Mesh, Bvh, ...): the captured objects, or those rebuilt on load.
+        self.handle_ids = [int(h.obj.id) for h in recording.handles]
+        self.program: Program = lower(recording, self.address_of, list(kernel_addresses))
+        self._checks_blocks = any(k.cpu_blocks for k in recording.kernels)
+
+    def address_of(self, target) -> int:
+        """The live address of a region reference, or the id of a ``HandleRef``'s object."""
+        if isinstance(target, HandleRef):
+            return self.handle_ids[target.index]
+        return self.region_addresses[target.region] + target.offset
 
     @property
     def op_count(self) -> int:
@@ -51,7 +62,17 @@ class Graph:
             for _ in range(repeats):
                 recorder.record_graph(self)
             return
+        if not self._checks_blocks:
+            self.program.run(repeats)
+            return
+        take_error = _compat.runtime().core.wp_take_cpu_block_error
+        take_error()  # as eager Warp: forget a failure left over from earlier work
         self.program.run(repeats)
+        error = take_error()
+        if error:
+            # Reported after the replay, not at the failing launch (the interpreter does not stop).
+            message = error.decode("utf-8", errors="replace")
+            raise RuntimeError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
 
     # --- named parameters (loaded graphs), as warp.Graph in Warp 1.19 ---------------------------------
     @property

@@ -28,7 +28,9 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
 
     The graph must have been captured on the CPU with ``apic=True``. Writes ``<stem>.wrp`` and
     ``<stem>_modules/`` (one compiled binary per Warp module); keep them together. The save is
-    atomic: if it fails at any point, an earlier artifact at ``path`` stays intact.
+    atomic: if it fails at any point, an earlier artifact at ``path`` stays intact; if the process
+    is killed, ``path`` holds the earlier artifact or the new one, complete (docs/RELIABILITY.md,
+    section 4, lists what else such a kill can leave, which loads ignore and the next save removes).
 
     Args:
         graph: A graph returned by ``wp.capture_end`` / ``wp.ScopedCapture`` (``apic=True``), or a

@@ -68,7 +68,7 @@ for _path in (HERE, REPO):
         sys.path.insert(0, _path)
 
 HEADER = struct.Struct("<8sIIQ32s")  # as apic.format.schema.HEADER (kept here so the worker protocol needs no apic)
-SEEDS = ("memory", "sim", "indexed")
+SEEDS = ("memory", "sim", "indexed", "handles")
 
 
 # ==================================================================================================
@@ -80,13 +80,26 @@ def _indexed_gather(src: wp.indexedarray(dtype=float), dst: wp.array(dtype=float
     dst[i] = src[i] * scale
 
 
+@wp.kernel
+def _mesh_and_grid(mesh: wp.uint64, grid: wp.uint64, points: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    i = wp.tid()
+    q = wp.mesh_query_point_no_sign(mesh, points[i], 10.0)
+    query = wp.hash_grid_query(grid, points[i], 0.5)
+    index = int(0)
+    while wp.hash_grid_query_next(query, index):
+        out[i] += float(index)
+    out[i] += q.u
+
+
 def make_seeds(folder: str) -> dict[str, str]:
     """Capture and save the seed graphs into ``folder``; returns name -> ``.wrp`` path.
 
     * ``memory``: copies (contiguous, strided, with offsets), fills, ``zero_``, graph-owned memory;
       no kernels and no indexed arrays, so any file that validates is safe to replay;
     * ``sim``: tests/persist_kernels.Sim, forward and backward launches, structs, 2-d arrays;
-    * ``indexed``: a launch taking an indexed array, indexed copy and fill.
+    * ``indexed``: a launch taking an indexed array, indexed copy and fill;
+    * ``handles``: a wp.Mesh (refit) and a wp.HashGrid (built) that a kernel queries: loading
+      builds them again from the file's arrays and options.
     """
     import numpy as np
 
@@ -129,14 +142,31 @@ def make_seeds(folder: str) -> dict[str, str]:
         wp.indexedarray(other, [idx]).fill_(0.5)
     wp.capture_save(cap.graph, os.path.join(folder, "indexed"), inputs={"src": src}, outputs={"dst": dst})
     paths["indexed"] = os.path.join(folder, "indexed.wrp")
+
+    points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], np.float32), dtype=wp.vec3, device=cpu)
+    mesh = wp.Mesh(points=points, indices=wp.array([0, 1, 2, 1, 3, 2], dtype=wp.int32, device=cpu))
+    grid = wp.HashGrid(4, 4, 4, device=cpu)
+    out = wp.zeros(4, dtype=float, device=cpu)
+    with wp.ScopedCapture(device=cpu, apic=True) as cap:
+        mesh.refit()
+        grid.build(points, 0.5)
+        wp.launch(_mesh_and_grid, dim=4, inputs=[mesh.id, grid.id, points, out], device=cpu)
+    wp.capture_save(cap.graph, os.path.join(folder, "handles"), inputs={"points": points}, outputs={"out": out})
+    paths["handles"] = os.path.join(folder, "handles.wrp")
     return {name: paths[name] for name in SEEDS}
 
 
 # ==================================================================================================
 # Encoding: header, msgpack bodies, recipes
 # ==================================================================================================
-def seal(body: bytes, version: int = 1) -> bytes:
-    """A valid apic header (length and SHA-256 of ``body``) followed by ``body``."""
+def seal(body: bytes, version: int | None = None) -> bytes:
+    """A valid apic header (length and SHA-256 of ``body``) followed by ``body``.
+
+    The version defaults to the one the body needs (2 with native handles, else 1), so that edits
+    reach the checks past the header.
+    """
+    if version is None:
+        version = 2 if b"\xa7handles" in body else 1
     return HEADER.pack(b"APICWRP\0", version, 0, len(body), hashlib.sha256(body).digest()) + body
 
 
@@ -755,7 +785,7 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
 
     def replay_safe(graph) -> bool:
         for op in graph.recording.ops:
-            if isinstance(op, rec.Launch):
+            if isinstance(op, (rec.Launch, rec.HandleCall)):  # native code reading what the ops wrote
                 return False
             if isinstance(op, rec.ArrayCopy) and (op.dst_type or op.src_type):
                 return False

@@ -118,22 +118,3 @@ def test_native_structs_across_versions_are_refused(saved, tmp_path):
     same = copy.deepcopy(doc)
     same["writer"]["warp"] = wp.config.version  # same warp-lang: the layout is the same
     assert wp.capture_load(str(rewrite(saved, tmp_path, same, "same_warp"))).is_loaded
-
-
-@wp.kernel
-def _closest(mesh: wp.uint64, points: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
-    i = wp.tid()
-    q = wp.mesh_query_point_no_sign(mesh, points[i], 10.0)
-    out[i] = q.u
-
-
-def test_saving_a_mesh_handle_is_refused(tmp_path):
-    points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32), dtype=wp.vec3, device="cpu")
-    mesh = wp.Mesh(points=points, indices=wp.array([0, 1, 2], dtype=int, device="cpu"))
-    out = wp.zeros(3, dtype=float, device="cpu")
-    with wp.ScopedCapture(device="cpu", apic=True) as cap:
-        wp.launch(_closest, dim=3, inputs=[mesh.id, points, out], device="cpu")
-    wp.capture_launch(cap.graph)  # live replay is fine: the mesh lives in this process
-    with pytest.raises(NotImplementedError, match="Mesh/Bvh/HashGrid/Volume id"):
-        wp.capture_save(cap.graph, str(tmp_path / "mesh"))
-    assert not list(tmp_path.iterdir())

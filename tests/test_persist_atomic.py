@@ -1,17 +1,21 @@
 """A save that fails at any point (exception, full disk, permission denied, killed process) leaves the
 earlier artifact at that path intact and loadable, and no temporary files: none after an exception,
-none after a kill while the files are written (they are unnamed until published, on Linux), and
-what a kill in the publication window leaves is removed by the next save there.
+none after a kill while the files are written (they are unnamed until published, on Linux). A kill
+in the few calls around the commit leaves the old or the new artifact, complete, plus at most files
+the committed .wrp does not name and one fixed temporary name: a load ignores them and the next save
+removes them (docs/RELIABILITY.md, section 4, states the guarantee).
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -150,6 +154,67 @@ def test_save_over_foreign_modules_folder(tmp_path):
     assert "test_persist_atomic" in os.listdir(tmp_path / "g_modules")[0]
 
 
+def test_leftovers_are_ignored_by_load_and_removed_by_save(tmp_path):
+    """What killed saves can leave, here damaged (a kill mid-write leaves a named temporary half
+    written where there are no unnamed files): a load ignores it all and changes nothing; the next
+    save removes it all, reusing the .wrp's temporary name on the way."""
+    expected_x = save_a(tmp_path)
+    leftovers = {
+        ".g.wrp" + writer._TEMP_TAG: b"half a .wrp",
+        os.path.join("g_modules", ".x.0123456789abcdef.o" + writer._TEMP_TAG): b"half a module",
+        os.path.join("g_modules", "x.0123456789abcdef.o"): b"\x7fELF an orphan",
+    }
+    for name, data in leftovers.items():
+        (tmp_path / name).write_bytes(data)
+    before = tree(tmp_path)
+    check_a(tmp_path, before, expected_x)
+    assert tree(tmp_path) == before, "a load changed the folder"
+    graph, x = graph_b()
+    wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
+    files = tree(tmp_path)
+    assert len(files) == 2 and "g.wrp" in files and not set(leftovers) & set(files), sorted(files)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="flock is POSIX")
+def test_saves_at_one_path_take_turns(tmp_path, monkeypatch):
+    """A save waits while another at the same path is between publishing its modules and cleaning up
+    (``flock`` on the folder). Otherwise it would commit and then remove, as unused, the module
+    file the other has just published, and the other would commit a .wrp whose module is gone."""
+    save_a(tmp_path)
+    sim = pk.Sim(0)
+    graph_a = pk.capture(sim)
+    graph, x = graph_b()
+    paused, resume, done = threading.Event(), threading.Event(), []
+    original = writer._fsync_dir
+
+    def fsync_dir(folder):
+        original(folder)
+        if threading.current_thread() is first and folder.endswith("g_modules") and not paused.is_set():
+            paused.set()  # B's module is published, its .wrp not committed yet
+            resume.wait(60)
+
+    def save(g, **bindings):
+        wp.capture_save(g, str(tmp_path / "g"), **bindings)
+        done.append(g)
+
+    monkeypatch.setattr(writer, "_fsync_dir", fsync_dir)
+    first = threading.Thread(target=save, args=(graph,), kwargs={"inputs": {"x": x}})
+    second = threading.Thread(target=save, args=(graph_a,), kwargs={"outputs": {"x": sim.a["x"]}})
+    first.start()
+    assert paused.wait(60)
+    second.start()
+    second.join(1.0)
+    waited = second.is_alive()
+    resume.set()
+    first.join(60)
+    second.join(60)
+    assert waited, "the second save did not wait for the first"
+    assert done == [graph, graph_a]
+    files = tree(tmp_path)  # the second save's artifact, and nothing else
+    assert len(files) == 2 and "g.wrp" in files and any("persist_kernels" in name for name in files), sorted(files)
+    wp.capture_load(str(tmp_path / "g"))  # every module it names is there, as saved
+
+
 def test_modules_path_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "g_modules").write_bytes(b"not a folder")
     graph, x = graph_b()
@@ -176,10 +241,10 @@ def test_read_only_folder(tmp_path):
 
 
 # --- faults in a real process: a file-size limit, and kills -----------------------------------------
-# A child process saves graph B (its own kernel, so a new module file) over artifact A at argv[1].
+# A child process saves graph B (its own kernel, so a new module file) at argv[1].
 CHILD_SAVE = textwrap.dedent(
     """
-    import os, resource, signal, sys
+    import json, os, resource, shutil, signal, sys
     import numpy as np
     import warp as wp
     wp.config.quiet = True
@@ -206,39 +271,55 @@ CHILD_SAVE = textwrap.dedent(
             sys.exit(0)
         sys.exit("the save did not fail")
 
-    # mode "kill": SIGKILL this process at call number `n` of `name` (half-way through, for a write)
-    name, n = arg.rsplit("#", 1)
-    owner = os if name in ("fsync", "replace") else writer
-    original, calls = getattr(owner, name), [0]
+    # mode "every": argv[1] is a folder holding template/ (what is there before the save). The save
+    # runs once to the end in complete/ and lists every call of an `os` function the writer makes;
+    # then, for each call k, a forked process copies template/ to k<k>/ and saves there, with
+    # SIGKILL just before call k (half-way through it, for a write).
+    root = sys.argv[1]
+    if arg == "named":  # no unnamed files: every staged file has its temporary name from the start
+        writer._open_unnamed = lambda folder: None
+    real_os = os
 
-    def dying(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == int(n):
-            if name == "_write_all":
-                fd, data = args
-                os.write(fd, bytes(data)[: len(data) // 2])
-            os.kill(os.getpid(), signal.SIGKILL)
-        return original(*args, **kwargs)
+    class Dying:  # stands for `os` in the writer
+        def __init__(self, kill_at):
+            self.kill_at, self.calls = kill_at, []
 
-    setattr(owner, name, dying)
-    wp.capture_save(cap.graph, sys.argv[1], inputs={"x": x})
-    print("not killed")
+        def __getattr__(self, name):
+            value = getattr(real_os, name)
+            if not callable(value):
+                return value
+
+            def call(*args, **kwargs):
+                self.calls.append(name)
+                if len(self.calls) == self.kill_at:
+                    if name == "write":
+                        real_os.write(args[0], bytes(args[1])[: len(args[1]) // 2])
+                    real_os.kill(real_os.getpid(), signal.SIGKILL)
+                return value(*args, **kwargs)
+            return call
+
+    def save(folder, kill_at):
+        shutil.copytree(os.path.join(root, "template"), folder)
+        writer.os = dying = Dying(kill_at)
+        try:
+            wp.capture_save(cap.graph, os.path.join(folder, "g"), inputs={"x": x})
+        finally:
+            writer.os = real_os
+        return dying.calls
+
+    calls = save(os.path.join(root, "complete"), 0)
+    statuses = []
+    for k in range(1, len(calls) + 1):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                save(os.path.join(root, f"k{k:03d}"), k)
+            finally:
+                os._exit(3)  # not killed
+        statuses.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+    print(json.dumps({"calls": calls, "statuses": statuses}))
     """
 )
-
-# Where a save is killed: (call, what the folder holds afterwards). "clean": exactly artifact A, as
-# before (on Linux, where unpublished files have no name); "leftovers": A intact plus files the old
-# graph does not use; "committed": graph B saved, plus the old module file.
-KILL_POINTS = {
-    "writing module": ("_write_all#1", "clean"),
-    "module fsync": ("fsync#1", "clean"),
-    "writing wrp": ("_write_all#2", "clean"),
-    "wrp fsync": ("fsync#2", "clean"),
-    "publishing": ("_publish#1", "clean"),
-    "module published": ("_fsync_dir#1", "leftovers"),
-    "commit rename": ("replace#1", "leftovers"),
-    "committed": ("_collect_garbage#1", "committed"),
-}
 
 
 def _unnamed_files_supported(folder) -> bool:
@@ -250,48 +331,137 @@ def _unnamed_files_supported(folder) -> bool:
 
 
 def _child(script, out, *args):
-    return subprocess.Popen([sys.executable, str(script), str(out / "g"), *args], env=child_env(),
+    return subprocess.Popen([sys.executable, str(script), str(out), *args], env=child_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_killed_save_keeps_earlier_artifact(tmp_path):
+def listing(folder) -> tuple[dict, set]:
+    """``(tree(folder), every folder under it)``, relative paths."""
+    dirs = {os.path.relpath(os.path.join(root, d), folder) for root, ds, _ in os.walk(folder) for d in ds}
+    return tree(folder), dirs
+
+
+def replays(folder, expected) -> None:
+    """The graph at ``folder/g`` loads and replays to ``expected``: A's x, or B's (the child's) x * 3."""
+    loaded = wp.capture_load(str(folder / "g"))
+    wp.capture_launch(loaded)
+    if expected is None:
+        out = wp.empty(8, dtype=float, device="cpu")
+        loaded.get_param("x", out)
+        assert np.array_equal(out.numpy(), np.arange(8, dtype=np.float32) * 3)
+    else:
+        out = wp.empty(pk.N, dtype=wp.vec3, device="cpu")
+        loaded.get_param("x", out)
+        assert same_bits(out.numpy(), expected)
+
+
+def check_killed(folder, old: dict, new: dict, old_x, named: bool, done: list[str], fatal, next_save,
+                 checked: dict) -> str:
+    """What a save killed in ``folder`` before its call ``fatal``, after the calls ``done``, left: the
+    old (files ``old``, replaying to ``old_x``) or the new artifact, complete, plus only leftovers that
+    a load ignores and the next save removes. Returns a description of the leftovers. ``checked``
+    maps folder contents already loaded and saved over to their description (the same contents load
+    and save the same way)."""
+    files, dirs = listing(folder)
+    key = (tuple(sorted(files.items())), tuple(sorted(dirs)))
+    where = f"killed before call {len(done) + 1}, os.{fatal}" if fatal else "not killed"
+    if "g.wrp" in files and files["g.wrp"] == old.get("g.wrp"):
+        state, artifact = "old", old
+    elif "g.wrp" in files and files["g.wrp"] == new["g.wrp"]:
+        state, artifact = "new", new
+    else:
+        assert "g.wrp" not in files and not old, f"{where}: g.wrp is neither artifact"
+        state, artifact = "none", {}
+    for name, data in artifact.items():  # every file of that artifact is there, as saved
+        assert files.get(name) == data, f"{where}: {name} is missing or changed"
+    assert dirs <= {"g_modules"}, f"{where}: folders {sorted(dirs)}"
+
+    modules = {name for name in set(old) | set(new) if name.startswith("g_modules" + os.sep)}
+    temps = {".g.wrp" + writer._TEMP_TAG}
+    if named:
+        temps |= {os.path.join("g_modules", "." + os.path.basename(m) + writer._TEMP_TAG) for m in modules}
+    strays = set(files) - set(artifact)
+    for name in strays:
+        if name in modules:  # the other artifact's module: complete (a file has its name only when it is)
+            assert files[name] == (old.get(name) or new.get(name)), f"{where}: {name} is damaged"
+        else:
+            assert name in temps, f"{where}: stray {name}"
+            if not named:  # linked only once complete, for the commit rename
+                assert name == ".g.wrp" + writer._TEMP_TAG and files[name] == new["g.wrp"], where
+    if not named and "link" not in done:
+        assert not strays, f"{where}: {sorted(strays)} left before anything was published"
+    if not named and "mkdir" not in done and state == "none":  # a first save, everything written unnamed
+        assert not dirs, f"{where}: the modules folder was made before its files were written"
+
+    if state == "none":
+        strays |= {d + os.sep for d in dirs}  # the modules folder, made first
+    left = f"{state}: " + (", ".join(sorted(strays)) or "nothing else")
+    if key in checked:
+        return checked[key]
+    checked[key] = left
+
+    # a load reads the artifact, ignores the leftovers and changes nothing
+    if state == "none":
+        with pytest.raises(FileNotFoundError):
+            wp.capture_load(str(folder / "g"))
+    else:
+        replays(folder, old_x if state == "old" else None)
+    assert listing(folder) == (files, dirs), f"{where}: a load changed the folder"
+
+    next_save(folder)  # the next save at that path leaves nothing but its own artifact
+    files_after, dirs_after = listing(folder)
+    assert dirs_after == {"g_modules"}, f"{where}: then {sorted(dirs_after)}"
+    assert len(files_after) == 2 and "g.wrp" in files_after, f"{where}: then {sorted(files_after)}"
+    assert "test_persist_atomic" in next(n for n in files_after if n != "g.wrp")
+    return left
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a process per kill point")
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named temporaries"])
+@pytest.mark.parametrize("first", [False, True], ids=["over A", "first save"])
+def test_killed_at_every_call(tmp_path, first, named):
+    """SIGKILL before each call the writer makes to `os` during ``capture_save``, one process each.
+
+    "unnamed" is the Linux path (staged files are O_TMPFILE until published); "named temporaries"
+    is what other systems do (each staged file is ``.<name>.apic-tmp`` from the start).
+    """
+    if not named and not _unnamed_files_supported(tmp_path):
+        pytest.skip("no O_TMPFILE here")
     script = tmp_path / "child_save.py"  # Warp kernels need a source file
     script.write_text(CHILD_SAVE)
-    folders, befores, children = {}, {}, {}
-    for point, (call, _) in KILL_POINTS.items():  # the children run side by side
-        out = folders[point] = tmp_path / point.replace(" ", "_")
-        out.mkdir()
-        expected_x = save_a(out)  # the same for every folder
-        befores[point] = tree(out)
-        children[point] = _child(script, out, "kill", call)
-    unnamed = _unnamed_files_supported(tmp_path)
-    for point, (call, expect) in KILL_POINTS.items():
-        out, before = folders[point], befores[point]
-        stdout, stderr = children[point].communicate(timeout=300)
-        assert children[point].returncode == -signal.SIGKILL, f"{point}: {stdout}{stderr[-2000:]}"
-        after = tree(out)
-        if expect == "committed":  # graph B, complete: x * 3
-            assert "g.wrp" in after and after["g.wrp"] != before["g.wrp"]
-            loaded = wp.capture_load(str(out / "g"))
-            wp.capture_launch(loaded)
-            x = wp.empty(8, dtype=float, device="cpu")
-            loaded.get_param("x", x)
-            assert np.array_equal(x.numpy(), np.arange(8, dtype=np.float32) * 3)
-        else:
-            for name, data in before.items():
-                assert after[name] == data, f"{point}: {name} changed"
-            check_a(out, after, expected_x)  # A still loads and replays
-            strays = set(after) - set(before)
-            if expect == "clean" and unnamed:
-                assert not strays, f"{point}: the killed save left {sorted(strays)}"
-            for name in strays:
-                assert name.startswith("g_modules") or writer._TEMP_TAG in name, f"{point}: stray {name}"
+    template = tmp_path / "template"
+    template.mkdir()
+    expected_x = None if first else save_a(template)
+    child = _child(script, tmp_path, "every", "named" if named else "unnamed")
+    stdout, stderr = child.communicate(timeout=300)
+    assert child.returncode == 0, stdout + stderr[-3000:]
+    report = json.loads(stdout.strip().splitlines()[-1])
+    calls, statuses = report["calls"], report["statuses"]
+    assert statuses == [-signal.SIGKILL] * len(calls), "every save must have been killed"
+    expected_calls = {"fsync", "unlink", "link" if not named else "replace"}
+    if not first:  # the .wrp replaces A's (a first save links the unnamed .wrp into place)
+        expected_calls.add("replace")
+    assert expected_calls <= set(calls)
 
-        graph, x = graph_b()  # the next save at the path removes what the killed one left
-        wp.capture_save(graph, str(out / "g"), inputs={"x": x})
-        final = tree(out)
-        assert len(final) == 2 and "g.wrp" in final, f"{point}: {sorted(final)}"
-        assert not any(writer._TEMP_TAG in name for name in final)
+    old, new = tree(template), tree(tmp_path / "complete")
+    assert set(new) == {"g.wrp", *[n for n in new if n.startswith("g_modules" + os.sep)]} and len(new) == 2
+
+    graph, x = graph_b()
+
+    def next_save(folder):
+        wp.capture_save(graph, str(folder / "g"), inputs={"x": x})
+
+    seen, checked = {}, {}
+    for k in range(1, len(calls) + 1):
+        left = check_killed(tmp_path / f"k{k:03d}", old, new, expected_x, named, calls[: k - 1], calls[k - 1],
+                            next_save, checked)
+        seen.setdefault(left, []).append(f"{k}:{calls[k - 1]}")
+    # the save that was not killed: B, nothing else
+    left = check_killed(tmp_path / "complete", old, new, expected_x, named, calls, None, next_save, {})
+    assert left == "new: nothing else"
+    print(f"\n{len(calls)} kill points; left behind:")
+    for left, where in seen.items():
+        print(f"  {left}  <- before {' '.join(where)}")
 
 
 @pytest.mark.skipif(os.name != "posix", reason="RLIMIT_FSIZE is POSIX")
@@ -304,7 +474,7 @@ def test_file_size_limit_keeps_earlier_artifact(tmp_path, limit):
     out.mkdir()
     expected_x = save_a(out)
     before = tree(out)
-    child = _child(script, out, "fsize", str(limit))
+    child = _child(script, out / "g", "fsize", str(limit))
     stdout, stderr = child.communicate(timeout=300)
     assert child.returncode == 0 and f"save failed: {errno.EFBIG}" in stdout, stdout + stderr[-2000:]
     check_a(out, before, expected_x)

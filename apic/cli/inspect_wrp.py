@@ -11,7 +11,7 @@ import os
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "inspect",
-        help="describe a saved graph (.wrp): versions, modules, kernels, regions, bindings, ops",
+        help="describe a saved graph (.wrp): versions, modules, kernels, regions, handles, bindings, ops",
         description="Validate a graph saved by wp.capture_save and describe it. Nothing in it is run.",
     )
     parser.add_argument("path", help="the .wrp file")
@@ -20,6 +20,8 @@ def add_parser(subparsers):
 
 
 def _ref(ref) -> dict:
+    if hasattr(ref, "index"):  # a HandleRef: the id of a native handle
+        return {"handle": ref.index}
     return {"region": ref.region, "offset": ref.offset}
 
 
@@ -58,6 +60,9 @@ def _op(op, kernels) -> dict:
     if isinstance(op, rec.NativeCall):
         return {"kind": "native_call", "fn": op.name,
                 "args": [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]}
+    if isinstance(op, rec.HandleCall):
+        return {"kind": "handle_call", "fn": op.name, "handle": op.handle.index, "ints": list(op.ints),
+                "radius": op.radius}
     return {"kind": "alloc", "dst": _ref(op.dst), "nbytes": op.nbytes}
 
 
@@ -114,6 +119,12 @@ def describe(path: str) -> dict:
              "dtype": r.array.dtype if r.array else None, "shape": list(r.array.shape) if r.array else None}
             for r in recording.regions
         ],
+        "handles": [
+            {"kind": h.kind, "arrays": {name: {**_ref(a.start), "dtype": a.dtype, "length": a.length}
+                                        for name, a in h.arrays},
+             "options": dict(h.options), "data_bytes": len(data or b"")}
+            for h, data in zip(recording.handles, saved.volume_data)
+        ],
         "bindings": [
             {"name": b.name, "kind": b.kind, "dtype": b.dtype, "shape": list(b.shape), "strides": list(b.strides),
              "region": b.region, "offset": b.offset, "nbytes": b.nbytes}
@@ -154,6 +165,9 @@ def _op_line(op: dict) -> str:
     if kind == "native_call":
         args = ", ".join(_where(a) if isinstance(a, dict) else str(a) for a in op["args"])
         return f"wp_{op['fn']}({args})"
+    if kind == "handle_call":
+        radius = [] if op["radius"] is None else [f"radius={op['radius']}", "points"]
+        return f"wp_{op['fn']}(handle {op['handle']}{''.join(', ' + str(a) for a in [*op['ints'], *radius])})"
     return f"alloc {_where(op['dst'])} {op['nbytes']} B"
 
 
@@ -184,6 +198,13 @@ def _text(info: dict) -> str:
     for i, r in enumerate(info["regions"]):
         what = f" {r['dtype']} {tuple(r['shape'])}" if r["dtype"] else ""
         lines.append(f"  [{i}] {r['nbytes']:,} B {'graph-owned' if r['owned'] else 'saved'}{what}")
+    if info["handles"]:
+        lines.append(f"handles ({len(info['handles'])}, rebuilt on load):")
+        for i, h in enumerate(info["handles"]):
+            arrays = ", ".join(f"{n} {a['dtype']}[{a['length']}] at {_where(a)}" for n, a in h["arrays"].items())
+            options = ", ".join(f"{k}={v}" for k, v in h["options"].items())
+            data = f" NanoVDB buffer {h['data_bytes']:,} B" if h["data_bytes"] else ""
+            lines.append(f"  [{i}] {h['kind']}: {'; '.join(p for p in (arrays, options) if p)}{data}")
     lines.append(f"bindings ({len(info['bindings'])}):")
     for b in info["bindings"]:
         lines.append(f"  {b['name']}: {b['kind']} {b['dtype']} {tuple(b['shape'])} "

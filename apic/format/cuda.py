@@ -217,7 +217,7 @@ def document(graph, bindings) -> tuple[dict, dict[str, bytes]]:
     target.pop("known_features", None)
     doc = {
         "format": schema.FORMAT_NAME,
-        "format_version": schema.FORMAT_VERSION,
+        "format_version": schema.BASE_VERSION,
         "writer": {"apic": apic.__version__, "warp": wp.config.version, "numpy": np.__version__},
         "target": target,
         "abi": CUDA_ABI,

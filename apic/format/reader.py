@@ -26,9 +26,11 @@ import numpy as np
 from apic.bindings import Binding
 from apic.errors import FormatError
 from apic.format import cuda as cuda_format
+from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.record import natives
 from apic.record import ops as rec
+from apic.record.handles import GRID_POINT_SIZES
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, Region
@@ -71,6 +73,8 @@ class SavedGraph:
     bindings: tuple[Binding, ...]
     body_size: int
     device: dict | None = None  # CUDA graphs: {"kind": "cuda", "arch", "name"}; None for a CPU graph
+    volume_data: tuple = ()  # per handle: a Volume's NanoVDB buffer, else None
+    handle_slots: tuple = ()  # (region, offset, handle): saved words that get a rebuilt handle's id
 
 
 # --- header -----------------------------------------------------------------------------------------
@@ -187,6 +191,7 @@ class _Context:
 
     def __init__(self, regions: list[Region]) -> None:
         self.regions = regions
+        self.handle_count = 0  # native handles the graph rebuilds (blobs may hold their ids)
 
     def region(self, value, where: str) -> Region:
         if not self.regions:
@@ -233,6 +238,7 @@ class _Context:
         keep its arrays inside their regions, as for copies and fills.
         """
         blob = self.blob(value, where)
+        handles = wire_handles.read_blob_handles(value, where, len(blob.data), self.handle_count)
         entries = _list(value.get("arrays", []), f"{where}.arrays", len(blob.data) // schema.ARRAY_T_SIZE)
         slots, claimed = [], set()
         for i, entry in enumerate(entries):
@@ -256,7 +262,12 @@ class _Context:
         stray = [r.at for r in blob.relocs if r.at not in claimed]
         if stray:
             _fail(where, f"relocation at byte {stray[0]} is not a pointer field of a listed array")
-        return rec.Blob(blob.data, blob.relocs, tuple(slots))
+        # a handle id is a scalar: never inside an array descriptor, never over another handle
+        for reloc in handles:
+            if not claimed.isdisjoint(range(reloc.at, reloc.at + 8)):
+                _fail(where, f"a handle id at byte {reloc.at} overlaps an array descriptor or another handle")
+            claimed.update(range(reloc.at, reloc.at + 8))
+        return rec.Blob(blob.data, blob.relocs + tuple(handles), tuple(slots))
 
     def descriptor(self, blob: rec.Blob, array_type: int, elem_size: int, where: str) -> tuple[int, ...]:
         """Check a native array descriptor (``array_t`` or ``indexedarray_t``) as Warp's copy/fill reads it.
@@ -351,6 +362,15 @@ def read(data) -> SavedGraph:
 
     regions, contents = _regions(doc["regions"])
     ctx = _Context(regions)
+    if version < schema.HANDLES_VERSION and ("handles" in doc or "handle_slots" in doc):
+        _fail("handles", f"native handles in a format version {version} file (they need version {schema.HANDLES_VERSION})")
+    handles, volume_data = [], []
+    for i, entry in enumerate(_list(doc.get("handles", []), "handles", 1 << 16)):
+        handle, data = wire_handles.read_handle(entry, f"handles[{i}]", ctx)
+        handles.append(handle)
+        volume_data.append(data)
+    ctx.handle_count = len(handles)
+    handle_slots = wire_handles.read_slots(doc.get("handle_slots", []), ctx, len(handles))
     modules = _modules(doc["modules"], device)
     kernels = _kernels(doc["kernels"], len(modules), device)
     distinct = [_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops"))]
@@ -367,9 +387,10 @@ def read(data) -> SavedGraph:
         modules=tuple(ModuleInfo(m.name) for m in modules),
         kernels=kernels,
         ops=ops,
+        handles=tuple(handles),
     )
     return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body),
-                      device)
+                      device, tuple(volume_data), handle_slots)
 
 
 def _sequence(value, op_count: int) -> np.ndarray:
@@ -456,6 +477,7 @@ def _kernels(value, module_count: int, device: dict | None = None) -> tuple[Kern
             key=_str(entry["key"], f"{where}.key", max_len=1024),
             symbol=symbol,
             adjoint=adjoint,
+            cpu_blocks=_bool(entry.get("cpu_blocks", False), f"{where}.cpu_blocks"),
             params=() if device is None else cuda_format.read_kernel_params(entry.get("params"), f"{where}.params"),
         ))
     return tuple(kernels)
@@ -536,13 +558,15 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         return rec.Jump(_int(entry["target"], f"{where}.target"))
     if kind == schema.WireOp.NATIVE_CALL:
         return _native_call(entry, where, ctx)
+    if kind == schema.WireOp.HANDLE_CALL:
+        return _handle_call(entry, where, ctx)
     raise AssertionError(kind)  # pragma: no cover - every WireOp is handled above
 
 
 def _native_call(entry: dict, where: str, ctx: _Context) -> rec.NativeCall:
     """A call of an allowed native utility whose every pointer stays inside its region."""
     name = _str(entry["fn"], f"{where}.fn", max_len=64)
-    args = _list(entry["args"], f"{where}.args", 16)
+    args = _list(entry["args"], f"{where}.args", natives.MAX_ARGS)
     sig = natives.signature(name, len(args))
     if sig is None:
         _fail(f"{where}.fn", f"wp_{name} with {len(args)} arguments is not a native call apic makes")
@@ -553,11 +577,50 @@ def _native_call(entry: dict, where: str, ctx: _Context) -> rec.NativeCall:
     problem = sig.check(ints)
     if problem is not None:
         _fail(f"{where}.args", problem)
+    null = lambda kind, a: kind == natives.OPT and type(a) is int and a == 0  # noqa: E731  (an optional pointer)
     values = tuple(
-        ctx.ref(a, f"{where}.args[{i}]", nbytes) if kind == natives.PTR else ints[i]
+        ints[i] if kind == natives.INT or null(kind, a) else ctx.ref(a, f"{where}.args[{i}]", nbytes)
         for i, (kind, a, nbytes) in enumerate(zip(sig.params, args, sig.reach(ints)))
     )
     return rec.NativeCall(name, values)
+
+
+# Native handle methods and the integers after the handle id: (lo, hi) of each.
+_HANDLE_CALLS = {
+    "mesh_refit_host": (),
+    "bvh_refit_host": (),
+    "bvh_rebuild_host": ((0, 3),),  # the BVH constructor
+    "hash_grid_reserve_host": ((0, 2), (0, (1 << 31) - 1), (0, 1)),  # type, point count[, with groups]
+    "hash_grid_update_host": ((0, 2),),  # type; then radius, points and groups
+}
+
+
+def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
+    """A native method of a handle: a known export, its integers in range, a hash grid's points inside a region."""
+    name = _str(entry["fn"], f"{where}.fn", max_len=64)
+    ranges = _HANDLE_CALLS.get(name)
+    if ranges is None:
+        _fail(f"{where}.fn", f"wp_{name} is not a native handle method apic calls")
+    if not ctx.handle_count:
+        _fail(f"{where}.handle", "the graph has no handles")
+    handle = rec.HandleRef(_int(entry["handle"], f"{where}.handle", 0, ctx.handle_count - 1))
+    ints = _list(entry["ints"], f"{where}.ints", len(ranges))
+    optional = 1 if name == "hash_grid_reserve_host" else 0  # 1.12 reserves without a groups flag
+    if not len(ranges) - optional <= len(ints) <= len(ranges):
+        _fail(f"{where}.ints", f"wp_{name} takes {len(ranges)} integers after the handle, found {len(ints)}")
+    ints = tuple(_int(v, f"{where}.ints[{i}]", lo, hi) for i, (v, (lo, hi)) in enumerate(zip(ints, ranges)))
+    if name != "hash_grid_update_host":
+        return rec.HandleCall(name, handle, ints)
+    radius = entry.get("radius")
+    if not isinstance(radius, float) or not math.isfinite(radius) or radius <= 0:
+        _fail(f"{where}.radius", f"a hash grid cell width must be a positive number, found {radius!r}")
+    points = ctx.blob(entry.get("points"), f"{where}.points")
+    shape = ctx.descriptor(points, schema.ARRAY_TYPE_REGULAR, GRID_POINT_SIZES[ints[0]], f"{where}.points")
+    if len(shape) != 1:
+        _fail(f"{where}.points", "hash grid points must be a 1-d array")
+    groups = entry.get("groups")
+    groups = None if groups is None else ctx.ref(groups, f"{where}.groups", 4 * shape[0])
+    return rec.HandleCall(name, handle, ints, radius, points, groups)
 
 
 def _bindings(value, ctx: _Context) -> tuple[Binding, ...]:

@@ -31,7 +31,9 @@ from apic.record.ops import OpKind
 
 MAGIC = b"APICWRP\0"
 FORMAT_NAME = "apic.wrp"
-FORMAT_VERSION = 1  # written by this apic
+FORMAT_VERSION = 2  # the newest version this apic writes (and reads)
+BASE_VERSION = 1  # what it writes for a graph without native handles
+HANDLES_VERSION = 2  # a graph with native handles (Mesh, Bvh, HashGrid, Volume: "handles" in the body)
 MIN_READ_VERSION = 1  # oldest version this apic still reads
 
 HEADER = struct.Struct("<8sIIQ32s")  # magic, format version, reserved, body length, body SHA-256
@@ -64,6 +66,8 @@ OP_FIELDS: dict[WireOp, dict[str, str]] = {
     WireOp.BRANCH: {"cond": "ref", "target": "int"},
     WireOp.JUMP: {"target": "int"},
     WireOp.NATIVE_CALL: {"fn": "str", "args": "list"},
+    WireOp.HANDLE_CALL: {"fn": "str", "handle": "int", "ints": "list", "radius": "float?", "points": "blob?",
+                         "groups": "ref?"},
     WireOp.CUDA_LAUNCH: {"kernel": "int", "dim": "ints", "params": "blob", "grid": "ints", "block": "ints", "smem": "int"},
 }
 

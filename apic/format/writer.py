@@ -7,18 +7,23 @@ so that a save that fails at any point leaves an earlier artifact at that path i
 1. everything is gathered in memory first (nothing on disk changes if that fails);
 2. every file is written and fsync'ed before any is published. On Linux each is an unnamed file
    (``O_TMPFILE``) until then, so a process killed while writing leaves nothing behind; elsewhere
-   it is a temporary file (``.<name>.apic-tmp-*``);
-3. module binaries are content-addressed (``<module>.<sha256[:16]>.o``), so publishing the new ones
-   in ``<stem>_modules/`` never touches a file the old ``.wrp`` uses;
-4. the new ``.wrp`` is renamed over the old one (or, for a first save, linked into place): this is
-   the commit point;
-5. only then are module files the new graph does not use removed, with any temporaries an earlier
-   killed save left.
+   it is a temporary file with a fixed name, ``.<name>.apic-tmp``;
+3. saves in one folder take turns from here on (``flock`` on the folder, where the system has it);
+   on systems without unnamed files, step 2 happens under the lock too;
+4. module binaries are content-addressed (``<module>.<sha256[:16]>.o``), so publishing the new ones
+   in ``<stem>_modules/`` (made now, for a first save) never touches a file the old ``.wrp`` uses;
+5. the new ``.wrp`` is renamed over the old one (or, for a first save, linked into place): this is
+   the commit point. Replacing needs a named source, so on Linux the ``.wrp`` is linked at
+   ``.<stem>.wrp.apic-tmp`` for the two system calls before the rename;
+6. only then is everything in ``<stem>_modules/`` that the new ``.wrp`` does not name removed, with
+   the ``.wrp``'s temporary name, whoever left them.
 
-An exception before the commit removes every file this save created. A process killed before the
-commit leaves the old artifact working; if it was killed in the few system calls between the first
-publication and the commit, it also leaves new module files (and, at most, one temporary name),
-which the old ``.wrp`` does not use and the next save at that path removes.
+An exception before the commit removes every file this save created. A killed process leaves the
+old or the new artifact, complete. Killed between the first publication and the end of step 6 (a
+few system calls that write no data), it also leaves module files the committed ``.wrp`` does not
+name and at most the one temporary name (and a first save, ``<stem>_modules/``); a load ignores
+them and the next save at that path removes them. docs/RELIABILITY.md (section 4) has the exact
+guarantee and why POSIX allows no less.
 """
 
 from __future__ import annotations
@@ -29,8 +34,6 @@ import gc
 import hashlib
 import os
 import re
-import secrets
-import tempfile
 
 import msgpack
 import numpy as np
@@ -38,10 +41,11 @@ import numpy as np
 from apic import _compat
 from apic.bindings import Binding, make_binding
 from apic.errors import CaptureError, UnsupportedOperationError
+from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.record import ops as rec
 
-_TEMP_TAG = ".apic-tmp-"
+_TEMP_TAG = ".apic-tmp"
 
 # Native objects a kernel reaches through a u64 handle, found in a module's generated C++ source.
 _HANDLE_CALL = re.compile(r"\bwp::(?:adj_)?(mesh|bvh|hash_grid|volume|marching_cubes)_\w+\s*\(")
@@ -101,15 +105,18 @@ def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
 
 
 def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:
-    """A blob on the wire; relocated slots are zeroed so no live address leaks into the file."""
+    """A blob on the wire; relocated slots (and handle ids) are zeroed so no live address leaks into the file."""
     data = bytearray(blob.data)
     for reloc in blob.relocs:
         data[reloc.at : reloc.at + 8] = bytes(8)
     for part in clear:
         data[part] = bytes(len(data[part]))
-    wire = {"data": bytes(data), "relocs": [[r.at, r.target.region, r.target.offset] for r in blob.relocs]}
+    relocs = [[r.at, r.target.region, r.target.offset] for r in blob.relocs if isinstance(r.target, rec.Ref)]
+    wire = {"data": bytes(data), "relocs": relocs}
     if blob.arrays:
         wire["arrays"] = [[a.at, a.elem_size, a.indexed] for a in blob.arrays]
+    if len(relocs) != len(blob.relocs):
+        wire["handles"] = wire_handles.blob_handles(blob)
     return wire
 
 
@@ -154,6 +161,12 @@ def _op(op) -> dict:
     if isinstance(op, rec.NativeCall):
         args = [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]
         return {"kind": int(schema.WireOp.NATIVE_CALL), "fn": op.name, "args": args}
+    if isinstance(op, rec.HandleCall):
+        return {
+            "kind": int(schema.WireOp.HANDLE_CALL), "fn": op.name, "handle": op.handle.index, "ints": list(op.ints),
+            "radius": op.radius, "points": None if op.points is None else _blob(op.points, _DESCRIPTOR_FLAGS),
+            "groups": None if op.groups is None else _ref(op.groups),
+        }
     raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
 
 
@@ -199,17 +212,22 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
     import apic
 
     recording = graph.recording
-    handle_ids = _live_handle_ids()
+    # ids of the graph's own handles are saved as relocations; any other live one cannot be
+    graph_ids = {value: i for i, value in enumerate(getattr(graph, "handle_ids", ()))}
+    handle_ids = np.setdiff1d(_live_handle_ids(), np.array(list(graph_ids), dtype=np.uint64))
 
-    regions = []
+    regions, slots = [], []
     for region in recording.regions:
         contents = None
         if not region.owned:
             contents = ctypes.string_at(graph.region_addresses[region.id], region.nbytes) if region.nbytes else b""
+            contents, found = wire_handles.find_slots(contents, region.id, graph_ids)
+            slots += found
             if _holds_handle(contents, handle_ids):
                 raise UnsupportedOperationError(
-                    "capture_save of a graph whose memory holds a Mesh/Bvh/HashGrid/Volume id",
-                    "native handles cannot be saved yet (their addresses are only valid in this process)",
+                    "capture_save of a graph whose memory holds the id of a native object it does not use",
+                    "the object (a Mesh, Bvh, HashGrid, Volume or MarchingCubes) was never passed to the captured "
+                    "work, so apic cannot save it; its address is only valid in this process",
                 )
         regions.append(region_wire(region, contents))
 
@@ -229,27 +247,33 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
                 if blob is not None and _holds_handle(_blob(blob)["data"], handle_ids):
                     kernel = recording.kernels[op.kernel].key
                     raise UnsupportedOperationError(
-                        f"capture_save of a launch of '{kernel}' with a Mesh/Bvh/HashGrid/Volume id argument",
-                        "native handles cannot be saved yet (their addresses are only valid in this process)",
+                        f"capture_save of a launch of '{kernel}' with an unrecorded native object id argument",
+                        "the object was not known to the capture (a MarchingCubes, or one made before the capture "
+                        "in a way apic did not see); its address is only valid in this process",
                     )
 
     target = dict(_compat.host_target())
     target.pop("known_features", None)
     doc = {
         "format": schema.FORMAT_NAME,
-        "format_version": schema.FORMAT_VERSION,
+        "format_version": schema.BASE_VERSION,  # raised below for a graph with handles
         "writer": {"apic": apic.__version__, "warp": wp.config.version, "numpy": np.__version__},
         "target": target,
         "abi": recording.abi,
         "regions": regions,
         "modules": modules,
         "kernels": [
-            {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint)}
+            {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint),
+             **({"cpu_blocks": True} if k.cpu_blocks else {})}
             for k in recording.kernels
         ],
         **_ops_and_sequence(recording.ops),
         "bindings": [_binding(b) for b in bindings],
     }
+    if recording.handles:  # a graph without handles stays readable by apic releases that predate them
+        doc["handles"] = [wire_handles.handle_wire(h) for h in recording.handles]
+        doc["handle_slots"] = slots
+        doc["format_version"] = required_version(doc)
     return doc, images
 
 
@@ -275,10 +299,15 @@ def _ops_and_sequence(ops) -> dict:
     return {"ops": distinct, "sequence": sequence.tobytes()}
 
 
+def required_version(doc) -> int:
+    """The format version a body needs: 2 if it holds native handles, else 1 (readable by older apic)."""
+    return schema.HANDLES_VERSION if isinstance(doc, dict) and "handles" in doc else schema.BASE_VERSION
+
+
 def encode(doc: dict) -> bytes:
     """Header + msgpack body."""
     body = msgpack.packb(doc, use_bin_type=True)
-    header = schema.HEADER.pack(schema.MAGIC, schema.FORMAT_VERSION, 0, len(body), hashlib.sha256(body).digest())
+    header = schema.HEADER.pack(schema.MAGIC, required_version(doc), 0, len(body), hashlib.sha256(body).digest())
     return header + body
 
 
@@ -292,11 +321,29 @@ def _write_all(fd: int, data) -> None:
         view = view[written:]
 
 
-class _Staged:
-    """A complete, fsync'ed file not published yet: unnamed (``fd``, Linux) or at a temporary ``path``."""
+def _temp_path(final: str) -> str:
+    """The one temporary name a save ever gives ``final``'s new contents: ``.<name>.apic-tmp``, beside it.
 
-    def __init__(self, fd: int | None = None, path: str | None = None) -> None:
-        self.fd, self.path = fd, path
+    Fixed, not random: a killed save leaves at most this name per file, which the next save at that
+    path (holding the same lock, so the name is stale) reuses or removes, and which a load never
+    reads (module names may not start with a dot).
+    """
+    return os.path.join(os.path.dirname(final), "." + os.path.basename(final) + _TEMP_TAG)
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+class _Staged:
+    """A complete, fsync'ed file for ``final``, not published yet: unnamed (``fd``, Linux) or ``named``
+    ``_temp_path(final)``."""
+
+    def __init__(self, final: str, fd: int | None) -> None:
+        self.final, self.temp, self.fd, self.named = final, _temp_path(final), fd, False
 
     def close(self) -> None:
         if self.fd is not None:
@@ -311,32 +358,42 @@ def _open_unnamed(folder: str) -> int | None:
         return None
     try:
         return os.open(folder, flag | os.O_RDWR, 0o644)
-    except OSError:  # no O_TMPFILE on this file system; mkstemp then reports real problems (EACCES, ...)
+    except OSError:  # no O_TMPFILE on this file system; the named file then reports real problems (EACCES, ...)
         return None
 
 
-def _stage(folder: str, prefix: str, data, created: list[str]) -> _Staged:
-    """Write ``data`` to a new file in ``folder`` and fsync it; not published yet (see ``_publish``).
+def _open_temp(temp: str, created: list[str]) -> int:
+    """Create ``temp`` afresh for writing; a file already there is a killed save's (the caller holds the lock)."""
+    _unlink_quiet(temp)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(temp, flags, 0o644)
+    created.append(temp)
+    return fd
 
-    Where it can be, the file is unnamed, so a process killed meanwhile leaves nothing; otherwise it
-    is a temporary file named ``prefix...``, listed in ``created``.
+
+def _stage(final: str, data, created: list[str], folder: str | None = None, named: bool = True) -> _Staged | None:
+    """Write ``data`` to a new file for ``final`` and fsync it; not published yet (see ``_publish``).
+
+    Where it can be, the file is unnamed (in ``folder``, by default ``final``'s; on the same file
+    system), so a process killed meanwhile leaves nothing. Otherwise it is ``_temp_path(final)``,
+    listed in ``created`` (the caller holds the lock), or, unless ``named``, not written: None.
     """
-    fd, path = _open_unnamed(folder), None
-    if fd is None:
-        fd, path = tempfile.mkstemp(prefix=prefix, dir=folder)
-        created.append(path)
+    staged = _Staged(final, _open_unnamed(folder or os.path.dirname(final)))
+    if staged.fd is None:
+        if not named:
+            return None
+        staged.fd, staged.named = _open_temp(staged.temp, created), True
     try:
         if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o644)
-        _write_all(fd, data)
-        os.fsync(fd)
+            os.fchmod(staged.fd, 0o644)
+        _write_all(staged.fd, data)
+        os.fsync(staged.fd)
     except BaseException:
-        os.close(fd)
+        staged.close()
         raise
-    if path is None:
-        return _Staged(fd=fd)
-    os.close(fd)
-    return _Staged(path=path)
+    if staged.named:
+        staged.close()
+    return staged
 
 
 def _link(fd: int, path: str) -> None:
@@ -352,10 +409,9 @@ def _link(fd: int, path: str) -> None:
         os.close(folder)
 
 
-def _copy_to_temp(fd: int, folder: str, prefix: str, created: list[str]) -> str:
-    """Where an unnamed file cannot be linked after all: copy it to a new temporary file, fsync'ed."""
-    out, path = tempfile.mkstemp(prefix=prefix, dir=folder)
-    created.append(path)
+def _copy_to_temp(fd: int, temp: str, created: list[str]) -> None:
+    """Where an unnamed file cannot be linked after all: copy it to ``temp``, fsync'ed."""
+    out = _open_temp(temp, created)
     try:
         if hasattr(os, "fchmod"):
             os.fchmod(out, 0o644)
@@ -366,33 +422,36 @@ def _copy_to_temp(fd: int, folder: str, prefix: str, created: list[str]) -> str:
         os.fsync(out)
     finally:
         os.close(out)
-    return path
 
 
-def _publish(staged: _Staged, final: str, prefix: str, created: list[str]) -> None:
-    """Put a staged file at ``final``, atomically replacing any file there; ``created`` lists new names."""
-    if staged.fd is not None:
-        folder = os.path.dirname(final)
+def _publish(staged: _Staged, created: list[str]) -> None:
+    """Put a staged file at its final name, atomically replacing any file there; ``created`` lists new names.
+
+    An unnamed file goes straight to a free final name (``linkat``: no temporary name at all).
+    Replacing a file is a rename, and a rename needs a named source: POSIX has no call that puts an
+    unnamed file over an existing name. So the file is linked at its temporary name for the two
+    system calls before the rename.
+    """
+    if not staged.named:
         try:
-            if not os.path.lexists(final):
+            if not os.path.lexists(staged.final):
                 try:
-                    _link(staged.fd, final)  # no temporary name at all
+                    _link(staged.fd, staged.final)
                 except FileExistsError:
                     pass
                 else:
-                    created.append(final)
+                    created.append(staged.final)
                     return
-            # an existing file is replaced by a rename, which needs a name: linked for these few calls
-            temp = os.path.join(folder, prefix + secrets.token_hex(8))
-            _link(staged.fd, temp)
-            created.append(temp)
-            staged.path = temp
+            _unlink_quiet(staged.temp)  # a killed save's (the caller holds the lock)
+            _link(staged.fd, staged.temp)
+            created.append(staged.temp)
         except OSError as error:
             if error.errno not in (errno.EXDEV, errno.EPERM, errno.ENOENT, errno.EOPNOTSUPP, errno.EINVAL):
                 raise
-            staged.path = _copy_to_temp(staged.fd, folder, prefix, created)  # /proc cannot be linked from here
-    os.replace(staged.path, final)
-    created.remove(staged.path)
+            _copy_to_temp(staged.fd, staged.temp, created)  # /proc cannot be linked from here
+        staged.named = True
+    os.replace(staged.temp, staged.final)
+    created.remove(staged.temp)
 
 
 def _fsync_dir(folder: str) -> None:
@@ -415,6 +474,35 @@ def _same_contents(path: str, data: bytes) -> bool:
         return False
 
 
+def _lock(folder: str) -> int | None:
+    """Lock ``folder`` (``flock``, exclusive) for this process; returns the descriptor to close, or None.
+
+    Saves in one folder take turns to publish, commit and collect garbage, so no save removes a
+    module file another has published and is about to commit, and a temporary name found by a save
+    is a killed save's. The lock goes with the process: a killed save holds none. Where the system
+    has no ``flock`` (Windows), or the folder cannot be opened or locked (some network file
+    systems), saves are not serialized.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:  # a folder this user may write but not read, say
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as error:
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF):
+            os.close(fd)
+            raise
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, bytes]) -> None:
     """Write ``data`` to ``wrp_path`` and exactly ``images`` into ``modules_dir``, atomically (see above)."""
     out_dir = os.path.dirname(wrp_path)
@@ -424,61 +512,89 @@ def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, byte
     if os.path.islink(modules_dir) or (os.path.lexists(modules_dir) and not os.path.isdir(modules_dir)):
         raise FileExistsError(errno.EEXIST, "the modules folder path exists and is not a folder", modules_dir)
 
-    created: list[str] = []  # files (and, last, the folder) this save created, removed on failure
-    staged: list[_Staged] = []
-    made_dir = False
-    wrp_prefix = "." + os.path.basename(wrp_path) + _TEMP_TAG
+    created: list[str] = []  # names this save created, removed on failure (and the folder, if made)
+    staged: dict[str, _Staged | None] = {}
+    lock, made_dir = None, False
     try:
-        if not os.path.isdir(modules_dir):
-            os.mkdir(modules_dir)
-            made_dir = True
-        new_modules = []
-        for name, image in images.items():
-            final = os.path.join(modules_dir, name)
-            if not _same_contents(final, image):
-                staged.append(_stage(modules_dir, _TEMP_TAG, image, created))
-                new_modules.append(final)
-        staged.append(_stage(out_dir, wrp_prefix, data, created))
-        # everything is written and synced: publish the modules, then commit the .wrp
-        for file, final in zip(staged, new_modules):
-            _publish(file, final, _TEMP_TAG, created)
-        _fsync_dir(modules_dir)
-        _publish(staged[-1], wrp_path, wrp_prefix, created)  # the commit point
-    except BaseException:
-        for path in reversed(created):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-        if made_dir:
-            try:
-                os.rmdir(modules_dir)
-            except OSError:
-                pass
-        raise
+        try:
+            # Unnamed files are written before taking the lock: nothing can see them. (Modules are
+            # made in the .wrp's folder when there is no modules folder yet: it is made only later.)
+            early = modules_dir if os.path.isdir(modules_dir) else out_dir
+            for name, image in images.items():
+                final = os.path.join(modules_dir, name)
+                if not _same_contents(final, image):
+                    staged[final] = _stage(final, image, created, early, named=False)
+            staged[wrp_path] = _stage(wrp_path, data, created, out_dir, named=False)
+            lock = _lock(out_dir)
+            if not os.path.isdir(modules_dir):
+                os.mkdir(modules_dir)
+                made_dir = True
+            # under the lock, look again (another save may have changed the folder meanwhile), and
+            # write what could not be written unnamed: every file is written before any is published
+            modules = []
+            for name, image in images.items():
+                final = os.path.join(modules_dir, name)
+                if _same_contents(final, image):
+                    if staged.get(final) is not None:
+                        staged.pop(final).close()
+                    continue
+                if staged.get(final) is None:
+                    staged[final] = _stage(final, image, created)
+                modules.append(staged[final])
+            if staged[wrp_path] is None:
+                staged[wrp_path] = _stage(wrp_path, data, created)
+            if made_dir:
+                _fsync_dir(out_dir)  # the new folder's name is on disk before a .wrp can refer to it
+            # everything is written and synced: publish the modules, then commit the .wrp
+            for file in modules:
+                _publish(file, created)
+            _fsync_dir(modules_dir)
+            _publish(staged[wrp_path], created)  # the commit point
+        except BaseException:
+            for path in reversed(created):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            if made_dir:
+                try:
+                    os.rmdir(modules_dir)
+                except OSError:
+                    pass
+            raise
+        finally:
+            for file in staged.values():
+                if file is not None:
+                    file.close()
+        try:
+            _fsync_dir(out_dir)
+        except OSError:
+            pass
+        _collect_garbage(wrp_path, modules_dir, set(images))
     finally:
-        for file in staged:
-            file.close()
-    try:
-        _fsync_dir(out_dir)
-    except OSError:
-        pass
-    _collect_garbage(wrp_path, modules_dir, set(images))
+        if lock is not None:
+            os.close(lock)
 
 
 def _collect_garbage(wrp_path: str, modules_dir: str, keep: set[str]) -> None:
-    """After a commit: drop module files the new graph does not use and temporaries of killed saves."""
+    """After a commit: remove what the committed ``.wrp`` does not use, whoever left it: module files
+    not in ``keep`` (an earlier graph's, a killed save's, named temporaries) and the ``.wrp``'s
+    temporary name."""
     try:
-        for entry in os.scandir(modules_dir):
-            if entry.name not in keep and (entry.is_symlink() or entry.is_file()):
-                os.unlink(entry.path)
-        out_dir = os.path.dirname(wrp_path)
-        stale = "." + os.path.basename(wrp_path) + _TEMP_TAG
-        for entry in os.scandir(out_dir):
-            if entry.name.startswith(stale) and entry.is_file():
-                os.unlink(entry.path)
+        _unlink_quiet(_temp_path(wrp_path))
     except OSError:
         pass
+    try:
+        with os.scandir(modules_dir) as entries:
+            stale = [entry.path for entry in entries
+                     if entry.name not in keep and (entry.is_symlink() or entry.is_file())]
+    except OSError:
+        return
+    for path in stale:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def save(graph, path, inputs=None, outputs=None) -> str:

@@ -54,12 +54,31 @@ def array_slots(warp_type, ctype_cls, offset: int, arg_name: str) -> list[ArrayS
     return []
 
 
+# 64-bit integer scalars: where a kernel receives a Mesh / Bvh / HashGrid / Volume id.
+_WORD_TYPES = (ctypes.c_uint64, ctypes.c_int64)
+
+
+def word_slots(warp_type, ctype_cls, offset: int) -> list[int]:
+    """Offsets of the 64-bit integer scalars (``uint64``, ``int64``, ``wp.handle``) in one argument."""
+    if ctype_cls in _WORD_TYPES:
+        return [offset]
+    if isinstance(warp_type, wp_codegen.Struct):
+        field_types = dict(ctype_cls._fields_)
+        found = []
+        for name, var in warp_type.vars.items():
+            found += word_slots(var.type, field_types[name], offset + getattr(ctype_cls, name).offset)
+        return found
+    return []
+
+
 @dataclass(frozen=True)
 class ArgsLayout:
-    """How one list of packed parameters becomes a ``wp_args`` blob, and where its arrays are."""
+    """How one list of packed parameters becomes a ``wp_args`` blob, where its arrays are, and where
+    a native handle's id may be (``words``)."""
 
     struct_type: type
     slots: tuple[ArraySlot, ...]
+    words: tuple[int, ...] = ()
 
     def pack(self, params) -> bytes:
         return bytes(self.struct_type(*params))
@@ -70,10 +89,12 @@ def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
     """The blob layout of ``kernel``'s argument struct for parameters of the given ctypes types."""
     fields = [(f"a{i}", t) for i, t in enumerate(param_types)] or [("_empty", ctypes.c_byte)]
     struct_type = type("ApicArgs", (ctypes.Structure,), {"_fields_": fields})
-    slots = []
+    slots, words = [], []
     for i, (arg, ctype_cls) in enumerate(zip(kernel.adj.args, param_types)):
-        slots += array_slots(arg.type, ctype_cls, getattr(struct_type, f"a{i}").offset, arg.label)
-    return ArgsLayout(struct_type, tuple(slots))
+        offset = getattr(struct_type, f"a{i}").offset
+        slots += array_slots(arg.type, ctype_cls, offset, arg.label)
+        words += word_slots(arg.type, ctype_cls, offset)
+    return ArgsLayout(struct_type, tuple(slots), tuple(words))
 
 
 def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:

@@ -1,9 +1,11 @@
 """Warp's native host utilities that a CPU capture records as ``NativeCall`` ops: the allow-list.
 
 ``wp.utils.array_scan``, ``radix_sort_pairs``, ``segmented_sort_pairs``, ``runlength_encode``,
-``array_sum`` and ``array_inner`` end in a call of a ``wp_*_host`` export of Warp's core library
-with integer and pointer arguments only. A capture records that call (the export's name and its
-arguments, pointers as region references) and replay makes it again, from the interpreter.
+``array_sum`` and ``array_inner``, and the ``warp.sparse`` functions that build a BSR topology
+natively (``bsr_set_from_triplets``, ``bsr_axpy``, ``bsr_mm``, ``bsr_assign``, ``bsr_set_transpose``,
+``bsr_compress``: see ``apic.record.sparse``), end in a call of a ``wp_*_host`` export of Warp's core
+library with integer and pointer arguments only. A capture records that call (the export's name and
+its arguments, pointers as region references) and replay makes it again, from the interpreter.
 
 Each allowed export has one ``Signature`` per argument list it has had across supported warp-lang
 versions (they differ: ``wp_array_scan_float_host`` takes 4 arguments in 1.12 and 7 in 1.19). A
@@ -14,7 +16,11 @@ call touches; the reader to refuse a file whose call would reach outside its reg
 to refuse a call whose export takes other arguments in this process's Warp.
 
 What the checks cannot cover: ``segmented_sort_pairs`` reads its segment bounds from graph memory
-at replay time. warp-lang 1.19 checks them (an invalid range sorts nothing); 1.12 does not.
+at replay time. warp-lang 1.19 checks them (an invalid range sorts nothing); 1.12 does not. The BSR
+exports likewise read counts and offsets from graph memory: a triplet count (``count=``) replaces the
+triplet upper bound, a transpose takes its block count from the source offsets, a masked build and
+a compression walk the existing row offsets. Warp trusts those values (as it does eagerly); a
+graph built by warp.sparse keeps them consistent, a hand-edited file need not.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from typing import Callable
 _INT_MAX = (1 << 31) - 1
 PTR = "ptr"
 INT = "int"
+OPT = "opt"  # a pointer that may be null (recorded and saved as the integer 0 then)
+MAX_ARGS = 20  # the most arguments a native call may have (apic.replay.table.ARGV_ARGS; the longest here has 17)
 
 # Bytes per scalar of each type suffix in the export names.
 _SCALAR = {"int": 4, "uint": 4, "float": 4, "double": 8, "int64": 8, "uint64": 8}
@@ -35,7 +43,7 @@ class Signature:
     """One argument list of a native utility ``wp_<name>``."""
 
     name: str
-    params: tuple[str, ...]  # PTR or INT, in order
+    params: tuple[str, ...]  # PTR, OPT or INT, in order
     ranges: dict  # position of an INT -> (lo, hi), inclusive
     reach: Callable[[tuple], tuple]  # args -> bytes reached from each PTR argument (None at INT positions)
     multiple: dict  # position of an INT -> the value must be a multiple of this (strides in whole scalars)
@@ -69,7 +77,7 @@ _SIGNATURES: dict[tuple[str, int], Signature] = {}
 
 
 def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None) -> None:
-    kinds = tuple(PTR if c == "p" else INT for c in params)
+    kinds = tuple({"p": PTR, "q": OPT, "i": INT}[c] for c in params)
     _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {})
 
 
@@ -126,7 +134,63 @@ for _t in ("float", "double"):
         {4: _s, 5: _s},
     )
 
+# --- warp.sparse (warp/native/sparse.cpp), reached from the functions apic.record.sparse wraps --------
+_ANY64 = (-((1 << 63) - 1), (1 << 63) - 1)  # a uint64 zero-value mask, as its signed 64-bit pattern
+_BLOCK = (1, 1 << 16)  # scalars per block
+_SCALAR_BYTES = (0, 8)  # 0 when no values are passed
+
+
+def _triplets_reach(a, n_args: int):
+    """Bytes reached by bsr_matrix_from_triplets: ``a[4]`` triplets, ``a[2]`` rows of blocks."""
+    n, rows, values = a[4], a[2], a[4] * a[0] * a[1]
+    # block_size, scalar_size, rows, cols, n, count, tpl_rows, tpl_cols, tpl_values, mask, masked,
+    # summed_offsets, summed_indices, then (1.13+) offsets, row_counts, columns / (<= 1.12) offsets,
+    # columns, nnz out, nnz event
+    head = (None, None, None, None, None, 4, 4 * n, 4 * n, values, None, None, 4 * n, 4 * n)
+    if n_args == 16:
+        return (*head, 4 * (rows + 1), 4 * rows, 4 * n)
+    return (*head, 4 * (rows + 1), 4 * n, 4, None)
+
+
+_TRIPLET_RANGES = {0: _BLOCK, 1: _SCALAR_BYTES, 2: _COUNT, 3: _COUNT, 4: _COUNT, 9: _ANY64, 10: _BOOL}
+# 1.13+: (..., P offsets, P? row_counts, P columns)
+_add("bsr_matrix_from_triplets_host", "iiiiiqppqiiqqpqp", _TRIPLET_RANGES, lambda a: _triplets_reach(a, 16))
+# up to 1.12: (..., P offsets, P columns, P? nnz out, event): the event is a CUDA one, null on the CPU
+_add("bsr_matrix_from_triplets_host", "iiiiiqppqiiqqppqi", {**_TRIPLET_RANGES, 16: (0, 0)},
+     lambda a: _triplets_reach(a, 17))
+
+# 1.13+: transpose(rows, cols, n, P offsets, P? row_counts, P columns, P t_offsets, t_row_counts,
+# P t_columns, P block_indices, status). A padded destination (t_row_counts, status) writes as far as
+# its row capacity, which only graph memory knows: apic records compact transposes (both null).
+_add("bsr_transpose_host", "iiipqpp" "ipp" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT, 7: (0, 0), 10: (0, 0)},
+     lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[0], 4 * a[2], 4 * (a[1] + 1), None, 4 * a[2], 4 * a[2],
+                None))
+# up to 1.12: transpose(rows, cols, n, P offsets, P columns, P t_offsets, P t_columns, P block_indices)
+_add("bsr_transpose_host", "iiippppp", {0: _COUNT, 1: _COUNT, 2: _COUNT},
+     lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[2], 4 * (a[1] + 1), 4 * a[2], 4 * a[2]))
+
+# 1.13+: compress_inplace(rows, cols, block_size, scalar_size, scalar_type, n, prune, mask, compact,
+# P offsets, P? row_counts, P columns, P? values, compress_values)
+_add(
+    "bsr_compress_inplace_host", "iiiiiiiiipqpqi",
+    {0: _COUNT, 1: _COUNT, 2: (0, 1 << 16), 3: _SCALAR_BYTES, 4: (0, 1), 5: _COUNT, 6: _BOOL, 7: _ANY64, 8: _BOOL,
+     13: _BOOL},
+    lambda a: (None,) * 9 + (4 * (a[0] + 1), 4 * a[0], 4 * a[5], a[5] * a[2] * a[3], None),
+)
+
 NAMES: frozenset[str] = frozenset(name for name, _ in _SIGNATURES)
+
+
+def api_of(name: str) -> str:
+    """The Python API through which apic records ``wp_<name>`` (for error messages)."""
+    if name.startswith("bsr_"):
+        return "a warp.sparse function (one imported from warp.sparse before `import apic` is not apic's)"
+    return "its wp.utils function"
+
+
+def signed64(args: tuple) -> tuple:
+    """Integer arguments as the int64 the op table holds: a uint64 above 2^63 becomes its negative twin."""
+    return tuple(a - (1 << 64) if a >= 1 << 63 else a for a in args)
 
 
 def signature(name: str, arity: int) -> Signature | None:
@@ -135,7 +199,8 @@ def signature(name: str, arity: int) -> Signature | None:
 
 
 def host_arity(name: str) -> int | None:
-    """How many arguments ``wp_<name>`` takes in this process's Warp, if they are all integers and pointers."""
+    """How many arguments ``wp_<name>`` takes in this process's Warp, if they are all integers and pointers
+    (``c_void_p`` or typed, such as ``POINTER(c_int)``)."""
     import ctypes
 
     from apic import _compat
@@ -147,7 +212,7 @@ def host_arity(name: str) -> int | None:
         return None
     integer = (ctypes.c_bool, ctypes.c_int, ctypes.c_uint, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64,
                ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_long, ctypes.c_ulong)
-    if not all(t in integer for t in argtypes):
+    if not all(t in integer or issubclass(t, ctypes._Pointer) for t in argtypes):
         return None  # a float argument travels in another register class: not callable from the interpreter
     return len(argtypes)
 

@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple, Union
 
 
 class OpKind(IntEnum):
-    """Persisted op kinds: explicit values, never reused. Last used value: 11."""
+    """Persisted op kinds: explicit values, never reused. Last used value: 12."""
 
     LAUNCH = 1
     MEMCPY = 2
@@ -30,6 +30,7 @@ class OpKind(IntEnum):
     JUMP = 9
     NATIVE_CALL = 10  # one of Warp's native host utilities (wp.utils.array_scan, radix_sort_pairs, ...)
     CUDA_LAUNCH = 11  # a CUDA kernel launch (one param blob; grid, block, dynamic shared memory)
+    HANDLE_CALL = 12  # a native method of a Mesh / Bvh / HashGrid (refit, rebuild, build, reserve)
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,22 @@ class Ref:
 
 
 @dataclass(frozen=True)
+class HandleRef:
+    """The id of handle ``index`` of the recording (a Mesh, Bvh, HashGrid or Volume; see ``handles``)."""
+
+    index: int
+
+
+class RawHandle(int):
+    """A handle id seen during capture; becomes a ``HandleRef`` when the capture ends."""
+
+
+@dataclass(frozen=True)
 class Reloc:
-    """A pointer inside a blob: the u64 at ``at`` holds the address of ``target``."""
+    """A pointer inside a blob: the u64 at ``at`` holds the address of ``target`` (or a handle's id)."""
 
     at: int
-    target: Ref
+    target: Union[Ref, HandleRef]
 
 
 class ArraySlot(NamedTuple):
@@ -83,7 +95,7 @@ class RawPtr(NamedTuple):  # a tuple, not a dataclass: made for every pointer of
 
 @dataclass(frozen=True)
 class RawBlob:
-    """A blob as captured: ``pointers`` maps byte offsets in ``data`` to the ``RawPtr`` stored there."""
+    """A blob as captured: ``pointers`` maps byte offsets in ``data`` to the ``RawPtr`` (or ``RawHandle``) there."""
 
     data: bytes
     pointers: tuple[tuple[int, RawPtr], ...] = ()
@@ -211,10 +223,29 @@ class CudaLaunch:
     kind = OpKind.CUDA_LAUNCH
 
 
-Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch]
+@dataclass(frozen=True)
+class HandleCall:
+    """A native method of a handle object, run at replay: ``wp_<name>(id, *ints)``.
+
+    ``mesh_refit_host``, ``bvh_refit_host``, ``bvh_rebuild_host`` (constructor), ``hash_grid_reserve_host``
+    (type, count[, with_groups]) and ``hash_grid_update_host`` (type, then ``radius``, the ``points``
+    array descriptor and the optional ``groups`` pointer).
+    """
+
+    name: str
+    handle: Union[RawHandle, HandleRef]
+    ints: tuple[int, ...] = ()
+    radius: Union[float, None] = None
+    points: Union[Bytes, None] = None
+    groups: Union[Pointer, None] = None
+    kind = OpKind.HANDLE_CALL
+
+
+Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch, HandleCall]
 OP_TYPES: dict[OpKind, type] = {
     t.kind: t
-    for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch)
+    for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch,
+              HandleCall)
 }
 CONTROL_TYPES = (Branch, Jump)
 
@@ -232,33 +263,39 @@ def raw_pointers(op) -> list[RawPtr]:
         if isinstance(value, RawPtr):
             found.append(value)
         elif isinstance(value, RawBlob):
-            found.extend(ptr for _, ptr in value.pointers)
+            found.extend(ptr for _, ptr in value.pointers if isinstance(ptr, RawPtr))
         elif type(value) is tuple:  # NativeCall.args (a RawPtr is a tuple too, handled above)
             found.extend(v for v in value if isinstance(v, RawPtr))
     return found
 
 
-def resolve_ops(ops, resolve: Callable[[int], Ref]) -> tuple:
+def resolve_ops(ops, resolve: Callable[[int], Ref], handle: Callable[[int], HandleRef] | None = None) -> tuple:
     """``resolve_op`` over a captured op sequence; ops shared in it stay shared (resolved once)."""
     resolved: dict[int, object] = {}
     out = []
     for op in ops:
         done = resolved.get(id(op))
         if done is None:
-            done = resolved[id(op)] = resolve_op(op, resolve)
+            done = resolved[id(op)] = resolve_op(op, resolve, handle)
         out.append(done)
     return tuple(out)
 
 
-def resolve_op(op, resolve: Callable[[int], Ref]):
-    """Replace the raw addresses of a captured op by region references."""
+def resolve_op(op, resolve: Callable[[int], Ref], handle: Callable[[int], HandleRef] | None = None):
+    """Replace the raw addresses of a captured op by region references (and handle ids by ``handle(id)``)."""
+
+    def target(ptr):
+        return handle(ptr) if isinstance(ptr, RawHandle) else resolve(ptr.address)
+
     changes = {}
     for name in _field_names(type(op)):
         value = getattr(op, name)
         if isinstance(value, RawPtr):
             changes[name] = resolve(value.address)
+        elif isinstance(value, RawHandle):
+            changes[name] = handle(value)
         elif isinstance(value, RawBlob):
-            relocs = tuple(Reloc(at, resolve(ptr.address)) for at, ptr in value.pointers)
+            relocs = tuple(Reloc(at, target(ptr)) for at, ptr in value.pointers)
             changes[name] = Blob(value.data, relocs, value.arrays)
         elif type(value) is tuple and any(isinstance(v, RawPtr) for v in value):
             changes[name] = tuple(resolve(v.address) if isinstance(v, RawPtr) else v for v in value)
@@ -269,21 +306,25 @@ def unresolve_op(op, address_of: Callable[[Ref], int]):
     """The inverse of ``resolve_op``: region references back to live addresses (``RawPtr``/``RawBlob``).
 
     Used to record a finished graph into another capture. The byte ranges of the ``RawPtr`` are
-    empty: the caller notes the graph's regions whole.
+    empty: the caller notes the graph's regions whole. ``address_of`` also gives a ``HandleRef``'s id.
     """
+
+    def raw(target):
+        address = address_of(target)
+        return RawHandle(address) if isinstance(target, HandleRef) else RawPtr(address, address, address)
+
     changes = {}
     for name in _field_names(type(op)):
         value = getattr(op, name)
-        if isinstance(value, Ref):
-            address = address_of(value)
-            changes[name] = RawPtr(address, address, address)
+        if isinstance(value, (Ref, HandleRef)):
+            changes[name] = raw(value)
         elif isinstance(value, Blob):
             data = bytearray(value.data)
             pointers = []
             for reloc in value.relocs:
                 address = address_of(reloc.target)
                 data[reloc.at : reloc.at + 8] = address.to_bytes(8, "little")
-                pointers.append((reloc.at, RawPtr(address, address, address)))
+                pointers.append((reloc.at, raw(reloc.target)))
             changes[name] = RawBlob(bytes(data), tuple(pointers), value.arrays)
         elif type(value) is tuple and any(isinstance(v, Ref) for v in value):
             changes[name] = tuple(

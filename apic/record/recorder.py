@@ -15,10 +15,11 @@ import threading
 from apic import _compat
 from apic._compat import wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record import layout
+from apic.record import handles, layout
 from apic.record import natives
-from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, Jump, Launch, Memcpy, Memset, Memtile
-from apic.record.ops import NativeCall, RawBlob, RawPtr, raw_pointers, resolve_ops, unresolve_op
+from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, HandleCall, HandleRef, Jump, Launch
+from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, RawBlob, RawHandle, RawPtr, raw_pointers
+from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
 
@@ -99,6 +100,7 @@ class Recorder:
         self._interned: dict = {}  # every distinct op, to itself
         self._layouts: dict[tuple, layout.ArgsLayout] = {}  # (id(kernel), param types) -> layout
         self._kernel_infos: list[KernelInfo] = []
+        self._handles: dict[int, object] = {}  # id -> Mesh / Bvh / HashGrid / Volume the ops reach
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -122,15 +124,75 @@ class Recorder:
         self.abort()
         if any(op is None for op in self.ops):  # pragma: no cover - a control-flow body left unfinished
             raise CaptureError("a wp.capture_if / capture_while body was not finished when the capture ended")
+        for value in self._ranges.words_among(handles.live_ids()):
+            self.note_handle(handles.lookup(value))  # an id stored in memory the ops use
         regions, resolve = self._ranges.build()
-        ops = resolve_ops(self.ops, resolve)
+        index = {value: i for i, value in enumerate(self._handles)}
+        ops = resolve_ops(self.ops, resolve, lambda value: HandleRef(index[value]))
         return Recording(
             abi=_compat.KERNEL_ABI,
             regions=tuple(regions),
             modules=tuple(self._module_infos),
             kernels=tuple(self._kernel_infos),
             ops=ops,
+            handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
         )
+
+    # --- native handles (Mesh, Bvh, HashGrid, Volume) --------------------------------------------------
+    def note_handle(self, obj) -> None:
+        """The ops reach ``obj`` by id: keep it, and make the arrays it was built over part of the graph."""
+        if obj.id in self._handles:
+            return
+        kind = handles.kind_of(obj)
+        if kind is None:
+            raise CaptureError(f"{type(obj).__name__} is not a native handle apic records")
+        self._handles[obj.id] = obj
+        self.keepalive.append(obj)
+        for _, arr in handles.handle_arrays(kind, obj):
+            if arr is not None:
+                self._note_allocation(arr)
+                self._ranges.note(arr.ptr, arr.ptr + arr.size * wp_types.type_size_in_bytes(arr.dtype), used=True)
+
+    def _describe(self, obj, resolve) -> "handles.Handle":
+        kind = handles.kind_of(obj)
+        arrays = []
+        for name, arr in handles.handle_arrays(kind, obj):
+            if arr is not None:
+                what = f"a wp.{kind} over the array '{name}'"
+                arrays.append((name, handles.HandleArray(resolve(arr.ptr), handles.dtype_name(arr, what), arr.size)))
+        return handles.Handle(kind, tuple(arrays), handles.options_of(kind, obj), obj)
+
+    def _handle_words(self, data: bytes, words) -> list:
+        """``(offset, RawHandle)`` for each 64-bit integer argument that holds a live handle's id."""
+        found = []
+        for at in words:
+            value = int.from_bytes(data[at : at + 8], "little")
+            obj = handles.lookup(value) if value else None
+            if obj is not None:
+                self.note_handle(obj)
+                found.append((at, RawHandle(value)))
+        return found
+
+    def record_handle_call(self, name: str, args: tuple) -> None:
+        """A native method of a handle (``wp_mesh_refit_host(id)``, ...; see ``handles.NATIVE_CALLS``)."""
+        obj = handles.lookup(int(args[0]))
+        if obj is None:
+            raise CaptureError(f"wp_{name}: {int(args[0]):#x} is not the id of a live Warp object")
+        self.note_handle(obj)
+        handle = RawHandle(obj.id)
+        if name != "hash_grid_update_host":
+            self._append(HandleCall(name, handle, tuple(int(a) for a in args[1:])))
+            return
+        type_id, radius, points = int(args[1]), float(args[2]), int(args[3])
+        elem_size = handles.GRID_POINT_SIZES.get(type_id)
+        if elem_size is None:
+            raise UnsupportedOperationError(f"wp_{name} (native)", f"unknown hash grid point type {type_id}")
+        blob = _descriptor_blob(points, _ARRAY_TYPE_REGULAR, elem_size, "wp.HashGrid.build")
+        groups = None
+        if len(args) > 4 and args[4]:
+            count = int.from_bytes(blob.data[16:20], "little", signed=True)  # the points' shape[0]
+            groups = RawPtr(int(args[4]), int(args[4]), int(args[4]) + 4 * max(count, 0))
+        self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
     def _append(self, op) -> None:
         # Equal ops (a fill or copy repeated every step) share one immutable object, so saving,
@@ -206,6 +268,8 @@ class Recorder:
                 f"it calls kernels as {recording.abi}, this warp-lang as {_compat.KERNEL_ABI}",
             )
         self.keepalive.append(graph)  # its arrays, external buffers, modules and loaded memory
+        for handle in recording.handles:
+            self.note_handle(handle.obj)
         addresses = graph.region_addresses
         for region in recording.regions:
             lo = addresses[region.id]
@@ -216,7 +280,7 @@ class Recorder:
         for op in recording.ops:
             done = converted.get(id(op))
             if done is None:
-                done = unresolve_op(op, lambda ref: addresses[ref.region] + ref.offset)
+                done = unresolve_op(op, graph.address_of)
                 if isinstance(done, Launch):
                     done = dataclasses.replace(done, kernel=kernels[done.kernel])
                 elif isinstance(done, (Branch, Jump)):
@@ -292,8 +356,8 @@ class Recorder:
         self._append(Alloc(RawPtr(arr.ptr, arr.ptr, arr.ptr + arr.capacity), arr.capacity))
 
     # --- native operations -------------------------------------------------------------------------
-    def record_launch(self, kernel, hooks, params, adjoint: bool) -> None:
-        """A CPU kernel invocation (what Warp's ``invoke`` would have run)."""
+    def record_launch(self, kernel, hooks, params, adjoint: bool, cpu_blocks: bool = False) -> None:
+        """A CPU kernel invocation (what Warp's ``invoke``, or ``invoke_cpu_blocks``, would have run)."""
         fn = hooks.backward if adjoint else hooks.forward
         if fn is None:
             raise CaptureError(f"kernel '{kernel.key}' has no {'backward' if adjoint else 'forward'} entry point")
@@ -301,6 +365,8 @@ class Recorder:
             return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
         self.keepalive.append(params)
         kernel_index = self._kernel_index(kernel, hooks, fn, adjoint)
+        if cpu_blocks and not self._kernel_infos[kernel_index].cpu_blocks:
+            self._kernel_infos[kernel_index] = dataclasses.replace(self._kernel_infos[kernel_index], cpu_blocks=True)
         nargs = len(kernel.adj.args)
         fwd = params[1 : 1 + nargs]
         fwd_layout = self._args_layout(kernel, fwd)
@@ -318,14 +384,18 @@ class Recorder:
                 kernel=kernel_index,
                 dim=_launch_dim(params[0]),
                 bounds=RawBlob(bounds),
-                args=RawBlob(args_data, layout.blob_pointers(args_data, fwd_layout.slots), fwd_layout.slots),
-                adj_args=RawBlob(adj_data, layout.blob_pointers(adj_data, adj_layout.slots), adj_layout.slots)
-                if adjoint
-                else None,
+                args=self._args_blob(args_data, fwd_layout),
+                adj_args=self._args_blob(adj_data, adj_layout) if adjoint else None,
             )
             self._append(op)
         else:
             self.ops.append(op)
+
+    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout) -> RawBlob:
+        pointers = layout.blob_pointers(data, args_layout.slots)
+        if args_layout.words:
+            pointers += tuple(self._handle_words(data, args_layout.words))
+        return RawBlob(data, pointers, args_layout.slots)
 
     def _args_layout(self, kernel, params) -> layout.ArgsLayout:
         # keyed by id: hashing a Warp Kernel costs more than this whole lookup (kept alive by hooks)
@@ -383,14 +453,16 @@ class Recorder:
 
     def record_native_call(self, name: str, args: tuple) -> None:
         """A call of one of Warp's native host utilities (``wp_<name>``, see ``natives``)."""
-        args = tuple(int(a) for a in args)  # a C bool arrives as a Python bool
+        args = natives.signed64(tuple(int(a) for a in args))  # a C bool arrives as a Python bool
         sig = natives.signature(name, len(args))
         problem = "apic does not know this argument list" if sig is None else sig.check(args)
         if problem is not None:
             raise UnsupportedOperationError(f"wp_{name} (native)", problem)
         values = []
         for kind, value, nbytes in zip(sig.params, args, sig.reach(args)):
-            if kind == natives.PTR:
+            if kind == natives.OPT and not value:
+                value = 0  # an optional pointer left null: recorded as the integer 0
+            elif kind != natives.INT:
                 if not value:
                     raise UnsupportedOperationError(f"wp_{name} (native)", "a null pointer argument")
                 value = RawPtr(value, value, value + nbytes)

@@ -30,6 +30,9 @@ class KernelInfo:
     address: int = 0  # live function pointer (resolved again after a load)
     # CUDA entry points only: the param blob layout, (offset, size) of each parameter, bounds first
     params: tuple[tuple[int, int], ...] = ()
+    # CPU kernels run as cooperative blocks (warp 1.18+ with block_dim > 1): Warp reports a failure of
+    # their dispatcher through wp_take_cpu_block_error, which a replay must check, as eager Warp does
+    cpu_blocks: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,3 +44,4 @@ class Recording:
     modules: tuple[ModuleInfo, ...]
     kernels: tuple[KernelInfo, ...]
     ops: tuple[Op, ...]
+    handles: tuple = ()  # apic.record.handles.Handle: native objects the ops reach by id (HandleRef)

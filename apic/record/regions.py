@@ -10,7 +10,10 @@ returns the final table plus a resolver from absolute addresses to ``Ref``.
 from __future__ import annotations
 
 import bisect
+import ctypes
 from dataclasses import dataclass
+
+import numpy as np
 
 from apic.errors import CaptureError
 from apic.record.ops import Ref
@@ -71,6 +74,19 @@ class RegionTableBuilder:
     def overlaps(self, lo: int, hi: int) -> bool:
         """Whether ``[lo, hi)`` shares a byte with any range noted so far."""
         return any(r.lo < hi and lo < max(r.hi, r.lo + 1) for r in self._ranges.values())
+
+    def words_among(self, values: np.ndarray) -> list[int]:
+        """Which of ``values`` (uint64) are stored as 8-byte-aligned words in the memory ops use."""
+        found: set[int] = set()
+        if not len(values):
+            return []
+        for rng in self._ranges.values():
+            lo = -(-rng.lo // 8) * 8
+            count = (rng.hi - lo) // 8
+            if rng.used and count > 0:
+                words = np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(lo))
+                found.update(np.intersect1d(words, values).tolist())
+        return sorted(found)
 
     def build(self) -> tuple[list[Region], callable]:
         """Merge the noted ranges into regions; return them and an ``address -> Ref`` resolver."""

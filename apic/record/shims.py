@@ -23,7 +23,7 @@ import warp as wp
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record import natives
+from apic.record import handles, natives
 from apic.record.recorder import active, paused
 
 
@@ -220,13 +220,13 @@ def _utility(name: str, original):
 
 
 # --- native sinks ------------------------------------------------------------------------------------
-def _invoke_sink(original):
+def _invoke_sink(original, cpu_blocks: bool = False):
     @functools.wraps(original)
     def sink(kernel, hooks, params, adjoint):
         recorder = active()
         if recorder is None:
             return original(kernel, hooks, params, adjoint)
-        recorder.record_launch(kernel, hooks, params, adjoint)
+        recorder.record_launch(kernel, hooks, params, adjoint, cpu_blocks)
 
     return sink
 
@@ -243,13 +243,21 @@ def _as_int(value) -> int:
         return ctypes.addressof(value.contents)
     if isinstance(value, (ctypes.Array, ctypes.Structure)):
         return ctypes.addressof(value)
+    if type(value).__name__ == "CArgObject":  # ctypes.byref(x)
+        return ctypes.addressof(value._obj) + getattr(value, "_offset", 0)
     raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
 
 
-def _recording_sink(name: str, original, record, where: str):
-    """A native host function that, during a capture, calls ``record(recorder, int args)`` instead.
+def _as_number(value):
+    """A float argument stays a float (a hash grid's radius); anything else as ``_as_int``."""
+    return value if isinstance(value, float) else _as_int(value)
 
-    It records only when reached from a recordable Python API (``where`` names them for the error).
+
+def _recording_sink(name: str, original, record, where: str, convert=_as_int):
+    """A native host function that, during a capture, calls ``record(recorder, args)`` instead.
+
+    It records only when reached from a recordable Python API (``where`` names them for the error);
+    ``convert`` turns each argument as ctypes code passes it into a number.
     """
 
     @functools.wraps(original)
@@ -259,7 +267,7 @@ def _recording_sink(name: str, original, record, where: str):
             return original(*args)
         if recorder.api_depth == 0:
             raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
-        record(recorder, tuple(map(_as_int, args)))
+        record(recorder, tuple(map(convert, args)))
         return True  # success, for the callers that check it
 
     return sink
@@ -285,9 +293,15 @@ _NATIVE_ALLOWED = ("alloc_host", "free_host", "is_", "get_", "_get", "float_to_"
 
 
 def _utility_sink(name: str, original):
-    """A native host utility (``apic.record.natives``) recorded from its ``wp.utils`` function."""
+    """A native host utility (``apic.record.natives``) recorded from its ``wp.utils`` or warp.sparse function."""
     record = lambda recorder, args: recorder.record_native_call(name, args)  # noqa: E731
-    return _recording_sink(name, original, record, "its wp.utils function")
+    return _recording_sink(name, original, record, natives.api_of(name))
+
+
+def _handle_sink(name: str, original):
+    """A native method of a Mesh / Bvh / HashGrid (``apic.record.handles``) recorded from its Python method."""
+    record = lambda recorder, args: recorder.record_handle_call(name, args)  # noqa: E731
+    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number)
 
 
 def _refusing_sink(name: str, original):
@@ -307,7 +321,7 @@ def _install_native_sinks() -> None:
     runtime = _compat.runtime()
     _native_patches.set(wp_context, "invoke", _invoke_sink(wp_context.invoke))
     if _compat.invoke_cpu_blocks is not None:
-        _native_patches.set(wp_context, "invoke_cpu_blocks", _invoke_sink(_compat.invoke_cpu_blocks))
+        _native_patches.set(wp_context, "invoke_cpu_blocks", _invoke_sink(_compat.invoke_cpu_blocks, cpu_blocks=True))
     core = runtime.core
     sinks = {}
     for attr, value in list(vars(core).items()):
@@ -321,6 +335,8 @@ def _install_native_sinks() -> None:
             _native_patches.set(core, attr, sinks[name])
         elif name in natives.NAMES:
             _native_patches.set(core, attr, _utility_sink(name, value))
+        elif name in handles.NATIVE_CALLS:
+            _native_patches.set(core, attr, _handle_sink(name, value))
         elif not any(token in name for token in _NATIVE_ALLOWED):
             _native_patches.set(core, attr, _refusing_sink(attr, value))
     # The CPU device binds memset/memtile to the native functions once, at init.
@@ -385,7 +401,11 @@ def install() -> None:
         for owner in (wp_utils, public_utils):
             if vars(owner).get(name) is original:
                 _python_patches.set(owner, name, shim)
+    handles.install(_python_patches)
     capture.install_capture_api(_python_patches)
+    from apic.record import sparse  # warp.sparse functions (their native BSR calls) and BsrMatrix read-backs
+
+    sparse.install(_python_patches)
     from apic.record import cuda  # recording alongside Warp's CUDA capture (apic=True), layered on top
 
     cuda.install(_python_patches)
@@ -413,3 +433,6 @@ def ensure_native_sinks() -> None:
     if not _python_patches:
         raise CaptureError("apic is uninstalled; call apic.install() first")
     _install_native_sinks()
+    from apic.record import fem  # warp.fem temporaries, once warp.fem is imported
+
+    fem.install(_python_patches)

@@ -59,6 +59,41 @@ def call10(typingctx, fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9):
 
 
 @intrinsic
+def call_argv20(typingctx, fn, argv):
+    """Call ``fn`` with the 20 int64 arguments stored at the integer address ``argv``."""
+    if not (isinstance(fn, types.Integer) and isinstance(argv, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        fnty = ir.FunctionType(ir.VoidType(), [_I64] * 20)
+        base = builder.inttoptr(context.cast(builder, llargs[1], signature.args[1], types.int64), _I64.as_pointer())
+        values = [builder.load(builder.gep(base, [ir.Constant(_I64, k)]), align=1) for k in range(20)]
+        target = builder.inttoptr(context.cast(builder, llargs[0], signature.args[0], types.int64), fnty.as_pointer())
+        builder.call(target, values)
+        return context.get_dummy_value()
+
+    return types.void(fn, argv), codegen
+
+
+@intrinsic
+def call5_d2(typingctx, fn, a0, a1, a2, a3, a4):
+    """Call ``fn(a0, a1, (double)a2, a3, a4)``: ``a2`` holds the bits of a C double (a hash grid radius)."""
+    if not all(isinstance(t, types.Integer) for t in (fn, a0, a1, a2, a3, a4)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        double = ir.DoubleType()
+        fnty = ir.FunctionType(ir.VoidType(), [_I64, _I64, double, _I64, _I64])
+        target = builder.inttoptr(llargs[0], fnty.as_pointer())
+        values = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[1:], signature.args[1:])]
+        values[2] = builder.bitcast(values[2], double)
+        builder.call(target, values)
+        return context.get_dummy_value()
+
+    return types.void(fn, a0, a1, a2, a3, a4), codegen
+
+
+@intrinsic
 def load_i32(typingctx, address):
     """The int32 at an integer ``address`` (any alignment): a branch condition in graph memory."""
     if not isinstance(address, types.Integer):

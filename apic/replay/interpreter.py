@@ -12,11 +12,13 @@ from __future__ import annotations
 from numba import njit
 
 from apic.replay import table as _table
-from apic.replay._intrinsics import call2, call3, call4, call5, call10, load_i32
+from apic.replay._intrinsics import call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
 # spelled out below and checked against table.py here.
-assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO) == (16, 17)
+assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.ARGV_ARGS, _table.OP_CALL5_D2) == (
+    16, 17, 18, 20, 19
+)
 
 
 @njit(cache=True, nogil=True)
@@ -48,4 +50,8 @@ def run_table(table, repeats):
                 if load_i32(table[i, 2]) == 0:
                     i = table[i, 3]
                     continue
+            elif op == 18:  # OP_CALL_ARGV: arguments in the arena
+                call_argv20(fn, table[i, 2])
+            elif op == 19:  # OP_CALL5_D2
+                call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
             i += 1

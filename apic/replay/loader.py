@@ -160,13 +160,14 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
     from apic.graph import Graph
 
     recording = saved.recording
-    buffers, addresses, regions = [], [], []
+    buffers, addresses, views, regions = [], [], [], []
     for region, contents in zip(recording.regions, saved.contents):
         owner, address, view = _allocate(region.nbytes, region.id)
         if contents:
             view[:] = np.frombuffer(contents, dtype=np.uint8)
         buffers.append(owner)
         addresses.append(address)
+        views.append(view)
         regions.append(dataclasses.replace(region, address=address))
 
     loaded: dict[str, LoadedModule] = {}
@@ -187,11 +188,39 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
             raise FormatError(f"kernel '{kernel.key}': symbol {kernel.symbol} is not in module file '{file}'")
         kernels.append(dataclasses.replace(kernel, address=address))
 
-    live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels))
+    rebuilt = _rebuild_handles(saved, addresses, views)
+    live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels),
+                               handles=rebuilt)
     return Graph(
         live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
         kernel_addresses=[k.address for k in kernels], bindings=saved.bindings,
     )
+
+
+def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.ndarray]) -> tuple:
+    """Build every native handle again over the loaded regions; write the new ids into saved memory.
+
+    A mesh's triangle indices are checked first: Warp's native build trusts them.
+    """
+    from apic.record import handles
+
+    rebuilt = []
+    for index, (handle, data) in enumerate(zip(saved.recording.handles, saved.volume_data)):
+        arrays = dict(handle.arrays)
+        if handle.kind == "Mesh":
+            points, indices = arrays["points"], arrays["indices"]
+            start = indices.start.offset
+            values = views[indices.start.region][start : start + 4 * indices.length].view(np.int32)
+            if indices.length % 3 or (len(values) and (values.min() < 0 or values.max() >= points.length)):
+                raise FormatError(
+                    f"corrupt apic graph file: handles[{index}]: mesh triangle indices must be whole triangles "
+                    f"of the mesh's {points.length} points"
+                )
+        obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
+        rebuilt.append(dataclasses.replace(handle, obj=obj))
+    for region, offset, index in saved.handle_slots:
+        views[region][offset : offset + 8].view(np.uint64)[0] = rebuilt[index].obj.id
+    return tuple(rebuilt)
 
 
 def load(saved: SavedGraph, fetch, origin: str, device):

@@ -20,7 +20,8 @@ from apic.replay import table as tbl
 
 _ALIGN = 16
 _U64 = struct.Struct("<Q")
-_BOUNDS_QWORDS = struct.Struct("<4q")  # signed: the table holds int64 (same bits)
+_BOUNDS_QWORDS = struct.Struct("<4q")
+_I64 = struct.Struct("<q")  # signed: the table holds int64 (same bits)
 
 # The ABI tags a lowering can call (see apic._compat.KERNEL_ABI).
 ABI_BY_POINTER = "bounds-by-pointer-v1"
@@ -89,17 +90,19 @@ def _blobs_of(op) -> list[rec.Blob]:
     return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
 
 
-def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -> Program:
-    """Build the program of ``recording`` with regions and kernels at the given addresses."""
+def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
+    """Build the program of ``recording`` with kernels at the given addresses.
+
+    ``address_of(target)`` is the live address of a region reference (``Ref``), or the id of a native
+    handle (``HandleRef``).
+    """
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
     distinct_ops = {id(op): op for op in recording.ops}.values()  # shared ops hold shared blobs
     blobs = [blob for op in distinct_ops for blob in _blobs_of(op)]
-    arena = _Arena(blobs)
-
-    def address_of(ref: rec.Ref) -> int:
-        return region_addresses[ref.region] + ref.offset
-
+    wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
+    argvs = {id(op): _argv_blob(op) for op in wide}
+    arena = _Arena(blobs + list(argvs.values()))
     arena.fill(address_of)
     rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
 
@@ -115,7 +118,12 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
     for op in recording.ops:
         row = row_of.get(id(op))
         if row is None:
-            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+            argv = argvs.get(id(op))
+            if argv is not None:  # a native call with too many arguments for a row: they live in the arena
+                natives.check_host(op.name, len(op.args))
+                lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
+            else:
+                lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
             if lowered is not None:
                 distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
@@ -123,6 +131,20 @@ def lower(recording, region_addresses: list[int], kernel_addresses: list[int]) -
             sequence.append(row)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
     return Program(np.ascontiguousarray(table), arena.buffer)
+
+
+def _argv_blob(op: rec.NativeCall) -> rec.Blob:
+    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero)."""
+    if len(op.args) > tbl.ARGV_ARGS:
+        raise ValueError(f"wp_{op.name} takes {len(op.args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
+    data = bytearray(8 * tbl.ARGV_ARGS)
+    relocs = []
+    for i, arg in enumerate(op.args):
+        if isinstance(arg, rec.Ref):
+            relocs.append(rec.Reloc(8 * i, arg))
+        else:
+            struct.pack_into("<q", data, 8 * i, arg)
+    return rec.Blob(bytes(data), tuple(relocs))
 
 
 def _call(fn: int, *args: int) -> list[int]:
@@ -174,6 +196,20 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at)
         natives.check_host(op.name, len(op.args))
         args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args]
         return _call(_compat.native_address(op.name), *args)
+    if isinstance(op, rec.HandleCall):
+        return _lower_handle_call(op, arena, address_of)
     if isinstance(op, _NO_ROW):
         return None
     raise TypeError(f"cannot lower op {type(op).__name__}")
+
+
+def _lower_handle_call(op: rec.HandleCall, arena: _Arena, address_of) -> list[int]:
+    """``wp_<name>(id, ...)``; a hash grid build passes its radius as a C double (argument 2)."""
+    fn = _compat.native_address(op.name)
+    handle = address_of(op.handle)
+    if op.name != "hash_grid_update_host":
+        return _call(fn, handle, *op.ints)
+    groups = address_of(op.groups) if op.groups is not None else 0
+    radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
+    # warp <= 1.12 takes no groups argument: the extra integer is harmless to a C callee (see _call)
+    return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, arena.address(op.points), groups]

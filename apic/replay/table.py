@@ -8,6 +8,12 @@ move the program counter instead (their targets are row numbers; the table's len
 * ``OP_BRANCH_IF_ZERO``: ``[OP_BRANCH_IF_ZERO, 0, address, target]``, continue at row ``target`` if the
   int32 at ``address`` is zero, else at the next row.
 
+``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
+
+A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
+arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
+unused trailing ones are zero.
+
 Kept apart from the interpreter so that building a table never imports Numba.
 """
 
@@ -28,4 +34,7 @@ OP_CALL10 = 10
 CALL_OPCODES = {2: OP_CALL2, 3: OP_CALL3, 4: OP_CALL4, 5: OP_CALL5, 10: OP_CALL10}
 OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
+OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
+OP_CALL_ARGV = 18
+ARGV_ARGS = 20
 

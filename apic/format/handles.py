@@ -1,0 +1,170 @@
+"""Native handles (Mesh, Bvh, HashGrid, Volume) on the wire: written, and read back with every field checked.
+
+A graph with handles is written as format version 2 (``schema.HANDLES_VERSION``); one without stays
+version 1, so older readers keep reading what they can. Three places carry them:
+
+* ``handles``: one map per object, ``{"kind", "arrays": [[name, region, offset, dtype, length]],
+  "options": {name: scalar}, "data": bin | None}`` (``data``: a Volume's NanoVDB buffer);
+* ``{"handles": [[at, index]]}`` inside a kernel-argument blob: the id of handle ``index`` goes
+  into the 8 bytes at ``at`` (which the writer zeroes);
+* ``handle_slots``: ``[[region, offset, index]]``, words of saved memory that hold an id (an
+  array of mesh ids), zeroed in the saved contents and written with the new id on load.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from apic.errors import FormatError
+from apic.record import handles as rec_handles
+from apic.record import ops as rec
+
+# NanoVDB grid buffers start with one of these magic numbers; the grid's byte size is a u64 at 32.
+_NANOVDB_MAGICS = (b"NanoVDB0", b"NanoVDB1", b"NanoVDB2")
+_NANOVDB_SIZE = struct.Struct("<Q")
+_CONSTRUCTORS = ("sah", "median", "lbvh", "cubql")
+MAX_GRID_CELLS = 1 << 28  # a hash grid allocates per cell: bound what a file can ask for
+
+
+def _fail(where: str, message: str):
+    raise FormatError(f"corrupt apic graph file: {where}: {message}")
+
+
+# --- write -------------------------------------------------------------------------------------------
+def handle_wire(handle: rec_handles.Handle) -> dict:
+    """One handle's map (a Volume's buffer is read from the object now, like region contents)."""
+    arrays = [[name, a.start.region, a.start.offset, a.dtype, a.length] for name, a in handle.arrays]
+    data = rec_handles.volume_bytes(handle.obj) if handle.kind == "Volume" else None
+    return {"kind": handle.kind, "arrays": arrays, "options": dict(handle.options), "data": data}
+
+
+def blob_handles(blob: rec.Blob) -> list:
+    """``[[at, index]]`` of the handle relocations of a blob."""
+    return [[r.at, r.target.index] for r in blob.relocs if isinstance(r.target, rec.HandleRef)]
+
+
+def find_slots(contents: bytes, region: int, ids: dict[int, int]) -> tuple[bytes, list]:
+    """Words of ``contents`` that hold a handle id (``ids``: id -> index): zeroed, and listed."""
+    if not ids or len(contents) < 8:
+        return contents, []
+    words = np.frombuffer(contents, dtype="<u8", count=len(contents) // 8)
+    hits = np.flatnonzero(np.isin(words, np.array(list(ids), dtype=np.uint64)))
+    if not len(hits):
+        return contents, []
+    slots = [[region, int(i) * 8, ids[int(words[i])]] for i in hits]
+    cleared = bytearray(contents)
+    for _, offset, _ in slots:
+        cleared[offset : offset + 8] = bytes(8)
+    return bytes(cleared), slots
+
+
+# --- read --------------------------------------------------------------------------------------------
+def _check_option(kind: str, name: str, value, where: str):
+    if name not in rec_handles.OPTIONS[kind]:
+        _fail(where, f"a wp.{kind} has no option {name!r}")
+    if name in ("support_winding_number",):
+        ok = isinstance(value, bool)
+    elif name in ("bvh_constructor", "constructor"):
+        ok = isinstance(value, str) and value in _CONSTRUCTORS
+    elif name in ("bvh_leaf_size", "leaf_size"):
+        ok = type(value) is int and 0 <= value <= 1 << 16
+    elif name in ("dim_x", "dim_y", "dim_z"):
+        ok = type(value) is int and 1 <= value <= MAX_GRID_CELLS
+    elif name == "dtype":
+        ok = isinstance(value, str) and value in rec_handles.SCALARS  # a list or map is unhashable
+    else:  # radius
+        ok = isinstance(value, float) and math.isfinite(value) and value > 0
+    if not ok:
+        _fail(where, f"option {name} of a wp.{kind} has the invalid value {value!r}")
+    return value
+
+
+_REQUIRED = {"Mesh": ("points", "indices"), "Bvh": ("lowers", "uppers"), "HashGrid": (), "Volume": ()}
+
+
+def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | None]:
+    """One handle map, checked: its arrays lie inside their regions, its options are in range."""
+    from apic.format import reader
+    entry = reader._map(entry, where, ("kind", "arrays", "options"))
+    kind = reader._str(entry["kind"], f"{where}.kind", max_len=16)
+    if kind not in rec_handles.KINDS:
+        _fail(f"{where}.kind", f"{kind!r} is not one of {rec_handles.KINDS}")
+    arrays = {}
+    for i, item in enumerate(reader._list(entry["arrays"], f"{where}.arrays", 8)):
+        w = f"{where}.arrays[{i}]"
+        item = reader._list(item, w, 5)
+        if len(item) != 5:
+            _fail(w, "expected [name, region, offset, dtype, length]")
+        name = reader._str(item[0], f"{w}[0]", max_len=32)
+        dtype = reader._str(item[3], f"{w}[3]", max_len=16)
+        if name not in rec_handles.ARRAYS[kind] or name in arrays:
+            _fail(w, f"a wp.{kind} has no array {name!r} (or it is listed twice)")
+        if dtype not in rec_handles.DTYPES:
+            _fail(w, f"unknown handle array dtype {dtype!r}")
+        length = reader._int(item[4], f"{w}[4]", 0, (1 << 31) - 1)
+        nbytes = length * rec_handles.DTYPE_SIZES[dtype]
+        arrays[name] = rec_handles.HandleArray(ctx.ref(item[1:3], w, nbytes), dtype, length)
+    options = {}
+    raw_options = entry["options"]
+    if not isinstance(raw_options, dict) or len(raw_options) > 8:
+        _fail(f"{where}.options", "expected a map of at most 8 options")
+    for name, value in raw_options.items():
+        options[name] = _check_option(kind, name, value, f"{where}.options.{name}")
+    missing = [n for n in _REQUIRED[kind] if n not in arrays]
+    if kind == "HashGrid":
+        missing += [n for n in ("dim_x", "dim_y", "dim_z") if n not in options]
+        if "radius" in options and "points" not in arrays:
+            missing.append("points")
+        if math.prod(options.get(n, 1) for n in ("dim_x", "dim_y", "dim_z")) > MAX_GRID_CELLS:
+            _fail(f"{where}.options", f"a hash grid of more than {MAX_GRID_CELLS} cells")
+    if missing:
+        _fail(where, f"a wp.{kind} without {', '.join(missing)}")
+    data = None
+    if kind == "Volume":
+        data = reader._bin(entry.get("data"), f"{where}.data")
+        if data[:8] not in _NANOVDB_MAGICS or len(data) < 40 or _NANOVDB_SIZE.unpack_from(data, 32)[0] > len(data):
+            _fail(f"{where}.data", "not a NanoVDB grid buffer (bad magic or a grid larger than the buffer)")
+    handle = rec_handles.Handle(kind, tuple(arrays.items()), tuple(options.items()))
+    return handle, data
+
+
+def read_blob_handles(value: dict, where: str, data_len: int, handle_count: int) -> list[rec.Reloc]:
+    """The ``handles`` relocations of a blob (kernel arguments only), each 8 bytes inside it."""
+    from apic.format import reader
+    relocs = []
+    for i, item in enumerate(reader._list(value.get("handles", []), f"{where}.handles", data_len // 8)):
+        w = f"{where}.handles[{i}]"
+        item = reader._list(item, w, 2)
+        if len(item) != 2:
+            _fail(w, "expected [at, handle]")
+        at = reader._int(item[0], f"{w}[0]", 0, max(data_len - 8, 0))
+        if at + 8 > data_len:
+            _fail(w, f"a handle at byte {at} does not fit in the {data_len}-byte blob")
+        if not handle_count:
+            _fail(w, "the graph has no handles")
+        relocs.append(rec.Reloc(at, rec.HandleRef(reader._int(item[1], f"{w}[1]", 0, handle_count - 1))))
+    return relocs
+
+
+def read_slots(value, ctx, handle_count: int) -> tuple[tuple[int, int, int], ...]:
+    """``handle_slots``: saved words of non-owned regions that get a rebuilt handle's id."""
+    from apic.format import reader
+    slots, seen = [], set()
+    for i, item in enumerate(reader._list(value, "handle_slots")):
+        w = f"handle_slots[{i}]"
+        item = reader._list(item, w, 3)
+        if len(item) != 3:
+            _fail(w, "expected [region, offset, handle]")
+        ref = ctx.ref(item[:2], w, 8)
+        if ctx.regions[ref.region].owned:
+            _fail(w, "a handle slot in graph-owned memory")
+        if (ref.region, ref.offset) in seen:
+            _fail(w, "listed twice")
+        seen.add((ref.region, ref.offset))
+        if not handle_count:
+            _fail(w, "the graph has no handles")
+        slots.append((ref.region, ref.offset, reader._int(item[2], f"{w}[2]", 0, handle_count - 1)))
+    return tuple(slots)

@@ -1,0 +1,298 @@
+"""Native handles: the Warp objects a kernel reaches through a ``uint64`` id (Mesh, Bvh, HashGrid, Volume).
+
+A handle's ``id`` is the address of a native struct in this process, so a graph cannot carry the
+number itself. apic records *what the object was built from* instead, and rebuilds it on load:
+
+* **Registry.** ``install`` wraps the four classes' ``__init__`` (and ``HashGrid.build``) so every
+  object made after ``import apic`` is known by id, with the constructor options Warp does not keep
+  as attributes. Objects made before are found once, on demand, by a sweep of the garbage collector.
+* **Capture.** A kernel argument (a ``uint64``/``int64``/``wp.handle`` scalar or struct field) or a
+  word of graph memory that holds a registered id makes the recorder note the object: its arrays
+  become regions of the graph (so a kernel that moves mesh points and a ``Mesh.refit`` in the same
+  capture stay aliased after a load), and every place holding the id becomes a handle relocation.
+* **Save.** A ``Handle`` lists the object's kind, its arrays as region references and its options;
+  a Volume's NanoVDB buffer is saved as bytes (read at save time, as region contents are).
+* **Load.** ``rebuild`` makes a new object over the loaded regions with Warp's own constructor; the
+  program and the memory slots that held the old id get the new one.
+
+What a word in graph memory holds is not typed, so a memory word is taken for a handle when it
+equals the id of a live object of these classes: an exact 64-bit heap address, which ordinary data
+does not produce.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import gc
+import inspect
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from apic import _compat
+from apic.errors import UnsupportedOperationError
+
+KINDS = ("Mesh", "Bvh", "HashGrid", "Volume")
+
+# Element types a handle's arrays may have, by the name saved in the file; a HashGrid's scalar type.
+DTYPES = {"vec3h": wp.vec3h, "vec3f": wp.vec3f, "vec3d": wp.vec3d, "int32": wp.int32}
+DTYPE_SIZES = {"vec3h": 6, "vec3f": 12, "vec3d": 24, "int32": 4}
+SCALARS = {"float16": wp.float16, "float32": wp.float32, "float64": wp.float64}
+# Bytes per point of a hash grid by Warp's point type id (0: vec3h, 1: vec3f, 2: vec3d; 1.12 has only 1).
+GRID_POINT_SIZES = {0: 6, 1: 12, 2: 24}
+
+# Constructor options saved per kind (the arrays are read off the object itself); values are
+# msgpack scalars. ``bvh_constructor``/``constructor`` are saved as Warp's lower-case names.
+OPTIONS = {
+    "Mesh": ("support_winding_number", "bvh_constructor", "bvh_leaf_size"),
+    "Bvh": ("constructor", "leaf_size"),
+    "HashGrid": ("dim_x", "dim_y", "dim_z", "dtype", "radius"),
+    "Volume": (),
+}
+ARRAYS = {
+    "Mesh": ("points", "indices", "velocities", "groups"),
+    "Bvh": ("lowers", "uppers", "groups"),
+    "HashGrid": ("points", "groups"),  # of its last build, if it was built
+    "Volume": (),
+}
+
+
+@dataclass(frozen=True)
+class HandleArray:
+    """A contiguous array a handle was built over: where it starts (``Ref`` or, in capture, ``RawPtr``)."""
+
+    start: Any
+    dtype: str  # a key of DTYPES
+    length: int
+
+
+@dataclass(frozen=True)
+class Handle:
+    """One native object of a graph, described well enough to build it again."""
+
+    kind: str
+    arrays: tuple[tuple[str, HandleArray], ...]
+    options: tuple[tuple[str, Any], ...]
+    obj: Any = field(default=None, compare=False, repr=False)  # the live (or rebuilt) Warp object
+
+
+# --- registry -------------------------------------------------------------------------------------
+_registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+_swept = False
+
+
+def _classes() -> dict[str, type]:
+    return {kind: vars(wp).get(kind) for kind in KINDS if isinstance(vars(wp).get(kind), type)}
+
+
+def kind_of(obj) -> str | None:
+    """``"Mesh"``, ``"Bvh"``, ... for a handle object (exact class or subclass), else None."""
+    for kind, cls in _classes().items():
+        if issubclass(type(obj), cls):  # type(), not isinstance(): a proxy's __class__ may lie
+            return kind
+    return None
+
+
+def _register(obj) -> None:
+    value = getattr(obj, "id", None)
+    if isinstance(value, int) and value and getattr(getattr(obj, "device", None), "is_cpu", False):
+        _registry[value] = obj
+
+
+def lookup(value: int):
+    """The live CPU handle object whose id is ``value``, or None."""
+    found = _registry.get(value)
+    if found is None and not _swept:
+        _sweep()
+        found = _registry.get(value)
+    return found
+
+
+def _sweep() -> None:
+    """Register the handle objects made before ``import apic`` (once per process)."""
+    global _swept
+    _swept = True
+    classes = tuple(_classes().values())
+    for obj in gc.get_objects():
+        if issubclass(type(obj), classes):
+            _register(obj)
+
+
+def live_ids() -> np.ndarray:
+    """Ids of every registered live handle, sorted (uint64)."""
+    if not _swept:
+        _sweep()
+    return np.array(sorted(_registry.keys()), dtype=np.uint64)
+
+
+def _init_shim(kind: str, original):
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        try:
+            original(self, *args, **kwargs)
+        except UnsupportedOperationError as error:  # its native build was refused by a CPU capture
+            raise UnsupportedOperationError(
+                f"wp.{kind}(...) inside a CPU capture", "build it before capture_begin and refit or rebuild it inside"
+            ) from error
+        try:
+            bound = signature.bind(self, *args, **kwargs).arguments
+        except TypeError:  # pragma: no cover - Warp accepted what its own signature does not
+            bound = {}
+        self._apic_options = {k: _option(v) for k, v in bound.items() if k in OPTIONS[kind]}
+        _register(self)
+
+    return __init__
+
+
+def _method_shim(original, remember_build: bool = False):
+    """A handle method whose native call a CPU capture records (refit, rebuild, build, reserve).
+
+    In a capture the method runs Warp's own code, whose native call (``wp_mesh_refit_host``, ...)
+    reaches apic's sink and is recorded; outside it runs as usual. ``HashGrid.build`` also remembers
+    its last eager build, which a save needs to build the grid again on load.
+    """
+
+    @functools.wraps(original)
+    def method(self, *args, **kwargs):
+        from apic.record.recorder import active
+
+        recorder = active()
+        if recorder is None or not self.device.is_cpu:
+            result = original(self, *args, **kwargs)
+            if remember_build and recorder is None:
+                bound = inspect.signature(original).bind(self, *args, **kwargs).arguments
+                self._apic_build = (bound["points"], float(bound["radius"]), bound.get("groups"))
+            return result
+        recorder.note_handle(self)
+        recorder.note_values([v for v in (*args, *kwargs.values()) if isinstance(v, wp.array)])
+        recorder.api_depth += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            recorder.api_depth -= 1
+
+    return method
+
+
+# Handle methods a CPU capture records: (class, method), and the native exports they end in.
+METHODS = (("Mesh", "refit"), ("Bvh", "refit"), ("Bvh", "rebuild"), ("HashGrid", "build"), ("HashGrid", "reserve"))
+NATIVE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", "hash_grid_update_host",
+                "hash_grid_reserve_host")
+
+
+def install(patches) -> None:
+    """Wrap the handle classes (through apic's undo log ``patches``)."""
+    classes = _classes()
+    for kind, cls in classes.items():
+        patches.set(cls, "__init__", _init_shim(kind, vars(cls)["__init__"]))
+    for kind, name in METHODS:
+        cls = classes.get(kind)
+        if cls is not None and name in vars(cls):
+            patches.set(cls, name, _method_shim(vars(cls)[name], remember_build=(kind, name) == ("HashGrid", "build")))
+
+
+def _option(value):
+    """A constructor option as a msgpack scalar (Warp's enums by their lower-case name, dtypes by name)."""
+    if isinstance(value, enum.Enum):  # BvhConstructor (an IntEnum: test before int)
+        return value.name.lower()
+    if isinstance(value, type):
+        return value.__name__
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+# --- description (capture) -------------------------------------------------------------------------
+def dtype_name(arr, what: str) -> str:
+    """The saved name of a handle array's dtype (a key of ``DTYPES``); refuses other dtypes."""
+    for name, dtype in DTYPES.items():
+        if arr.dtype is dtype or arr.dtype == dtype:
+            return name
+    raise UnsupportedOperationError(what, f"apic does not record handle arrays of dtype {arr.dtype}")
+
+
+def handle_arrays(kind: str, obj) -> list[tuple[str, Any]]:
+    """The Warp arrays ``obj`` was built over, by the names its constructor takes."""
+    if kind == "HashGrid":
+        built = getattr(obj, "_apic_build", None)
+        return [] if built is None else [("points", built[0]), ("groups", built[2])]
+    return [(name, getattr(obj, name, None)) for name in ARRAYS[kind]]
+
+
+def options_of(kind: str, obj) -> tuple[tuple[str, Any], ...]:
+    """The constructor options of ``obj`` (what the registry saw, else what its attributes say)."""
+    options = dict(getattr(obj, "_apic_options", {}))
+    if kind == "Mesh":
+        options["support_winding_number"] = bool(getattr(obj, "support_winding_number", False))
+    elif kind == "Bvh" and getattr(obj, "_constructor", None) is not None:
+        options["constructor"] = _option(obj._constructor)  # rebuild() may have changed it
+    elif kind == "HashGrid":
+        for axis in ("dim_x", "dim_y", "dim_z"):
+            if axis not in options and hasattr(obj, "_" + axis):
+                options[axis] = int(getattr(obj, "_" + axis))
+        if getattr(obj, "dtype", None) is not None:
+            options["dtype"] = _option(obj.dtype)
+        if not all(axis in options for axis in ("dim_x", "dim_y", "dim_z")):
+            raise UnsupportedOperationError(
+                "a wp.HashGrid made before `import apic`", "its dimensions are unknown; make it after importing apic"
+            )
+        built = getattr(obj, "_apic_build", None)
+        if built is not None:
+            options["radius"] = built[1]
+    return tuple((k, options[k]) for k in OPTIONS[kind] if k in options and options[k] is not None)
+
+
+def volume_bytes(obj) -> bytes:
+    """A Volume's NanoVDB buffer, as it is now."""
+    buffer = obj.array()
+    return bytes(buffer.numpy().tobytes()) if buffer.size else b""
+
+
+# --- rebuild (load) -------------------------------------------------------------------------------
+def _view(array: HandleArray, address: int):
+    dtype = DTYPES[array.dtype]
+    return wp.array(ptr=address, dtype=dtype, shape=(array.length,), device="cpu")
+
+
+def rebuild(handle: Handle, address_of, volume_data: bytes | None = None):
+    """A new Warp object equal to the saved ``handle``, over the loaded graph's memory.
+
+    ``address_of(ref)`` is the address of a region reference in the loaded graph.
+    """
+    cls = _classes().get(handle.kind)
+    if cls is None:
+        raise UnsupportedOperationError(f"rebuilding a wp.{handle.kind}", f"warp-lang {_compat.WARP_VERSION} has none")
+    arrays = {name: _view(a, address_of(a.start)) for name, a in handle.arrays}
+    options = dict(handle.options)
+    if handle.kind == "Volume":
+        data = np.frombuffer(volume_data or b"", dtype=np.uint8)
+        return cls(wp.array(data, dtype=wp.uint8, device="cpu"), copy=True)
+    if handle.kind == "HashGrid":
+        radius = options.pop("radius", None)
+        kwargs = _accepted(cls.__init__, {"dtype": SCALARS.get(options.pop("dtype", None))})
+        grid = cls(options["dim_x"], options["dim_y"], options["dim_z"], device="cpu", **kwargs)
+        if radius is not None:
+            groups = arrays.get("groups")
+            grid.build(arrays["points"], radius, *([groups] if groups is not None else []))
+        return grid
+    return cls(**_accepted(cls.__init__, {**arrays, **options}, required=tuple(arrays)))
+
+
+def _accepted(function, kwargs: dict, required: tuple = ()) -> dict:
+    """``kwargs`` less None values; refuse a set option this warp-lang's ``function`` does not take."""
+    parameters = inspect.signature(function).parameters
+    out = {}
+    for name, value in kwargs.items():
+        if value is None:
+            continue
+        if name not in parameters:
+            raise UnsupportedOperationError(
+                f"rebuilding a native handle with option {name}={value!r}",
+                f"warp-lang {_compat.WARP_VERSION} does not take it; load the graph with the warp-lang that saved it",
+            )
+        out[name] = value
+    return out
