@@ -10,7 +10,7 @@ venv=".venv-warp-${warp_version}"
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
 # installation chatter goes to a log that is shown only if the install fails
-if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e ".[test]" "warp-lang==${warp_version}"; } >"$log" 2>&1; then
+if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m pip install -e ".[test,plot]" "warp-lang==${warp_version}"; } >"$log" 2>&1; then
     cat "$log"; echo "error: installing apic with warp-lang ${warp_version} failed" >&2; exit 1
 fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.

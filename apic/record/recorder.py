@@ -95,8 +95,10 @@ class Recorder:
         self._modules: dict[int, int] = {}  # id(module_exec) -> index
         self._module_infos: list[ModuleInfo] = []
         self._kernels: dict[tuple[int, str], int] = {}  # (id(module_exec), symbol) -> index
-        self._kernel_by_hooks: dict[tuple[int, bool], int] = {}  # (id(hooks), adjoint) -> index
+        # (id(hooks), adjoint) -> (kernel index, number of kernel arguments): one lookup per launch
+        self._entry_points: dict[tuple[int, bool], tuple[int, int]] = {}
         self._launches: dict[tuple, Launch] = {}  # identical launches share one op (found before packing)
+        self.repeats: dict[tuple, Launch] = {}  # wp.launch calls seen before -> their op (apic.record.repeats)
         self._interned: dict = {}  # every distinct op, to itself
         self._layouts: dict[tuple, layout.ArgsLayout] = {}  # (id(kernel), param types) -> layout
         self._kernel_infos: list[KernelInfo] = []
@@ -357,17 +359,17 @@ class Recorder:
 
     # --- native operations -------------------------------------------------------------------------
     def record_launch(self, kernel, hooks, params, adjoint: bool, cpu_blocks: bool = False) -> None:
-        """A CPU kernel invocation (what Warp's ``invoke``, or ``invoke_cpu_blocks``, would have run)."""
-        fn = hooks.backward if adjoint else hooks.forward
-        if fn is None:
-            raise CaptureError(f"kernel '{kernel.key}' has no {'backward' if adjoint else 'forward'} entry point")
+        """A CPU kernel invocation (what Warp's ``invoke``, or ``invoke_cpu_blocks``, would have run).
+
+        The hot path of a capture: the packed parameters are copied into the op, nothing else of
+        ``params`` is kept (the arrays behind them were noted by the ``wp.launch`` shim).
+        """
+        entry = self._entry_points.get((id(hooks), adjoint))
+        if entry is None:
+            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks)
         if params[0].size == 0:
             return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
-        self.keepalive.append(params)
-        kernel_index = self._kernel_index(kernel, hooks, fn, adjoint)
-        if cpu_blocks and not self._kernel_infos[kernel_index].cpu_blocks:
-            self._kernel_infos[kernel_index] = dataclasses.replace(self._kernel_infos[kernel_index], cpu_blocks=True)
-        nargs = len(kernel.adj.args)
+        kernel_index, nargs = entry
         fwd = params[1 : 1 + nargs]
         fwd_layout = self._args_layout(kernel, fwd)
         adj = params[1 + nargs :] if adjoint else None
@@ -406,12 +408,17 @@ class Recorder:
             self.keepalive.append(kernel)
         return found
 
-    def _kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
-        index = self._kernel_by_hooks.get((id(hooks), adjoint))
-        if index is None:
-            self.keepalive.append(hooks)  # keeps id(hooks) unique for the capture's lifetime
-            index = self._kernel_by_hooks[(id(hooks), adjoint)] = self._new_kernel_index(kernel, hooks, fn, adjoint)
-        return index
+    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool) -> tuple[int, int]:
+        """The first launch of an entry point in this capture: its kernel table index and arity."""
+        fn = hooks.backward if adjoint else hooks.forward
+        if fn is None:
+            raise CaptureError(f"kernel '{kernel.key}' has no {'backward' if adjoint else 'forward'} entry point")
+        self.keepalive.append(hooks)  # keeps id(hooks) unique for the capture's lifetime
+        index = self._new_kernel_index(kernel, hooks, fn, adjoint)
+        if cpu_blocks and not self._kernel_infos[index].cpu_blocks:
+            self._kernel_infos[index] = dataclasses.replace(self._kernel_infos[index], cpu_blocks=True)
+        entry = self._entry_points[(id(hooks), adjoint)] = (index, len(kernel.adj.args))
+        return entry
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
         module_exec = _find_module_exec(kernel, hooks)

@@ -24,7 +24,9 @@ from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record import handles, natives
+from apic.record.ops import Launch
 from apic.record.recorder import active, paused
+from apic.record.repeats import repeat_key
 
 
 class _Patches:
@@ -68,12 +70,32 @@ def _launch_arg(args, kwargs, name: str, position: int, default=None):
 
 def _launch(*args, **kwargs):
     recorder = active()
-    if recorder is not None and not _launch_arg(args, kwargs, "record_cmd", 10, False):
-        stream = _launch_arg(args, kwargs, "stream", 7)
-        device = stream.device if stream is not None else wp.get_device(_launch_arg(args, kwargs, "device", 6))
-        if device.is_cpu:
-            for name, position in _LAUNCH_ARRAY_ARGS:
-                recorder.note_values(_launch_arg(args, kwargs, name, position, ()))
+    if recorder is None:
+        return _launch_eagerly(args, kwargs)
+    # The hot path of a capture. A call seen before records its op again without Warp (see repeats).
+    key = repeat_key(args, kwargs)
+    if key is not None:
+        op = recorder.repeats.get(key)
+        if op is not None:
+            recorder.ops.append(op)
+            return None
+    # Arguments read inline. The launch's device is not resolved here: a CUDA array noted by a CPU
+    # capture is only kept alive (no region: its memory is not the CPU's).
+    n = len(args)
+    if not (args[10] if n > 10 else kwargs.get("record_cmd", False)):
+        for name, position in _LAUNCH_ARRAY_ARGS:
+            values = args[position] if n > position else kwargs.get(name)
+            if values:
+                recorder.note_values(values)
+    before = len(recorder.ops)
+    result = _launch_eagerly(args, kwargs)
+    if key is not None and len(recorder.ops) == before + 1 and type(recorder.ops[-1]) is Launch:
+        recorder.repeats[key] = recorder.ops[-1]  # the call made exactly one CPU launch op
+    return result
+
+
+def _launch_eagerly(args, kwargs):
+    """Warp's own ``wp.launch`` (whose native invoke a capture records)."""
     result = _originals["launch"](*args, **kwargs)
     if not _compat.LAUNCH_KEEPS_ARGS and isinstance(result, wp_context.Launch):
         # Warp < 1.15: the Launch keeps only packed ctypes values; remember the Python ones.
