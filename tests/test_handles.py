@@ -468,3 +468,14 @@ def test_handles_made_before_import_apic(tmp_path):
     result = subprocess.run([sys.executable, str(script), str(tmp_path / "g")], env=child_env(),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr
+
+
+def test_a_handle_warp_cannot_build_is_a_format_error(tmp_path):
+    """What Warp's own constructor refuses (a Mesh BVH leaf size of 0 with the SAH builder) is a FormatError."""
+    make, program, _ = CASES["mesh"]
+    _, graph = _captured(make, program)
+    wp.capture_save(graph, str(tmp_path / "m"))
+    doc = msgpack.unpackb(open(tmp_path / "m.wrp", "rb").read()[schema.HEADER.size :], raw=False)
+    doc["handles"][0]["options"].update(bvh_constructor="sah", bvh_leaf_size=0)
+    with pytest.raises(apic.FormatError, match=r"handles\[0\]: Warp could not build the wp\.Mesh"):
+        wp.capture_load_from_bytes(_encode(doc), _modules(tmp_path / "m_modules"))

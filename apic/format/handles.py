@@ -70,7 +70,8 @@ def _check_option(kind: str, name: str, value, where: str):
     elif name in ("bvh_constructor", "constructor"):
         ok = isinstance(value, str) and value in _CONSTRUCTORS
     elif name in ("bvh_leaf_size", "leaf_size"):
-        ok = type(value) is int and 0 <= value <= 1 << 16
+        least = 0 if name == "bvh_leaf_size" else 1  # a Mesh's 0 asks cuBQL to choose; a Bvh's must be >= 1
+        ok = type(value) is int and least <= value <= 1 << 16
     elif name in ("dim_x", "dim_y", "dim_z"):
         ok = type(value) is int and 1 <= value <= MAX_GRID_CELLS
     elif name == "dtype":

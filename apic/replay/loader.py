@@ -216,7 +216,11 @@ def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.nda
                     f"corrupt apic graph file: handles[{index}]: mesh triangle indices must be whole triangles "
                     f"of the mesh's {points.length} points"
                 )
-        obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
+        try:
+            obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
+        except (RuntimeError, ValueError, TypeError) as error:  # Warp's own checks of what the file holds
+            raise FormatError(f"invalid apic graph file: handles[{index}]: Warp could not build the "
+                              f"wp.{handle.kind} it describes: {error}") from error
         rebuilt.append(dataclasses.replace(handle, obj=obj))
     for region, offset, index in saved.handle_slots:
         views[region][offset : offset + 8].view(np.uint64)[0] = rebuilt[index].obj.id
