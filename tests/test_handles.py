@@ -213,6 +213,7 @@ CASES = {
     "bvh": (bvh_state, bvh_program, ("hits",)),
     "hash_grid": (grid_state, grid_program, ("near",)),
     "hash_grid_built_before": (grid_state, grid_query_only, ("near",)),
+    "hash_grid_built_only_in_capture": (lambda: grid_state(build_before=False), grid_program, ("near",)),
     "volume": (volume_state, volume_program, ("value",)),
 }
 
