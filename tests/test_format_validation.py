@@ -263,3 +263,27 @@ def test_sequence_indexes_ops(doc):
     rejects(edit(doc, ("sequence",), b"\0\0\0"), "whole number")
     rejects(edit(doc, ("sequence",), DELETE), "missing field")
 
+
+
+def test_rejects_overlapping_kernel_array_descriptors(doc):
+    """Listed twice, or one inside another: refused (a descriptor that contained another once passed)."""
+    i = next(i for i, op in enumerate(doc["ops"]) if op["kind"] == int(schema.WireOp.LAUNCH)
+             and len(op["args"]["arrays"]) >= 2)
+    arrays = doc["ops"][i]["args"]["arrays"]
+    at = arrays[0][0]
+    for moved in (at, at + 8):  # the second descriptor onto the first, or starting inside it
+        changed = [arrays[0], [moved, *arrays[1][1:]], *arrays[2:]]
+        rejects(edit(doc, ("ops", i, "args", "arrays"), changed), "overlaps another")
+
+
+def test_a_descriptor_checked_once_does_not_vouch_for_a_changed_one(doc):
+    """The reader checks each distinct descriptor once per file: a grown copy in a later op is still refused."""
+    launches = [i for i, op in enumerate(doc["ops"]) if op["kind"] == int(schema.WireOp.LAUNCH)]
+    first = launches[0]
+    grown = copy.deepcopy(doc["ops"][first])
+    at = grown["args"]["arrays"][0][0]
+    data = bytearray(grown["args"]["data"])
+    data[at + 16 : at + 20] = (1 << 30).to_bytes(4, "little")  # shape[0]
+    grown["args"]["data"] = bytes(data)
+    doc = edit(doc, ("ops",), doc["ops"] + [grown])
+    rejects(doc, "reaches bytes")

@@ -192,6 +192,9 @@ class _Context:
     def __init__(self, regions: list[Region]) -> None:
         self.regions = regions
         self.handle_count = 0  # native handles the graph rebuilds (blobs may hold their ids)
+        # kernel-argument descriptors found valid (bytes, relocations, type, element size): the same array
+        # passed to many launches is checked once; the result depends only on these and the regions
+        self.checked_descriptors: set = set()
 
     def region(self, value, where: str) -> Region:
         if not self.regions:
@@ -256,8 +259,11 @@ class _Context:
             inner = tuple(rec.Reloc(r.at - at, r.target) for r in blob.relocs if at <= r.at < at + size)
             data = bytearray(blob.data[at : at + size])
             data[50:56] = bytes(6)  # warp 1.13+ int16 flags (and padding) after the int16 ndim
-            if inner or any(data):  # an all-zero descriptor is a None array argument
-                self.descriptor(rec.Blob(bytes(data), inner), int(indexed), slot.elem_size, w)
+            checked = (bytes(data), inner, indexed, slot.elem_size)
+            # an all-zero descriptor is a None array argument; one already checked in this file passes
+            if (inner or any(data)) and checked not in self.checked_descriptors:
+                self.descriptor(rec.Blob(checked[0], inner), int(indexed), slot.elem_size, w)
+                self.checked_descriptors.add(checked)
             slots.append(slot)
         stray = [r.at for r in blob.relocs if r.at not in claimed]
         if stray:
