@@ -328,3 +328,34 @@ def cuda_module_binary_path(module, module_exec) -> str:
         f"({wp.config.kernel_cache_dir}); was the cache cleared after the capture?"
     )
 
+
+
+# --- cuda-python (replaying a saved CUDA graph; apic.replay.cuda) ------------------------------------------
+# Nothing here imports cuda-python when apic is imported: each helper is called with, or imports,
+# the driver module only when a CUDA graph is loaded.
+def cuda_driver():
+    """cuda-python's driver bindings: ``cuda.bindings.driver`` (cuda-python 11.8.4+/12.6+; the only
+    name from 13.0, which removed ``cuda.cuda``), else ``cuda.cuda`` (older releases)."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        try:
+            from cuda import cuda as driver  # cuda-python before 12.6 / 11.8.4
+        except ImportError:
+            raise ImportError(
+                "replaying a saved CUDA graph needs cuda-python: pip install cuda-python (apic's 'cuda' extra)"
+            ) from None
+    return driver
+
+
+def cuda_graph_instantiate_call(driver, graph) -> tuple[str, tuple]:
+    """The driver call that instantiates ``graph`` with no flags, as ``(function name, arguments)``;
+    it returns ``(CUresult, CUgraphExec)``.
+
+    cuda-python 11.x binds the CUDA 11 ``cuGraphInstantiate(hGraph, logBuffer, bufferSize)``
+    (returning the exec *and* an error node) and has ``cuGraphInstantiateWithFlags(hGraph, flags)``;
+    from 12.0 ``cuGraphInstantiate(hGraph, flags)`` is the flags form and ``...WithFlags`` is gone.
+    """
+    if hasattr(driver, "cuGraphInstantiateWithFlags"):
+        return "cuGraphInstantiateWithFlags", (graph, 0)
+    return "cuGraphInstantiate", (graph, 0)

@@ -15,4 +15,7 @@ if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m 
 fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
 "$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
+# cuda-python (apic's 'cuda' extra, ~50 MB of wheels, no GPU needed) is optional too: with it,
+# tests/test_cuda_python_offline.py checks every driver call apic makes against the real bindings.
+"$venv/bin/python" -m pip install -q -e ".[cuda]" >/dev/null 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
 "$venv/bin/python" -m pytest "$@"

@@ -25,6 +25,7 @@ import weakref
 
 import numpy as np
 
+from apic._compat import cuda_graph_instantiate_call
 from apic.cuda_graph import CudaGraph
 from apic.errors import ApicError, BindingError, GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
@@ -91,16 +92,9 @@ class CudaReplayError(ApicError, RuntimeError):
 
 def driver_module():
     """cuda-python's driver bindings (``cuda.bindings.driver``, or ``cuda.cuda`` in older releases)."""
-    try:
-        from cuda.bindings import driver
-    except ImportError:
-        try:
-            from cuda import cuda as driver  # cuda-python before 12.6
-        except ImportError:
-            raise ImportError(
-                "replaying a saved CUDA graph needs cuda-python: pip install cuda-python (apic's 'cuda' extra)"
-            ) from None
-    return driver
+    from apic._compat import cuda_driver
+
+    return cuda_driver()
 
 
 def unavailable_reason() -> str | None:
@@ -128,7 +122,16 @@ class _Driver:
         self.cu = driver_module()
 
     def __call__(self, name: str, *args):
-        result = getattr(self.cu, name)(*args)
+        try:
+            result = getattr(self.cu, name)(*args)
+        except RuntimeError as error:
+            # cuda-python raises, rather than returning a CUresult, when it cannot load the driver
+            # library (cuda.pathfinder's DynamicLibNotFoundError; "Failed to dlopen libcuda.so.1" in
+            # 11.x) or the driver lacks the function ('Function "cuX" not found'): a TypeError or
+            # OverflowError (a wrong argument) is apic's bug and passes through unchanged.
+            raise CudaReplayError(
+                f"{name} could not reach the CUDA driver: {type(error).__name__}: {error}"
+            ) from error
         err, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
         if int(err) != 0:
             raise CudaReplayError(f"{name} failed: {self.error_name(err)}")
@@ -244,7 +247,12 @@ class LoadedCudaGraph(CudaGraph):
         res = self._resources = _Resources(cu)
         self._finalizer = weakref.finalize(self, res.release)
 
-        cu("cuInit", 0)
+        try:
+            cu("cuInit", 0)
+        except CudaReplayError as error:
+            raise CudaReplayError(
+                f"cannot replay a CUDA graph here: the CUDA driver cannot be initialised ({error})"
+            ) from error
         count = int(cu("cuDeviceGetCount"))
         if ordinal >= count:
             raise ValueError(f"cannot load the graph onto cuda:{ordinal}: this machine has {count} CUDA device(s)")
@@ -325,7 +333,10 @@ class LoadedCudaGraph(CudaGraph):
                 attribute = getattr(cu.cu.CUfunction_attribute,
                                     "CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED", None)
                 if attribute is not None:
-                    cu.cu.cuFuncSetAttribute(fn, attribute, 1)  # best effort, as Warp does
+                    try:
+                        cu.cu.cuFuncSetAttribute(fn, attribute, 1)  # best effort, as Warp does
+                    except RuntimeError:  # a driver without the attribute's function: clusters stay portable
+                        pass
             functions.append(fn)
         if any(self._needs_fill_kernel(op) for op in self.recording.ops):
             fill_module = self._load_module(FILL_PTX, "apic_fill.ptx")
@@ -499,7 +510,8 @@ class LoadedCudaGraph(CudaGraph):
                 memset.pitch = count * width
                 node = cu("cuGraphAddMemsetNode", res.graph, previous, len(previous), memset, res.context)
             previous = [node]
-        res.exec = cu("cuGraphInstantiate", res.graph, 0)
+        name, args = cuda_graph_instantiate_call(driver, res.graph)  # differs between cuda-python 11 and 12+
+        res.exec = cu(name, *args)
 
     # --- replay ------------------------------------------------------------------------------------
     def _stream(self, stream):

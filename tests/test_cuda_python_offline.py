@@ -1,0 +1,281 @@
+"""apic's use of cuda-python checked against the real bindings, without a GPU or a CUDA driver.
+
+cuda-python converts and checks every argument (types, ranges, struct classes) *before* it loads
+the driver library, and on a machine without one it then raises a ``RuntimeError`` (cuda-python
+12+: ``cuda.pathfinder``'s ``DynamicLibNotFoundError``; 11.x: "Failed to dlopen libcuda.so.1").
+So a call that ends in that error got past the bindings' argument checks, and one that ends in a
+``TypeError`` / ``OverflowError`` would fail the same way on a GPU.
+
+``test_load_and_replay_through_the_real_bindings`` loads a saved CUDA graph and replays it in both
+modes with every driver call going first to the real cuda-python function (which must accept the
+arguments) and then to a stand-in that returns what the driver would, in the tuple shape the
+bindings' own docstrings give. The node parameters apic builds (kernelParams arrays, relocated
+param blobs, memset and memcpy fields) are read back and checked.
+
+Every test skips, saying why, where cuda-python is not installed (it is the optional ``cuda``
+extra), and the ones that call into the bindings skip where a CUDA driver library is present
+(there fake handles would reach a real driver: tests/test_cuda_gpu.py covers that machine).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+
+from apic import _compat
+from apic.errors import ApicError
+from apic.record import ops as rec
+from apic.replay import cuda as cuda_replay
+from test_cuda_offline import ARCH, _document, _read, ptx  # noqa: F401  (ptx is a fixture)
+
+
+def _driver():
+    try:
+        return _compat.cuda_driver()
+    except ImportError:
+        pytest.skip("cuda-python is not installed (apic's optional 'cuda' extra)")
+
+
+def _no_driver_library(cu) -> bool:
+    """True where cuda-python cannot load a CUDA driver library at all (cuInit raises)."""
+    try:
+        cu.cuInit(0)
+    except RuntimeError:
+        return True
+    return False
+
+
+@pytest.fixture
+def cu():
+    driver = _driver()
+    if not _no_driver_library(driver):
+        pytest.skip("a CUDA driver library is present: calls with made-up handles would reach it "
+                    "(tests/test_cuda_gpu.py runs the real thing)")
+    return driver
+
+
+def _returned_values(function) -> list[str]:
+    """The names of the values after the CUresult in what a binding returns, from its docstring."""
+    doc = function.__doc__ or ""
+    section = re.split(r"\n\s*Returns\n\s*-+\n", doc, maxsplit=1)
+    assert len(section) == 2, f"{function.__name__}: no Returns section in its docstring"
+    body = re.split(r"\n\s*(?:See Also|Notes)\n\s*-+\n", section[1], maxsplit=1)[0]
+    names = re.findall(r"^\s*(\w+) : ", body, re.M)
+    assert body.lstrip().startswith("CUresult"), f"{function.__name__} does not return a CUresult first"
+    return names
+
+
+class FakeDevice:
+    """Stands in for the CUDA driver behind the real cuda-python module (see the module docstring)."""
+
+    def __init__(self, cu, arch: int = ARCH, init_error=None):
+        self.cu = cu
+        self.arch = arch
+        self.init_error = init_error
+        self.calls: list[tuple] = []
+        self.symbols: dict[int, str] = {}
+        self.param_info: dict[str, tuple] = {}
+        self.next_handle = 0x1000
+        self.next_address = 0x7F0000000000
+
+    def __getattr__(self, name):
+        real = getattr(self.cu, name)
+        if not (name.startswith("cu") and callable(real) and not isinstance(real, type)):
+            return real  # enums, structs, handle types: the real ones
+        return lambda *args: self._call(name, real, args)
+
+    def _handle(self, kind):
+        self.next_handle += 0x10
+        return getattr(self.cu, kind)(self.next_handle)
+
+    def _call(self, name, real, args):
+        try:
+            real(*args)
+        except RuntimeError:
+            pass  # the arguments passed the bindings' checks; only the driver library is missing
+        else:  # pragma: no cover - the fixture skips where a driver library exists
+            raise AssertionError(f"{name} reached a CUDA driver")
+        self.calls.append((name, args))
+        cu, ok = self.cu, self.cu.CUresult.CUDA_SUCCESS
+        values: tuple = ()
+        if name == "cuInit" and self.init_error is not None:
+            return (self.init_error,)
+        if name == "cuDeviceGetCount":
+            values = (1,)
+        elif name == "cuDeviceGet":
+            values = (cu.CUdevice(args[0]),)
+        elif name == "cuDeviceGetAttribute":
+            major = args[0] == cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+            values = (self.arch // 10 if major else self.arch % 10,)
+        elif name == "cuDeviceGetName":
+            values = (b"Offline GPU".ljust(args[0], b"\0"),)
+        elif name in ("cuDevicePrimaryCtxRetain", "cuCtxPopCurrent"):
+            values = (cu.CUcontext(0x100),)
+        elif name == "cuMemGetInfo":
+            values = (1 << 34, 1 << 35)
+        elif name == "cuStreamCreate":
+            values = (self._handle("CUstream"),)
+        elif name == "cuModuleLoadData":
+            values = (self._handle("CUmodule"),)
+        elif name == "cuModuleGetFunction":
+            fn = self._handle("CUfunction")
+            self.symbols[int(fn)] = args[1].decode()
+            values = (fn,)
+        elif name == "cuFuncGetParamInfo":
+            params = self.param_info.get(self.symbols[int(args[0])], ())
+            if args[1] >= len(params):
+                return (cu.CUresult.CUDA_ERROR_INVALID_VALUE, 0, 0)
+            values = params[args[1]]
+        elif name == "cuMemAlloc":
+            values = (cu.CUdeviceptr(self.next_address),)
+            self.next_address += -(-args[0] // 256) * 256 + 256
+        elif name == "cuGraphCreate":
+            values = (self._handle("CUgraph"),)
+        elif name.startswith("cuGraphAdd"):
+            values = (self._handle("CUgraphNode"),)
+        elif name.startswith("cuGraphInstantiate"):
+            values = (self._handle("CUgraphExec"),)
+        elif name == "cuGetErrorName":
+            values = (cu.CUresult(args[0]).name.encode(),)
+        expected = _returned_values(real)
+        assert len(values) == len(expected), f"{name} returns {expected} after its CUresult, the stand-in {values}"
+        return (ok, *values)
+
+    def named(self, name) -> list[tuple]:
+        return [args for n, args in self.calls if n == name]
+
+
+def _load(cu, monkeypatch, ptx_text, **fake):
+    device = FakeDevice(cu, **fake)
+    monkeypatch.setattr(_compat, "cuda_driver", lambda: device)
+    saved = _read(_document(ptx_text)[0])
+    images = {m.file: ptx_text.encode("latin-1") for m in saved.modules}
+    for kernel in saved.recording.kernels:
+        device.param_info[kernel.symbol] = tuple(tuple(p) for p in kernel.params)
+    return device, saved, cuda_replay.load(saved, images.get, "the test's modules", "cuda:0")
+
+
+# --- the driver module and its API, as installed -----------------------------------------------------------
+def test_driver_module_is_found():
+    cu = _driver()
+    assert cuda_replay.driver_module() is cu
+    for name in ("CUDA_KERNEL_NODE_PARAMS", "CUDA_MEMCPY3D", "CUDA_MEMSET_NODE_PARAMS", "CUdeviceptr", "CUstream",
+                 "CUgraphNode", "CUresult", "CUmemorytype", "CUfunction_attribute", "CUdevice_attribute"):
+        assert hasattr(cu, name), name
+
+
+def test_graph_instantiate_is_the_flags_form():
+    cu = _driver()
+    name, args = _compat.cuda_graph_instantiate_call(cu, "graph")
+    signature = getattr(cu, name).__doc__.strip().splitlines()[0]
+    assert re.fullmatch(rf"{name}\(hGraph, unsigned long long flags\)", signature), signature
+    assert args == ("graph", 0)
+    assert _returned_values(getattr(cu, name)) == ["phGraphExec"]
+
+
+def test_struct_fields_apic_sets_exist():
+    """Structs are Cython classes without a __dict__: a misspelt field raises, so the load test would catch it."""
+    cu = _driver()
+    params = cu.CUDA_KERNEL_NODE_PARAMS()
+    with pytest.raises(AttributeError):
+        params.gridDim = 1
+    array = (ctypes.c_void_p * 2)(1, 2)
+    params.kernelParams = ctypes.addressof(array)  # cuda-python takes the void** as an int address
+    assert int(params.kernelParams) == ctypes.addressof(array)
+    params.func = cu.CUfunction(0x40)
+    assert int(params.func) == 0x40
+
+
+def test_without_a_driver_the_errors_are_apics(cu):
+    reason = cuda_replay.unavailable_reason()
+    assert reason and "driver" in reason
+    with pytest.raises(cuda_replay.CudaReplayError, match="cuInit could not reach the CUDA driver") as info:
+        cuda_replay._Driver()("cuInit", 0)
+    assert isinstance(info.value, ApicError)
+
+
+def test_loading_without_a_driver_raises_an_apic_error(cu, ptx):
+    saved = _read(_document(ptx)[0])
+    images = {m.file: ptx.encode("latin-1") for m in saved.modules}
+    with pytest.raises(cuda_replay.CudaReplayError, match="the CUDA driver cannot be initialised"):
+        cuda_replay.load(saved, images.get, "the test's modules", "cuda:0")
+
+
+def test_loading_without_a_device_raises_an_apic_error(cu, ptx, monkeypatch):
+    with pytest.raises(cuda_replay.CudaReplayError, match="CUDA_ERROR_NO_DEVICE"):
+        _load(cu, monkeypatch, ptx, init_error=cu.CUresult.CUDA_ERROR_NO_DEVICE)
+
+
+# --- a whole load and replay, every call checked by the real bindings -------------------------------------
+@pytest.mark.parametrize("arch", [ARCH, 90])
+def test_load_and_replay_through_the_real_bindings(cu, ptx, monkeypatch, arch):
+    device, saved, graph = _load(cu, monkeypatch, ptx, arch=arch)
+    recording = saved.recording
+    assert graph.arch == arch and graph.device_name == "Offline GPU"
+    assert len(device.named("cuModuleLoadData")) == 2  # the graph's module and the fill kernel
+    if hasattr(cu, "cuFuncGetParamInfo"):  # cuda-python 12.4+
+        assert device.named("cuFuncGetParamInfo")  # the layout check ran against the (stand-in) driver
+    cluster = [a for a in device.named("cuFuncSetAttribute")
+               if a[1] == cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED]
+    assert len(cluster) == (len(recording.kernels) if arch >= 90 else 0)
+
+    regions = graph.region_addresses
+    launches = [op for op in recording.ops if isinstance(op, rec.CudaLaunch)]
+    kernel_nodes = device.named("cuGraphAddKernelNode")
+    fills = [n for n in kernel_nodes if int(n[3].func) == int(graph._fill)]  # the 6-byte fill
+    assert len(fills) == 1 and len(kernel_nodes) == len(launches) + 1
+    previous = None
+    for op, (_graph, deps, count, params) in zip(launches, [n for n in kernel_nodes if n not in fills]):
+        assert count == len(deps) and (previous is None or len(deps) == 1)
+        assert (params.gridDimX, params.gridDimY, params.gridDimZ) == op.grid
+        assert (params.blockDimX, params.blockDimY, params.blockDimZ) == op.block
+        kernel = recording.kernels[op.kernel]
+        pointers = (ctypes.c_void_p * len(kernel.params)).from_address(int(params.kernelParams))
+        blob = pointers[0]
+        assert [p - blob for p in pointers] == [offset for offset, _ in kernel.params]
+        data = bytearray(ctypes.string_at(blob, len(op.params.data)))
+        for reloc in op.params.relocs:
+            address = int.from_bytes(data[reloc.at : reloc.at + 8], "little")
+            assert address == regions[reloc.target.region] + reloc.target.offset
+            data[reloc.at : reloc.at + 8] = bytes(8)
+        assert bytes(data) == op.params.data  # everything but the relocated pointers as saved
+        previous = params
+
+    fill = fills[0][3]
+    values = (ctypes.c_void_p * 4).from_address(int(fill.kernelParams))
+    dst, src, size, total = (ctypes.c_uint64.from_address(v).value for v in values)
+    assert (dst, size, total) == (regions[2] + 4, 6, 60)
+    assert ctypes.c_uint64.from_address(values[1]).value == src
+
+    memsets = device.named("cuGraphAddMemsetNode")
+    assert [(m[3].elementSize, m[3].width, m[3].value) for m in memsets] == [(1, 64, 0), (4, 16, 0x3F800000)]
+    assert all(int(m[3].dst) == regions[2] and m[3].height == 1 for m in memsets)
+    (copy,) = device.named("cuGraphAddMemcpyNode")
+    assert (int(copy[3].dstDevice), int(copy[3].srcDevice), copy[3].WidthInBytes) == (regions[0], regions[1], 32)
+    assert len(device.named("cuGraphInstantiate") + device.named("cuGraphInstantiateWithFlags")) == 1
+
+    graph.launch()
+    assert len(device.named("cuGraphLaunch")) == 1
+    graph.launch(mode="launch", stream=0x1234)  # a raw stream handle, as wp.Stream.cuda_stream gives
+    launched = device.named("cuLaunchKernel")
+    assert len(launched) == len(kernel_nodes)
+    assert [a[9] for a in launched] == [int(n[3].kernelParams) for n in kernel_nodes]
+    assert all(int(a[8]) == 0x1234 for a in launched)
+    assert [a[1:3] for a in device.named("cuMemsetD8Async")] == [(0, 64)]
+    assert [a[1:3] for a in device.named("cuMemsetD32Async")] == [(0x3F800000, 16)]
+    assert len(device.named("cuMemcpyDtoDAsync")) == 1
+    graph.synchronize()
+    assert len(graph.read_region(0)) == 32  # the stand-in copies nothing back, so only the call is checked
+    assert [a[1:] for a in device.named("cuMemcpyDtoH")] == [(regions[0], 32)]
+    uploads = [(int(a[0]), bytes(a[1]), a[2]) for a in device.named("cuMemcpyHtoD")]
+    assert uploads[:2] == [(regions[i], saved.contents[i], 32) for i in (0, 1)]  # + the fill constants
+    assert [a[1:] for a in device.named("cuMemsetD8")] == [(0, 64)]  # the graph-owned region starts zeroed
+    before = len(device.calls)
+    graph._finalizer()  # everything the graph made goes back to the driver
+    released = [name for name, _ in device.calls[before:]]
+    for name in ("cuGraphExecDestroy", "cuGraphDestroy", "cuStreamDestroy", "cuModuleUnload", "cuMemFree",
+                 "cuDevicePrimaryCtxRelease"):
+        assert name in released, name
+    assert released.count("cuMemFree") == len(recording.regions) + 1  # + the fill constants
