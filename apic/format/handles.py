@@ -48,10 +48,8 @@ def blob_handles(blob: rec.Blob) -> list:
 
 def find_slots(contents: bytes, region: int, ids: dict[int, int]) -> tuple[bytes, list]:
     """Words of ``contents`` that hold a handle id (``ids``: id -> index): zeroed, and listed."""
-    if not ids or len(contents) < 8:
-        return contents, []
-    words = np.frombuffer(contents, dtype="<u8", count=len(contents) // 8)
-    hits = np.flatnonzero(np.isin(words, np.array(list(ids), dtype=np.uint64)))
+    words = rec_handles.as_words(contents)
+    hits = rec_handles.id_words(words, list(ids))
     if not len(hits):
         return contents, []
     slots = [[region, int(i) * 8, ids[int(words[i])]] for i in hits]

@@ -43,6 +43,7 @@ from apic.bindings import Binding, make_binding
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.format import handles as wire_handles
 from apic.format import schema
+from apic.record import handles as rec_handles
 from apic.record import ops as rec
 
 _TEMP_TAG = ".apic-tmp"
@@ -100,8 +101,7 @@ def _live_handle_ids() -> np.ndarray:
 
 
 def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
-    words = np.frombuffer(data, dtype="<u8", count=len(data) // 8)
-    return bool(len(handle_ids)) and bool(np.isin(words, handle_ids).any())
+    return bool(len(rec_handles.id_words(rec_handles.as_words(data), handle_ids)))
 
 
 def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:

@@ -31,9 +31,10 @@ from apic.errors import CaptureError
 from apic.format.cuda import CUDA_ABI  # by-value params after the launch bounds
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import layout
-from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, raw_pointers, resolve_ops
+from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, intern_op, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.record.shims import LAUNCH_ARRAY_ARGS, launch_arg
 from apic.replay import cuda_params
 
 WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
@@ -117,11 +118,7 @@ class CudaRecorder:
                          kernels=tuple(self._kernel_infos), ops=ops)
 
     def _append(self, op) -> None:
-        shared = self._interned.setdefault(op, op)
-        if shared is op:
-            for ptr in raw_pointers(op):
-                self._ranges.note(ptr.lo, ptr.hi, used=True)
-        self.ops.append(shared)
+        self.ops.append(intern_op(op, self._interned, self._ranges))
 
     # --- context from the Python-level API ---------------------------------------------------------
     def owns(self, device) -> bool:
@@ -219,7 +216,7 @@ class CudaRecorder:
         index = self._kernel_index(kernel, module_exec, adjoint, fn, params_layout)
         self.keepalive.append(args)
         self._append(CudaLaunch(
-            kernel=index, dim=_launch_dim(bounds),
+            kernel=index, dim=layout.launch_dim(bounds),
             params=RawBlob(blob, layout.blob_pointers(blob, slots), slots),
             grid=grid.grid, block=grid.block, smem=int(call["smem"]),
         ))
@@ -293,29 +290,20 @@ class CudaRecorder:
             self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
 
 
-def _launch_dim(bounds) -> tuple[int, ...]:
-    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
-    return tuple(int(n) for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
-
-
 # --- Python-level wrappers -------------------------------------------------------------------------
-def _launch_arg(args, kwargs, name: str, position: int, default=None):
-    return args[position] if len(args) > position else kwargs.get(name, default)
-
-
 def _wrap_launch(inner):
     @functools.wraps(inner)
     def launch(*args, **kwargs):
         recorder = active()
-        if recorder is None or _launch_arg(args, kwargs, "record_cmd", 10, False):
+        if recorder is None or launch_arg(args, kwargs, "record_cmd", 10, False):
             return inner(*args, **kwargs)
-        stream = _launch_arg(args, kwargs, "stream", 7)
-        device = stream.device if stream is not None else wp.get_device(_launch_arg(args, kwargs, "device", 6))
+        stream = launch_arg(args, kwargs, "stream", 7)
+        device = stream.device if stream is not None else wp.get_device(launch_arg(args, kwargs, "device", 6))
         if not recorder.owns(device):
             return inner(*args, **kwargs)
-        kernel = _launch_arg(args, kwargs, "kernel", 0)
-        for name, position in (("inputs", 2), ("outputs", 3), ("adj_inputs", 4), ("adj_outputs", 5)):
-            recorder.note_values(_launch_arg(args, kwargs, name, position, ()) or (), f"wp.launch('{kernel.key}')")
+        kernel = launch_arg(args, kwargs, "kernel", 0)
+        for name, position in LAUNCH_ARRAY_ARGS:
+            recorder.note_values(launch_arg(args, kwargs, name, position, ()) or (), f"wp.launch('{kernel.key}')")
         recorder.pending.append(kernel)
         try:
             return inner(*args, **kwargs)

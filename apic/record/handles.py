@@ -122,6 +122,19 @@ def _sweep() -> None:
             _register(obj)
 
 
+def id_words(words: np.ndarray, ids) -> np.ndarray:
+    """Positions of the 64-bit ``words`` that equal one of ``ids``: how a handle id stored in memory is found
+    (in live regions at capture end, in saved contents and argument blobs at save)."""
+    if not len(words) or not len(ids):
+        return np.empty(0, dtype=np.intp)
+    return np.flatnonzero(np.isin(words, np.asarray(ids, dtype=np.uint64)))
+
+
+def as_words(data) -> np.ndarray:
+    """Bytes as little-endian 64-bit words (a trailing partial word is not one)."""
+    return np.frombuffer(data, dtype="<u8", count=len(data) // 8)
+
+
 def live_ids() -> np.ndarray:
     """Ids of every registered live handle, sorted (uint64)."""
     if not _swept:
@@ -158,6 +171,8 @@ def _method_shim(original, remember_build: bool = False):
     its last eager build, which a save needs to build the grid again on load.
     """
 
+    signature = inspect.signature(original)
+
     @functools.wraps(original)
     def method(self, *args, **kwargs):
         from apic.record.recorder import active
@@ -166,7 +181,7 @@ def _method_shim(original, remember_build: bool = False):
         if recorder is None or not self.device.is_cpu:
             result = original(self, *args, **kwargs)
             if remember_build and recorder is None:
-                bound = inspect.signature(original).bind(self, *args, **kwargs).arguments
+                bound = signature.bind(self, *args, **kwargs).arguments
                 self._apic_build = (bound["points"], float(bound["radius"]), bound.get("groups"))
             return result
         recorder.note_handle(self)

@@ -97,6 +97,12 @@ def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
     return ArgsLayout(struct_type, tuple(slots), tuple(words))
 
 
+def launch_dim(bounds) -> tuple[int, ...]:
+    """The launch shape held by a ``launch_bounds`` struct (its layout varies by version)."""
+    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
+    return tuple(int(n) for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
+
+
 def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:
     """The byte range ``[lo, hi)`` that a strided view starting at ``start`` reaches."""
     if any(n == 0 for n in shape):

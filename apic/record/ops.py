@@ -269,6 +269,17 @@ def raw_pointers(op) -> list[RawPtr]:
     return found
 
 
+def intern_op(op, interned: dict, ranges):
+    """The one shared instance of ``op`` in a capture; the first time an op is seen, the memory it
+    uses is noted in ``ranges`` (a ``RegionTableBuilder``). Equal ops (a fill or copy repeated every
+    step) share one immutable object, so saving, loading and lowering handle each distinct op once."""
+    shared = interned.setdefault(op, op)
+    if shared is op:
+        for ptr in raw_pointers(op):
+            ranges.note(ptr.lo, ptr.hi, used=True)
+    return shared
+
+
 def resolve_ops(ops, resolve: Callable[[int], Ref], handle: Callable[[int], HandleRef] | None = None) -> tuple:
     """``resolve_op`` over a captured op sequence; ops shared in it stay shared (resolved once)."""
     resolved: dict[int, object] = {}

@@ -18,7 +18,7 @@ from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record import handles, layout
 from apic.record import natives
 from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, HandleCall, HandleRef, Jump, Launch
-from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, RawBlob, RawHandle, RawPtr, raw_pointers
+from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, RawBlob, RawHandle, RawPtr, intern_op
 from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
@@ -197,13 +197,7 @@ class Recorder:
         self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
     def _append(self, op) -> None:
-        # Equal ops (a fill or copy repeated every step) share one immutable object, so saving,
-        # loading and lowering handle each distinct op once.
-        shared = self._interned.setdefault(op, op)
-        if shared is op:
-            for ptr in raw_pointers(op):
-                self._ranges.note(ptr.lo, ptr.hi, used=True)
-        self.ops.append(shared)
+        self.ops.append(intern_op(op, self._interned, self._ranges))
 
     def _reserve(self) -> int:
         """A place in the op list for a control-flow op whose target is not known yet."""
@@ -211,11 +205,7 @@ class Recorder:
         return len(self.ops) - 1
 
     def _place(self, index: int, op) -> None:
-        shared = self._interned.setdefault(op, op)
-        if shared is op:
-            for ptr in raw_pointers(op):
-                self._ranges.note(ptr.lo, ptr.hi, used=True)
-        self.ops[index] = shared
+        self.ops[index] = intern_op(op, self._interned, self._ranges)
 
     # --- control flow (wp.capture_if / wp.capture_while) ----------------------------------------------
     def _condition(self, condition) -> RawPtr:
@@ -384,7 +374,7 @@ class Recorder:
         if op is None:
             op = self._launches[key] = Launch(
                 kernel=kernel_index,
-                dim=_launch_dim(params[0]),
+                dim=layout.launch_dim(params[0]),
                 bounds=RawBlob(bounds),
                 args=self._args_blob(args_data, fwd_layout),
                 adj_args=self._args_blob(adj_data, adj_layout) if adjoint else None,
@@ -480,12 +470,6 @@ class Recorder:
         # the element size of a fill is the size of the value being tiled
         dst = _descriptor_blob(desc, array_type, value_size, "array.fill_")
         self._append(ArrayFill(dst, array_type, RawBlob(ctypes.string_at(value, value_size))))
-
-
-def _launch_dim(bounds) -> tuple[int, ...]:
-    """The launch shape held by a ``launch_bounds`` struct (its layout varies by version)."""
-    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
-    return tuple(bounds.shape[:ndim] if ndim is not None else bounds.shape)
 
 
 def _descriptor_blob(address: int, array_type: int, elem_size: int, api: str) -> RawBlob:

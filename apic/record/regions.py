@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import CaptureError
+from apic.record import handles
 from apic.record.ops import Ref
 
 
@@ -78,14 +79,14 @@ class RegionTableBuilder:
     def words_among(self, values: np.ndarray) -> list[int]:
         """Which of ``values`` (uint64) are stored as 8-byte-aligned words in the memory ops use."""
         found: set[int] = set()
-        if not len(values):
+        if not len(values):  # no live handle: nothing to look for (the common case)
             return []
         for rng in self._ranges.values():
             lo = -(-rng.lo // 8) * 8
             count = (rng.hi - lo) // 8
             if rng.used and count > 0:
                 words = np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(lo))
-                found.update(np.intersect1d(words, values).tolist())
+                found.update(words[handles.id_words(words, values)].tolist())
         return sorted(found)
 
     def build(self) -> tuple[list[Region], callable]:

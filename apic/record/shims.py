@@ -61,10 +61,11 @@ _originals: dict[str, object] = {}
 # wp.launch(kernel, dim, inputs, outputs, adj_inputs, adj_outputs, device, stream, adjoint,
 # record_tape, record_cmd, ...): the positions of the arguments the recorder needs. Read by hand
 # rather than with inspect.Signature.bind, which would cost more than the rest of the capture.
-_LAUNCH_ARRAY_ARGS = (("inputs", 2), ("outputs", 3), ("adj_inputs", 4), ("adj_outputs", 5))
+LAUNCH_ARRAY_ARGS = (("inputs", 2), ("outputs", 3), ("adj_inputs", 4), ("adj_outputs", 5))
 
 
-def _launch_arg(args, kwargs, name: str, position: int, default=None):
+def launch_arg(args, kwargs, name: str, position: int, default=None):
+    """Argument ``name`` of a ``wp.launch(*args, **kwargs)`` call, at ``position`` if passed positionally."""
     return args[position] if len(args) > position else kwargs.get(name, default)
 
 
@@ -83,7 +84,7 @@ def _launch(*args, **kwargs):
     # capture is only kept alive (no region: its memory is not the CPU's).
     n = len(args)
     if not (args[10] if n > 10 else kwargs.get("record_cmd", False)):
-        for name, position in _LAUNCH_ARRAY_ARGS:
+        for name, position in LAUNCH_ARRAY_ARGS:
             values = args[position] if n > position else kwargs.get(name)
             if values:
                 recorder.note_values(values)
@@ -99,8 +100,8 @@ def _launch_eagerly(args, kwargs):
     result = _originals["launch"](*args, **kwargs)
     if not _compat.LAUNCH_KEEPS_ARGS and isinstance(result, wp_context.Launch):
         # Warp < 1.15: the Launch keeps only packed ctypes values; remember the Python ones.
-        fwd = [*_launch_arg(args, kwargs, "inputs", 2, ()), *_launch_arg(args, kwargs, "outputs", 3, ())]
-        adj = [*_launch_arg(args, kwargs, "adj_inputs", 4, ()), *_launch_arg(args, kwargs, "adj_outputs", 5, ())]
+        fwd = [*launch_arg(args, kwargs, "inputs", 2, ()), *launch_arg(args, kwargs, "outputs", 3, ())]
+        adj = [*launch_arg(args, kwargs, "adj_inputs", 4, ()), *launch_arg(args, kwargs, "adj_outputs", 5, ())]
         result._apic_args = {**{(False, i): v for i, v in enumerate(fwd)}, **{(True, i): v for i, v in enumerate(adj)}}
     return result
 
@@ -390,7 +391,7 @@ def install() -> None:
     _originals["array._init_new"] = vars(wp_types.array)["_init_new"]
     _originals["array._init_from_data"] = vars(wp_types.array)["_init_from_data"]
     launch_params = list(inspect.signature(wp_context.launch).parameters)
-    if [launch_params[i] for _, i in _LAUNCH_ARRAY_ARGS] != [n for n, _ in _LAUNCH_ARRAY_ARGS] or launch_params[
+    if [launch_params[i] for _, i in LAUNCH_ARRAY_ARGS] != [n for n, _ in LAUNCH_ARRAY_ARGS] or launch_params[
         6:8
     ] + launch_params[10:11] != ["device", "stream", "record_cmd"]:
         raise ImportError(f"apic does not recognise the signature of wp.launch in warp-lang {_compat.WARP_VERSION}")
