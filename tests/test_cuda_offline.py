@@ -436,10 +436,18 @@ def test_reader_refuses_malformed_cuda_fields(ptx, path, value, message):
 
 
 def test_cpu_file_may_not_hold_a_cuda_launch(ptx):
+    """A CUDA document turned into a valid CPU one in every other field: only the op-kind check can fire."""
     doc, _ = _document(ptx)
     doc = _edit(doc, ("abi",), "bounds-by-pointer-v1")
     del doc["device"]
-    with pytest.raises(FormatError, match="cannot appear|not a valid value|CPU"):
+    for module in doc["modules"]:
+        module["file"] = module["file"].rsplit(".", 1)[0] + ".o"
+        del module["arch"], module["arch_suffix"]
+    for kernel in doc["kernels"]:
+        del kernel["params"]
+        kernel["symbol"] = kernel["symbol"].replace("_cuda_kernel_forward", "_cpu_forward")
+    with pytest.raises(FormatError, match=r"ops\[0\]\.kind: op kind 11 \(cuda_launch\) cannot appear in a graph "
+                                          r"with ABI 'bounds-by-pointer-v1'"):
         _read(doc)
 
 
@@ -450,18 +458,24 @@ def test_cuda_abi_needs_a_device(ptx):
         _read(doc)
 
 
-def test_cubin_for_another_architecture_is_refused(ptx):
+def test_cubin_runs_on_its_major_version_with_an_equal_or_higher_minor(ptx):
     from apic.replay.cuda import check_arch
 
-    saved = _read(_document(ptx, module_arch=(86, "", "cubin"), arch=86)[0])
-    check_arch(saved, 86)  # its own architecture
-    with pytest.raises(IncompatibleGraphError, match=r"CUBIN built for sm_86.*this GPU is sm_89"):
-        check_arch(saved, 89)
-    with pytest.raises(IncompatibleGraphError, match="sm_80"):
-        check_arch(saved, 80)
+    saved = _read(_document(ptx, module_arch=(80, "", "cubin"), arch=80)[0])
+    for arch in (80, 86, 87, 89):
+        check_arch(saved, arch)  # sm_80 code runs on every sm_8x with minor >= 0
+    for arch in (75, 90, 100):
+        with pytest.raises(IncompatibleGraphError, match=rf"CUBIN built for sm_80.*this GPU is sm_{arch}.*major version"):
+            check_arch(saved, arch)
+    newer_minor = _read(_document(ptx, module_arch=(86, "", "cubin"), arch=86)[0])
+    check_arch(newer_minor, 89)
+    with pytest.raises(IncompatibleGraphError, match="sm_86.*sm_80"):
+        check_arch(newer_minor, 80)  # a lower minor cannot run it
     arch_specific = _read(_document(ptx, module_arch=(90, "a", "cubin"), arch=90)[0])
-    with pytest.raises(IncompatibleGraphError, match="sm_90a"):
-        check_arch(arch_specific, 100)
+    check_arch(arch_specific, 90)
+    for arch in (91, 100):
+        with pytest.raises(IncompatibleGraphError, match="sm_90a.*architecture-specific"):
+            check_arch(arch_specific, arch)
 
 
 def test_ptx_loads_on_its_architecture_or_newer(ptx):
@@ -534,3 +548,37 @@ def test_cuda_capture_without_a_gpu_leaves_nothing_running():
     with pytest.raises(Exception):
         wp.capture_begin(device="cuda:0", apic=True)
     assert cuda.active() is None
+
+
+def test_integer_launch_arguments_are_found_in_the_param_blob():
+    """The 64-bit integer slots a CUDA launch passes (where a handle id or raw pointer may hide)."""
+    types = cp.param_types(ck.scalars, False)
+    layout = cp.param_layout(types)
+    slots = cp.word_slots(ck.scalars, types, layout)
+    labels = [arg.label for arg in ck.scalars.adj.args]
+    assert [label for _, label in slots] == ["i64", "u64"]
+    assert [at for at, _ in slots] == [layout.offsets[1 + labels.index(n)] for n in ("i64", "u64")]
+
+
+def test_a_cuda_graph_passing_a_handle_id_or_pointer_as_an_integer_is_not_saved(ptx, tmp_path):
+    """Such a value would dangle after a load: the recorder notes it, and saving refuses, naming it."""
+    from apic.errors import UnsupportedOperationError
+    from apic.format import cuda as cuda_format
+    from apic.record.cuda import CudaRecorder
+
+    points = wp.array(np.zeros((3, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
+    mesh = wp.Mesh(points=points, indices=wp.array([0, 1, 2], dtype=wp.int32, device="cpu"))
+    recorder = CudaRecorder(wp.get_device("cpu"), 0)
+    recorder._ranges.note(0x10000, 0x10100, used=True)
+    recorder._words.update({("k", "mesh_id", mesh.id): None, ("k", "ptr", 0x10080): None, ("k", "n", 7): None})
+    reasons = recorder._dangling_words()
+    assert len(reasons) == 2
+    assert "'mesh_id' of a launch of 'k' holds the id of a wp.Mesh" in reasons[0]
+    assert "'ptr'" in reasons[1] and "device address" in reasons[1]
+
+    recording, contents = _saxpy_recording()
+    recording = Recording(**{**recording.__dict__, "unsaveable": reasons})
+    graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
+    with pytest.raises(UnsupportedOperationError, match="mesh_id.*wp.Mesh.*dangle after a load"):
+        cuda_format.save(graph, str(tmp_path / "g"))
+    assert not os.listdir(tmp_path)  # nothing written

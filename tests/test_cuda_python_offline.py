@@ -269,6 +269,10 @@ def test_load_and_replay_through_the_real_bindings(cu, ptx, monkeypatch, arch):
     graph.synchronize()
     assert len(graph.read_region(0)) == 32  # the stand-in copies nothing back, so only the call is checked
     assert [a[1:] for a in device.named("cuMemcpyDtoH")] == [(regions[0], 32)]
+    # every upload (region contents, zero fills, fill constants) lands before the first replay can start
+    names = [name for name, _ in device.calls]
+    last_upload = max(i for i, n in enumerate(names) if n in ("cuMemcpyHtoD", "cuMemsetD8") and i < names.index("cuGraphLaunch"))
+    assert "cuCtxSynchronize" in names[last_upload : names.index("cuGraphLaunch")]
     uploads = [(int(a[0]), bytes(a[1]), a[2]) for a in device.named("cuMemcpyHtoD")]
     assert uploads[:2] == [(regions[i], saved.contents[i], 32) for i in (0, 1)]  # + the fill constants
     assert [a[1:] for a in device.named("cuMemsetD8")] == [(0, 64)]  # the graph-owned region starts zeroed
@@ -279,3 +283,48 @@ def test_load_and_replay_through_the_real_bindings(cu, ptx, monkeypatch, arch):
                  "cuDevicePrimaryCtxRelease"):
         assert name in released, name
     assert released.count("cuMemFree") == len(recording.regions) + 1  # + the fill constants
+
+
+def test_set_param_lands_before_the_next_replay(cu, ptx, monkeypatch):
+    """set_param copies from pageable memory on the legacy stream; replays run on a non-blocking stream."""
+    import numpy as np
+    import warp as wp
+
+    from apic.bindings import Binding
+
+    device, saved, graph = _load(cu, monkeypatch, ptx)
+    graph.bindings["x"] = Binding("x", "input", 0, 0, 32, "float32", (8,), (4,), 4, "<f4", ())
+    graph.set_param("x", wp.array(np.ones(8, dtype=np.float32), device="cpu"))
+    names = [name for name, _ in device.calls]
+    last_copy = len(names) - 1 - names[::-1].index("cuMemcpyHtoD")
+    assert "cuCtxSynchronize" in names[last_copy:]
+
+
+def test_a_parameter_layout_that_differs_from_the_driver_is_refused(cu, ptx, monkeypatch):
+    """The stand-in reports a layout other than the file's: the check must see it (not swallow it)."""
+    real_load = cuda_replay.load
+
+    def load_with_other_layout(saved, fetch, origin, where):
+        device = _compat.cuda_driver()
+        for symbol, params in list(device.param_info.items()):
+            device.param_info[symbol] = ((params[0][0], params[0][1]),) + tuple((o + 8, n) for o, n in params[1:])
+        return real_load(saved, fetch, origin, where)
+
+    monkeypatch.setattr(cuda_replay, "load", load_with_other_layout)
+    if not hasattr(cu, "cuFuncGetParamInfo"):
+        pytest.skip("cuda-python before 12.4 has no cuFuncGetParamInfo: there is no layout check to test")
+    with pytest.raises(cuda_replay.IncompatibleGraphError, match=r"parameter 1 is \[offset \d+"):
+        _load(cu, monkeypatch, ptx)
+
+
+def test_a_wrong_argument_to_the_layout_check_is_not_swallowed(cu, ptx, monkeypatch):
+    """Only 'this driver cannot tell' ends the check quietly: apic's own TypeError passes through."""
+    if not hasattr(cu, "cuFuncGetParamInfo"):
+        pytest.skip("cuda-python before 12.4 has no cuFuncGetParamInfo")
+    device = FakeDevice(cu)
+    monkeypatch.setattr(_compat, "cuda_driver", lambda: device)
+    graph = cuda_replay.LoadedCudaGraph.__new__(cuda_replay.LoadedCudaGraph)
+    graph._cu = cuda_replay._Driver()
+    saved = _read(_document(ptx)[0])
+    with pytest.raises(TypeError):
+        graph._check_params("not a CUfunction", saved.recording.kernels[0])

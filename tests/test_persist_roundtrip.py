@@ -92,13 +92,21 @@ def test_in_process_loads_are_independent(saved):
 
 
 def test_load_unload_many_times(saved):
+    """Each load starts from the saved state, replays like eager, and is freed when dropped."""
     import gc
+    import weakref
 
+    expected = eager(iters=2).numpy("x")
+    out = wp.empty(pk.N, dtype=wp.vec3, device="cpu")
     for _ in range(5):
         graph = wp.capture_load(str(saved))
         graph.launch(2)
+        graph.get_param("x", out)
+        assert same_bits(out.numpy(), expected)
+        dropped = weakref.ref(graph)
         del graph
         gc.collect()
+        assert dropped() is None, "a loaded graph outlived its last reference"
 
 
 def test_saved_contents_are_those_at_save_time(tmp_path):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from apic.errors import UnsupportedOperationError
 from apic.record import ops as rec
 
 CUDA_ABI = "cuda-params-v1"
@@ -240,6 +241,13 @@ def save(graph, path, inputs=None, outputs=None) -> str:
     from apic.format import writer
 
     wrp_path, modules_dir = writer.wrp_paths(path)
+    if graph.recording.unsaveable:
+        raise UnsupportedOperationError(
+            "saving a CUDA graph whose launches pass a handle id or a device pointer as an integer",
+            graph.recording.unsaveable[0] + "; it would dangle after a load (the graph still replays in this "
+            "process). Pass the array itself, or capture on the CPU, where apic remaps handle ids",
+            capture="CUDA (apic=True)",
+        )
     doc, images = document(graph, collect_bindings(graph, inputs, outputs))
     writer.publish(wrp_path, modules_dir, writer.encode(doc), images)
     return wrp_path

@@ -30,7 +30,7 @@ from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError
 from apic.format.cuda import CUDA_ABI  # by-value params after the launch bounds
 from apic.errors import UnsupportedOperationError as _Unsupported
-from apic.record import layout
+from apic.record import handles, layout
 from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, intern_op, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
@@ -96,6 +96,8 @@ class CudaRecorder:
         self._kernel_infos: list[KernelInfo] = []
         self._functions: dict[tuple[int, int], tuple] = {}  # (id(kernel), CUfunction) -> resolved entry
         self._layouts: dict[tuple[int, bool], tuple] = {}
+        self._word_slot_cache: dict[tuple[int, bool], tuple] = {}
+        self._words: dict[tuple[str, str, int], None] = {}  # (kernel, argument, value): nonzero 64-bit ints
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -115,7 +117,24 @@ class CudaRecorder:
         regions, resolve = self._ranges.build()
         ops = resolve_ops(self.ops, resolve)
         return Recording(abi=CUDA_ABI, regions=tuple(regions), modules=tuple(self._module_infos),
-                         kernels=tuple(self._kernel_infos), ops=ops)
+                         kernels=tuple(self._kernel_infos), ops=ops, unsaveable=self._dangling_words())
+
+    def _dangling_words(self) -> tuple[str, ...]:
+        """Why a saved copy of this graph would be wrong: a 64-bit integer launch argument that holds a
+        native handle's id or an address inside memory the capture uses is a plain value in the file, and
+        would point at nothing in the process that loads it (the CPU path remaps ids; CUDA does not yet)."""
+        reasons = []
+        for kernel, label, value in self._words:
+            obj = handles.lookup(value)
+            if obj is not None:
+                what = f"the id of a wp.{handles.kind_of(obj)}"
+            elif self._ranges.overlaps(value, value + 1):
+                what = "a device address inside memory the graph uses"
+            else:
+                continue
+            reasons.append(f"argument '{label}' of a launch of '{kernel}' holds {what} ({value:#x}) as a plain integer")
+        return tuple(reasons)
+
 
     def _append(self, op) -> None:
         self.ops.append(intern_op(op, self._interned, self._ranges))
@@ -212,6 +231,10 @@ class CudaRecorder:
         )
         if grid is None:
             return  # an empty launch runs nothing (Warp launches nothing either)
+        for at, label in self._word_slots(kernel, adjoint):
+            value = int.from_bytes(blob[at : at + 8], "little")
+            if value:
+                self._words[(str(kernel.key), label, value)] = None
         bounds = types[0].from_buffer_copy(blob[: params_layout.sizes[0]])
         index = self._kernel_index(kernel, module_exec, adjoint, fn, params_layout)
         self.keepalive.append(args)
@@ -255,6 +278,14 @@ class CudaRecorder:
             params_layout = cuda_params.param_layout(types)
             slots = cuda_params.array_slots(kernel, types, params_layout, adjoint)
             found = self._layouts[key] = (types, params_layout, slots)
+        return found
+
+    def _word_slots(self, kernel, adjoint: bool):
+        key = (id(kernel), adjoint)
+        found = self._word_slot_cache.get(key)
+        if found is None:
+            types, params_layout, _ = self._layout(kernel, adjoint)
+            found = self._word_slot_cache[key] = cuda_params.word_slots(kernel, types, params_layout)
         return found
 
     def _kernel_index(self, kernel, module_exec, adjoint: bool, fn: int, params_layout) -> int:

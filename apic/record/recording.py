@@ -45,3 +45,6 @@ class Recording:
     kernels: tuple[KernelInfo, ...]
     ops: tuple[Op, ...]
     handles: tuple = ()  # apic.record.handles.Handle: native objects the ops reach by id (HandleRef)
+    # CUDA only: why the graph cannot be saved (a launch argument holds a handle id or a device pointer
+    # as a plain integer, which would dangle in another process); it still replays live
+    unsaveable: tuple[str, ...] = ()

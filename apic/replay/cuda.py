@@ -164,16 +164,29 @@ def device_ordinal(device) -> int:
 
 
 def check_arch(saved, arch: int) -> None:
-    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run."""
+    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run.
+
+    A CUBIN for ``sm_XY`` runs on GPUs of the same major version ``X`` and a minor version ``>= Y``;
+    an architecture-specific one (``sm_90a``) only on ``sm_XY`` itself; a family-specific one
+    (``sm_100f``) within its major version from ``Y`` up. PTX runs on its own architecture or any newer
+    one (the driver compiles it), except architecture-specific PTX, which runs only on its own.
+    """
+    major, minor = divmod(arch, 10)
     for module in saved.modules:
         built = f"sm_{module.arch}{module.arch_suffix}"
-        if module.file.endswith(".cubin") and module.arch != arch:
-            raise IncompatibleGraphError(
-                f"module '{module.name}' is a CUBIN built for {built}, and this GPU is sm_{arch}: a CUBIN runs only "
-                "on the GPU architecture it was built for. Capture and save the graph again on this kind of GPU, "
-                "or save PTX, which the driver compiles for newer GPUs (wp.config.cuda_output = 'ptx' before the "
-                "capture)"
-            )
+        saved_major, saved_minor = divmod(module.arch, 10)
+        if module.file.endswith(".cubin"):
+            exact = module.arch_suffix == "a"
+            runs = module.arch == arch if exact else (saved_major == major and saved_minor <= minor)
+            if not runs:
+                rule = ("an architecture-specific CUBIN runs only on that architecture" if exact else
+                        f"a CUBIN runs only on GPUs of its major version (sm_{saved_major}x) with an equal or "
+                        "higher minor version")
+                raise IncompatibleGraphError(
+                    f"module '{module.name}' is a CUBIN built for {built}, and this GPU is sm_{arch}: {rule}. "
+                    "Capture and save the graph again on this kind of GPU, or save PTX, which the driver "
+                    "compiles for newer GPUs (wp.config.cuda_output = 'ptx' before the capture)"
+                )
         if module.file.endswith(".ptx") and (module.arch > arch or module.arch_suffix and module.arch != arch):
             raise IncompatibleGraphError(
                 f"module '{module.name}' is PTX for {built}, which this GPU (sm_{arch}) cannot run: PTX runs on its "
@@ -274,6 +287,10 @@ class LoadedCudaGraph(CudaGraph):
             self._plan = self._lower()
             if self._plan:
                 self._build_graph()
+            # The uploads above (cuMemcpyHtoD from pageable memory, cuMemsetD8) go to the legacy stream and
+            # may still be in flight when they return; replays run on a non-blocking stream, which does
+            # not wait for the legacy one. Let every upload land before the first replay can start.
+            cu("cuCtxSynchronize")
 
     # --- loading -----------------------------------------------------------------------------------
     def _current(self):
@@ -351,7 +368,7 @@ class LoadedCudaGraph(CudaGraph):
         for i, expected in enumerate(kernel.params):
             try:
                 result = get(fn, i)
-            except Exception:
+            except RuntimeError:  # cuda-python could not find the function in this driver: it cannot tell
                 return
             if int(result[0]) != 0:
                 if i == 0:
@@ -367,7 +384,7 @@ class LoadedCudaGraph(CudaGraph):
                 )
         try:
             extra = get(fn, len(kernel.params))
-        except Exception:
+        except RuntimeError:  # as above
             return
         if int(extra[0]) == 0:
             raise IncompatibleGraphError(
@@ -602,6 +619,7 @@ class LoadedCudaGraph(CudaGraph):
             view[...] = source.view(np.dtype((np.void, binding.elem_size))).reshape(binding.shape)
             lo, hi = binding.extent()
             self._cu("cuMemcpyHtoD", self.region_addresses[binding.region] + lo, host.ctypes.data, hi - lo)
+            self._cu("cuCtxSynchronize")  # landed before a replay on the non-blocking stream reads it
 
     def get_param(self, name: str, arr) -> None:
         """Copy the named parameter into the Warp array ``arr`` (CPU or CUDA; dtype and shape must match)."""

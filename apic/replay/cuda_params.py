@@ -133,6 +133,17 @@ def array_slots(kernel, types, layout: ParamLayout, adjoint: bool) -> tuple:
     return tuple(found)
 
 
+def word_slots(kernel, types, layout: ParamLayout) -> tuple[tuple[int, str], ...]:
+    """``(offset, argument label)`` of every 64-bit integer (``uint64``, ``int64``, ``wp.handle``) among the
+    forward arguments in a param blob: where a native handle's id or a raw pointer may hide."""
+    from apic.record.layout import word_slots as words_in
+
+    found = []
+    for i, arg in enumerate(kernel.adj.args, start=1):
+        found += [(at, arg.label) for at in words_in(arg.type, types[i], layout.offsets[i])]
+    return tuple(found)
+
+
 # --- launch grid ---------------------------------------------------------------------------------
 def _int32(value: int) -> int:
     """``value`` converted to a C ``int`` as ``int x = (size_t)value`` does (two's complement wrap)."""
