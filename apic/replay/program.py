@@ -8,6 +8,7 @@ and loaded ones (regions freshly allocated).
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 
@@ -47,10 +48,19 @@ _run_table = None  # the jitted interpreter, bound on first replay
 
 def _load_interpreter():
     """Import the interpreter (and Numba) on first replay, not on import. Bound once: an import
-    statement on every replay cost about 0.7 us, most of ``wp.capture_launch``'s fixed cost."""
-    global _run_table
-    from apic.replay.interpreter import run_table
+    statement on every replay cost about 0.7 us, most of ``wp.capture_launch``'s fixed cost.
 
+    ``APIC_REPLAY=reference`` selects the pure-Python reference interpreter instead (``reference.py``:
+    a check of the Numba one, microseconds per op).
+    """
+    global _run_table
+    choice = os.environ.get("APIC_REPLAY", "numba")
+    if choice == "reference":
+        from apic.replay.reference import run_table  # no Numba: the point is a second implementation
+    elif choice == "numba":
+        from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
+    else:
+        raise ValueError(f"APIC_REPLAY={choice!r}: expected 'numba' (the default) or 'reference'")
     _run_table = run_table
     return run_table
 

@@ -1,0 +1,66 @@
+"""A reference interpreter of the op table in plain Python: each row called through ``ctypes``.
+
+It runs exactly the table ``program.py`` builds for the Numba interpreter (``interpreter.run_table``),
+row by row, with the opcodes of ``table.py`` spelled out once more in the simplest way Python
+allows. It is the second implementation the Numba loop is checked against: the test suite runs
+with it selected (``APIC_REPLAY=reference``) and must leave every graph's memory bit for bit as
+eager Warp does, as it must with the Numba loop. It costs microseconds of Python per op: a check,
+not a way to replay.
+
+Unlike the Numba loop, it refuses an opcode it does not know instead of skipping the row.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+
+from apic.replay import table as tbl
+
+_I64 = ctypes.c_int64
+# Every argument is a 64-bit integer and the result is ignored, as in the Numba intrinsics
+# (_intrinsics.py says why that is ABI-safe for Warp's natives).
+_CALL = {arity: ctypes.CFUNCTYPE(None, *[_I64] * arity) for arity in tbl.CALL_OPCODES}
+_CALL_ARGV = ctypes.CFUNCTYPE(None, *[_I64] * tbl.ARGV_ARGS)
+_CALL5_D2 = ctypes.CFUNCTYPE(None, _I64, _I64, ctypes.c_double, _I64, _I64)
+
+
+def _as_double(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
+
+
+def run_table(table: np.ndarray, repeats: int) -> None:
+    """Execute ``table`` from its first row to its end, ``repeats`` times (as ``interpreter.run_table``)."""
+    rows = table.tolist()
+    functions: dict[tuple[int, int], object] = {}  # (opcode, address) -> ctypes function, made once
+
+    def function(opcode: int, address: int, prototype):
+        found = functions.get((opcode, address))
+        if found is None:
+            found = functions[(opcode, address)] = prototype(address)
+        return found
+
+    for _ in range(repeats):
+        i = 0
+        while i < len(rows):
+            opcode, address, *args = rows[i]
+            if opcode in _CALL:
+                function(opcode, address, _CALL[opcode])(*args[:opcode])
+            elif opcode == tbl.OP_JUMP:
+                i = args[0]
+                continue
+            elif opcode == tbl.OP_BRANCH_IF_ZERO:
+                if ctypes.c_int32.from_address(args[0]).value == 0:
+                    i = args[1]
+                    continue
+            elif opcode == tbl.OP_CALL_ARGV:
+                argv = (_I64 * tbl.ARGV_ARGS).from_address(args[0])
+                function(opcode, address, _CALL_ARGV)(*argv)
+            elif opcode == tbl.OP_CALL5_D2:
+                a0, a1, radius, a3, a4 = args[:5]
+                function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
+            elif opcode != tbl.OP_NOP:
+                raise ValueError(f"op table row {i}: unknown opcode {opcode}")
+            i += 1
