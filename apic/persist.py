@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from apic.errors import CaptureError
+from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
 
 
 def _cpu_device(device):
@@ -78,6 +78,16 @@ def _read_file(path: str) -> bytes:
         return f.read()
 
 
+def _read_graph_file(wrp_path: str, shown: str) -> bytes:
+    """The ``.wrp`` bytes; a file that cannot be read raises upstream's message (``shown``: the path as given)."""
+    try:
+        return _read_file(wrp_path)
+    except OSError as error:
+        kind = GraphNotFoundError if isinstance(error, FileNotFoundError) else GraphLoadError
+        raise kind(error.errno, f"Failed to load APIC graph from {shown}: {error.strerror or error}",
+                             wrp_path) from error
+
+
 def capture_load(path, device=None):
     """Load a graph saved by :func:`capture_save` from ``<stem>.wrp`` and ``<stem>_modules/``.
 
@@ -95,13 +105,15 @@ def capture_load(path, device=None):
         apic.FormatError: The file is not an apic graph, or is corrupt, truncated, tampered
             with, upstream Warp's own format, or of a newer format version.
         apic.IncompatibleGraphError: The graph cannot run safely here (other CPU, OS, ...).
-        OSError: The file cannot be read.
+        apic.GraphLoadError: The file cannot be read ("Failed to load APIC graph from <path>.wrp"); an
+            ``OSError`` and a ``RuntimeError``.
     """
     from apic.format import reader, writer
     from apic.replay import loader
 
     wrp_path, modules_dir = writer.wrp_paths(path)
-    saved = reader.read(_read_file(wrp_path))
+    shown = os.fspath(path) if os.fspath(path).endswith(".wrp") else f"{os.fspath(path)}.wrp"
+    saved = reader.read(_read_graph_file(wrp_path, shown))
 
     def fetch(name: str):
         target = os.path.join(modules_dir, name)
