@@ -39,7 +39,9 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         inputs: Named input arrays, e.g. ``{"positions": pos}``.
         outputs: Named output arrays, e.g. ``{"results": out}``.
 
-    Each named array must lie in memory the graph uses. Unlike upstream Warp, a name binds the
+    A named array no captured operation touches is saved as extra graph memory (its current
+    contents), as upstream does: the loaded graph's ``set_param`` / ``get_param`` reach it, and no
+    replayed operation uses it. Unlike upstream Warp, a name binds the
     array itself (its offset, dtype, shape and strides), not its whole base allocation. The saved
     contents of each region are its bytes at the time of the save. A loaded graph saved again
     keeps its parameters (a binding given here replaces one of the same name).
@@ -47,13 +49,13 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     Raises:
         RuntimeError: If the graph was not captured with ``apic=True`` (``apic.CaptureError``).
         TypeError: If ``graph`` is not an apic graph or a binding is not a Warp array.
-        ValueError: If a binding name is used twice, or (``apic.BindingError``) an array is not
-            memory the graph uses.
+        ValueError: If a binding name is used twice, or (``apic.BindingError``) an array lies partly
+            inside and partly outside memory the graph uses.
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
     from apic.cuda_graph import CudaGraph
-    from apic.format import writer
+    from apic.format import untouched, writer
     from apic.graph import Graph
 
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
@@ -70,7 +72,8 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         raise CaptureError(
             "Graph was not captured with apic=True. Pass apic=True to capture_begin() or ScopedCapture()."
         )
-    writer.save(graph, path, inputs, outputs)
+    # arrays no captured operation touches are saved as extra graph memory, as upstream does
+    writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs)
 
 
 def _read_file(path: str) -> bytes:
