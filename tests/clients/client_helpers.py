@@ -86,15 +86,24 @@ CHILD = textwrap.dedent(
     wp.config.quiet = True
     import apic
 
+    import re
+
+    def dtype_of(name):
+        # the names apic's Graph.params reports: Warp's own ("transformf") or a type repr
+        found = re.fullmatch(r"vector\(length=(\d+), dtype=(\w+)\)", name)
+        if found:
+            return wp.types.vector(int(found.group(1)), getattr(wp, found.group(2)))
+        return getattr(wp, name)
+
     graph = wp.capture_load(job["path"], device="cpu")
     for name, file in job["set"].items():
         p = graph.params[name]
-        graph.set_param(name, wp.array(np.load(file), dtype=getattr(wp, p["dtype"]), shape=p["shape"], device="cpu"))
+        graph.set_param(name, wp.array(np.load(file), dtype=dtype_of(p["dtype"]), shape=p["shape"], device="cpu"))
     for _ in range(job["iters"]):
         wp.capture_launch(graph)
     for name, file in job["get"].items():
         p = graph.params[name]
-        out = wp.empty(shape=p["shape"], dtype=getattr(wp, p["dtype"]), device="cpu")
+        out = wp.empty(shape=p["shape"], dtype=dtype_of(p["dtype"]), device="cpu")
         graph.get_param(name, out)
         np.save(file, out.numpy())
     for name in blocked:
