@@ -23,7 +23,8 @@ def _cpu_device(device):
     return dev
 
 
-def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None) -> None:
+def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None,
+                 source_fallback: bool = False) -> None:
     """Serialize a captured graph to a ``.wrp`` file for later replay, in this or another process.
 
     The graph must have been captured on the CPU with ``apic=True``. Writes ``<stem>.wrp`` and
@@ -38,6 +39,10 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         path: Output path; ``.wrp`` is added if missing.
         inputs: Named input arrays, e.g. ``{"positions": pos}``.
         outputs: Named output arrays, e.g. ``{"results": out}``.
+        source_fallback: Also keep each module's generated C++ and build options, so that a load where
+            a saved object cannot be used (another CPU's instruction set, another warp-lang's native
+            layouts, a missing or corrupt object) compiles the source with that machine's Warp instead
+            of refusing (docs/FORMAT.md). CPU graphs only, for now.
 
     A named array no captured operation touches is saved as extra graph memory (its current
     contents), as upstream does: the loaded graph's ``set_param`` / ``get_param`` reach it, and no
@@ -61,6 +66,9 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
         from apic.format import cuda as cuda_format
 
+        if source_fallback:
+            raise NotImplementedError("capture_save(source_fallback=True) of a CUDA graph: apic keeps the generated "
+                                      "source of CPU modules only, for now")
         cuda_format.save(graph, path, inputs, outputs)
         return
     if not isinstance(graph, Graph):
@@ -73,7 +81,8 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
             "Graph was not captured with apic=True. Pass apic=True to capture_begin() or ScopedCapture()."
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
-    writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs)
+    writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
+                source_fallback=bool(source_fallback))
 
 
 def _read_file(path: str) -> bytes:
