@@ -65,8 +65,8 @@ def control_flow_ops(graph) -> int:
 
 # A fresh interpreter that cannot import the client (a meta-path finder refuses its packages), loads
 # the graph, sets inputs, replays, writes outputs, and proves the client stayed out of reach.
-CHILD = textwrap.dedent(
-    """
+CHILD = textwrap.dedent(  # raw: the regular expression below is the child's
+    r"""
     import importlib.abc, json, sys
 
     job = json.loads(sys.argv[1])
