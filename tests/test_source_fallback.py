@@ -142,6 +142,31 @@ def test_corrupt_object_falls_back_to_source(tmp_path):
     assert same_bits(_replay(graph, 4), _eager(4)[1])
 
 
+def _object_warp_rejects(path: str) -> None:
+    """Replace each object with bytes that pass the file's checks (size, SHA-256) but are no object."""
+    body = _body(path)
+    for module in body["modules"]:
+        junk = b"\x7fELF" + b"\0" * 60 + b"checked, but not an object Warp's loader accepts"
+        with open(os.path.join(path + "_modules", module["file"]), "wb") as f:
+            f.write(junk)
+        module.update(sha256=hashlib.sha256(junk).hexdigest(), size=len(junk))
+    _rewrite(path, body)
+
+
+def test_object_rejected_by_warps_loader_falls_back_to_source(tmp_path):
+    path = _save(tmp_path)
+    _object_warp_rejects(path)
+    graph = wp.capture_load(path)
+    assert same_bits(_replay(graph, 3), _eager(3)[1])
+
+
+def test_object_rejected_without_source_is_a_runtime_error(tmp_path):
+    path = _save(tmp_path, source_fallback=False)
+    _object_warp_rejects(path)
+    with pytest.raises(RuntimeError, match="could not load the CPU module object"):
+        wp.capture_load(path)
+
+
 def test_corrupt_object_without_source_is_refused(tmp_path):
     path = _save(tmp_path, source_fallback=False)
     _break_objects(path)

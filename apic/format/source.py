@@ -10,7 +10,8 @@ reader that does not know the field ignores it and loads the saved objects exact
 Load: the saved objects are used where they can be. The source is compiled instead, for every
 module, when the graph is refused only for reasons a local build fixes (the saving CPU had
 instruction-set features this one lacks; native struct layouts of another warp-lang); and, for
-one module, when its object is missing or fails its SHA-256 check. The compiled object replaces the
+one module, when its object is missing, fails its SHA-256 check or is rejected by Warp's loader.
+The compiled object replaces the
 saved one for this load; everything else (symbols, regions, handles) is checked as usual.
 """
 
@@ -187,6 +188,23 @@ def _keep_if_intact(module, fetch, found: dict[str, bytes]) -> None:
     data = fetch(module.source.file)
     if data is not None and hashlib.sha256(bytes(data)).hexdigest() == module.source.sha256:
         found[module.source.file] = bytes(data)
+
+
+def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception) -> bytes:
+    """The object compiled from ``module``'s saved source after Warp's loader rejected the saved one.
+
+    Re-raises ``error`` where the module has no intact saved source.
+    """
+    data = images.get(module.source.file) if module.source is not None else None
+    if data is None:
+        raise error
+    try:
+        return _compat.compile_cpu_source(data, module.source.options)
+    except Exception as failure:  # Warp's compiler: reported with the reason the object was not used
+        raise IncompatibleGraphError(
+            f"{error}; compiling the saved source of module '{module.name}' with warp-lang "
+            f"{_compat.WARP_VERSION} failed: {failure}"
+        ) from failure
 
 
 def kept_source(module, images: dict[str, bytes]):

@@ -175,7 +175,11 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
     modules = []
     for entry in saved.modules:
         if entry.file not in loaded:
-            loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+            try:
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+            except RuntimeError as error:  # Warp's loader rejected the object: its source, if saved
+                images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error)
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
             loaded[entry.file].apic_source = source_format.kept_source(entry, images)  # for a later save
         modules.append(ModuleInfo(entry.name, loaded[entry.file]))
 
