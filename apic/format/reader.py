@@ -461,7 +461,8 @@ def _modules(value, device: dict | None = None) -> tuple[ModuleEntry, ...]:
             arch, arch_suffix = cuda_format.read_module_arch(entry, where, module.file)
             module = dataclasses.replace(module, arch=arch, arch_suffix=arch_suffix)
         else:
-            module = dataclasses.replace(module, source=source_format.read_entry(entry.get("source"), f"{where}.source"))
+            source = source_format.read_entry(entry.get("source"), f"{where}.source")
+            module = dataclasses.replace(module, source=source)
         if files.setdefault(module.file, module.sha256) != module.sha256:
             _fail(f"{where}.file", f"{module.file!r} is listed twice with different checksums")
         modules.append(module)

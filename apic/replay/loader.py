@@ -240,7 +240,8 @@ def load(saved: SavedGraph, fetch, origin: str, device):
         check_compatible(saved)
     except IncompatibleGraphError as error:
         # a graph saved with source_fallback=True is compiled here instead, where that is enough
-        if not all(m.source is not None for m in saved.modules) or not source_format.rebuild_fixes(saved, check_compatible):
+        sourced = all(m.source is not None for m in saved.modules)
+        if not sourced or not source_format.rebuild_fixes(saved, check_compatible):
             raise
         refused = error
     check_memory(saved)
