@@ -8,7 +8,7 @@ version, and a captured graph replays in one native call with no Python per oper
 
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
 from apic.errors import ApicError, BindingError, CaptureError, FormatError, GraphMemoryError
-from apic.errors import IncompatibleGraphError
+from apic.errors import GraphLoadError, IncompatibleGraphError
 from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
@@ -22,6 +22,7 @@ __all__ = [
     "CaptureError",
     "FormatError",
     "Graph",
+    "GraphLoadError",
     "GraphMemoryError",
     "IncompatibleGraphError",
     "ScopedCapture",

@@ -16,10 +16,12 @@ import sys
 import warp as wp
 
 try:  # warp-lang 1.10 and later keep the internals in warp._src
+    from warp._src import build as wp_build
     from warp._src import codegen as wp_codegen
     from warp._src import context as wp_context
     from warp._src import types as wp_types
 except ImportError:  # pragma: no cover - warp-lang <= 1.9, outside the supported range
+    from warp import build as wp_build  # type: ignore[no-redef]
     from warp import codegen as wp_codegen  # type: ignore[no-redef]
     from warp import context as wp_context  # type: ignore[no-redef]
     from warp import types as wp_types  # type: ignore[no-redef]
@@ -359,3 +361,55 @@ def cuda_graph_instantiate_call(driver, graph) -> tuple[str, tuple]:
     if hasattr(driver, "cuGraphInstantiateWithFlags"):
         return "cuGraphInstantiateWithFlags", (graph, 0)
     return "cuGraphInstantiate", (graph, 0)
+
+
+# --- Source fallback: a module's CPU build options, and compiling its generated C++ again --------------
+def module_build_options(module_name: str, module_exec) -> dict:
+    """The options Warp compiled module ``module_name`` with for the CPU (what ``build_cpu`` is given).
+
+    warp 1.19 resolves them with ``Module.resolve_options``; earlier versions take the module's own
+    options with ``config.mode`` / ``config.verify_fp`` filled in (they pass no optimization level or
+    flags). A module Warp no longer knows gets Warp's defaults.
+    """
+    module = getattr(wp_context, "user_modules", {}).get(module_name)
+    block_dim = int(getattr(module_exec, "block_dim", None) or 256)
+    # probed on the class: warp 1.12's Module.__getattr__ recurses on a missing attribute
+    if module is not None and hasattr(type(module), "resolve_options"):
+        options = dict(module.resolve_options(wp.config, block_dim=block_dim))
+    else:
+        options = dict((vars(module).get("options") if module is not None else None) or {})
+        options["verify_fp"] = bool(getattr(wp.config, "verify_fp", False))
+    level = options.get("optimization_level")
+    return {
+        "mode": str(options.get("mode") or wp.config.mode or "release"),
+        "fast_math": bool(options.get("fast_math", False)),
+        "fuse_fp": bool(options.get("fuse_fp", True)),
+        "verify_fp": bool(options.get("verify_fp", False)),
+        "optimization_level": 2 if level is None else int(level),  # Warp's CPU default
+        "block_dim": block_dim,
+        "enable_tiles_in_stack_memory": bool(options.get("enable_tiles_in_stack_memory", False)),
+        "extra_flags": str(options.get("cpu_compiler_flags") or ""),
+    }
+
+
+def compile_cpu_source(source: bytes, options: dict) -> bytes:
+    """Compile a module's generated C++ with this process's Warp (``warp._src.build.build_cpu``); the ``.o``.
+
+    Options this warp-lang's ``build_cpu`` does not take are left out (1.12 takes mode, verify_fp,
+    fast_math and fuse_fp only, and reads the tile setting from its config).
+    """
+    import os
+    import tempfile
+
+    if getattr(wp_context, "runtime", None) is None:
+        wp.init()
+    _llvm()
+    accepted = inspect.signature(wp_build.build_cpu).parameters
+    kwargs = {key: value for key, value in options.items() if key in accepted}
+    with tempfile.TemporaryDirectory(prefix="apic-source-") as folder:
+        cpp_path, obj_path = os.path.join(folder, "module.cpp"), os.path.join(folder, "module.o")
+        with open(cpp_path, "wb") as f:
+            f.write(source)
+        wp_build.build_cpu(obj_path, cpp_path, **kwargs)
+        with open(obj_path, "rb") as f:
+            return f.read()

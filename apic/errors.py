@@ -40,5 +40,24 @@ class IncompatibleGraphError(ApicError, RuntimeError):
     """A saved graph cannot run safely in this process (other CPU, OS, or native struct layouts)."""
 
 
-class GraphMemoryError(ApicError, MemoryError):
-    """A loaded graph needs more memory than this process may give it (its regions are allocated up front)."""
+class GraphMemoryError(ApicError, MemoryError, RuntimeError):
+    """A loaded graph needs more memory than this process may give it (its regions are allocated up front).
+
+    Also a ``RuntimeError``, which is what upstream Warp's ``capture_load`` raises for any failed load.
+    """
+
+
+class GraphLoadError(ApicError, OSError, RuntimeError):
+    """A saved graph's file cannot be read (missing, unreadable): "Failed to load APIC graph from <path>.wrp".
+
+    An ``OSError`` (with the original ``errno`` and ``filename``) as before, and a ``RuntimeError``, which is
+    what upstream Warp's ``capture_load`` raises for a missing file.
+    """
+
+    def __str__(self) -> str:
+        # the message alone, as upstream prints it (OSError's default adds "[Errno N]" and the path)
+        return self.strerror if self.strerror else super().__str__()
+
+
+class GraphNotFoundError(GraphLoadError, FileNotFoundError):
+    """The saved graph's ``.wrp`` file does not exist (a ``GraphLoadError`` and a ``FileNotFoundError``)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from apic.errors import CaptureError
+from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
 
 
 def _cpu_device(device):
@@ -23,7 +23,8 @@ def _cpu_device(device):
     return dev
 
 
-def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None) -> None:
+def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None,
+                 source_fallback: bool = False) -> None:
     """Serialize a captured graph to a ``.wrp`` file for later replay, in this or another process.
 
     The graph must have been captured on the CPU with ``apic=True``. Writes ``<stem>.wrp`` and
@@ -38,8 +39,14 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         path: Output path; ``.wrp`` is added if missing.
         inputs: Named input arrays, e.g. ``{"positions": pos}``.
         outputs: Named output arrays, e.g. ``{"results": out}``.
+        source_fallback: Also keep each module's generated C++ and build options, so that a load where
+            a saved object cannot be used (another CPU's instruction set, another warp-lang's native
+            layouts, a missing or corrupt object) compiles the source with that machine's Warp instead
+            of refusing (docs/FORMAT.md). CPU graphs only, for now.
 
-    Each named array must lie in memory the graph uses. Unlike upstream Warp, a name binds the
+    A named array no captured operation touches is saved as extra graph memory (its current
+    contents), as upstream does: the loaded graph's ``set_param`` / ``get_param`` reach it, and no
+    replayed operation uses it. Unlike upstream Warp, a name binds the
     array itself (its offset, dtype, shape and strides), not its whole base allocation. The saved
     contents of each region are its bytes at the time of the save. A loaded graph saved again
     keeps its parameters (a binding given here replaces one of the same name).
@@ -47,18 +54,21 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     Raises:
         RuntimeError: If the graph was not captured with ``apic=True`` (``apic.CaptureError``).
         TypeError: If ``graph`` is not an apic graph or a binding is not a Warp array.
-        ValueError: If a binding name is used twice, or (``apic.BindingError``) an array is not
-            memory the graph uses.
+        ValueError: If a binding name is used twice, or (``apic.BindingError``) an array lies partly
+            inside and partly outside memory the graph uses.
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
     from apic.cuda_graph import CudaGraph
-    from apic.format import writer
+    from apic.format import untouched, writer
     from apic.graph import Graph
 
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
         from apic.format import cuda as cuda_format
 
+        if source_fallback:
+            raise NotImplementedError("capture_save(source_fallback=True) of a CUDA graph: apic keeps the generated "
+                                      "source of CPU modules only, for now")
         cuda_format.save(graph, path, inputs, outputs)
         return
     if not isinstance(graph, Graph):
@@ -70,12 +80,24 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         raise CaptureError(
             "Graph was not captured with apic=True. Pass apic=True to capture_begin() or ScopedCapture()."
         )
-    writer.save(graph, path, inputs, outputs)
+    # arrays no captured operation touches are saved as extra graph memory, as upstream does
+    writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
+                source_fallback=bool(source_fallback))
 
 
 def _read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def _read_graph_file(wrp_path: str, shown: str) -> bytes:
+    """The ``.wrp`` bytes; a file that cannot be read raises upstream's message (``shown``: the path as given)."""
+    try:
+        return _read_file(wrp_path)
+    except OSError as error:
+        kind = GraphNotFoundError if isinstance(error, FileNotFoundError) else GraphLoadError
+        raise kind(error.errno, f"Failed to load APIC graph from {shown}: {error.strerror or error}",
+                             wrp_path) from error
 
 
 def capture_load(path, device=None):
@@ -95,13 +117,15 @@ def capture_load(path, device=None):
         apic.FormatError: The file is not an apic graph, or is corrupt, truncated, tampered
             with, upstream Warp's own format, or of a newer format version.
         apic.IncompatibleGraphError: The graph cannot run safely here (other CPU, OS, ...).
-        OSError: The file cannot be read.
+        apic.GraphLoadError: The file cannot be read ("Failed to load APIC graph from <path>.wrp"); an
+            ``OSError`` and a ``RuntimeError``.
     """
     from apic.format import reader, writer
     from apic.replay import loader
 
     wrp_path, modules_dir = writer.wrp_paths(path)
-    saved = reader.read(_read_file(wrp_path))
+    shown = os.fspath(path) if os.fspath(path).endswith(".wrp") else f"{os.fspath(path)}.wrp"
+    saved = reader.read(_read_graph_file(wrp_path, shown))
 
     def fetch(name: str):
         target = os.path.join(modules_dir, name)

@@ -18,4 +18,23 @@ fi
 # cuda-python (apic's 'cuda' extra, ~50 MB of wheels, no GPU needed) is optional too: with it,
 # tests/test_cuda_python_offline.py checks every driver call apic makes against the real bindings.
 "$venv/bin/python" -m pip install -q -e ".[cuda]" >/dev/null 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
-"$venv/bin/python" -m pytest "$@"
+# The client tier (tests/clients: mujoco-warp and newton, current releases) runs on warp-lang 1.19.0
+# only, in a venv of its own so that the clients' dependencies never change the main suite's.
+# Best effort: if they cannot be installed, it says so and the tier's tests skip, saying why.
+client_python=""
+if [ "$warp_version" = "1.19.0" ] && [ "${APIC_CLIENT_TIER:-1}" != "0" ]; then
+    clients=".venv-clients"
+    if { [ -x "$clients/bin/python" ] || python3 -m venv "$clients"; } >"$log" 2>&1 &&
+        "$clients/bin/python" -m pip install -e ".[test]" "warp-lang==${warp_version}" mujoco-warp newton >"$log" 2>&1; then
+        client_python="$clients/bin/python"
+    else
+        echo "note: mujoco-warp / newton could not be installed; the client tier (tests/clients) skips"
+    fi
+fi
+status=0
+"$venv/bin/python" -m pytest "$@" || status=$?
+if [ -n "$client_python" ]; then
+    echo "=== client tier (mujoco-warp, newton) on warp-lang ${warp_version} ==="
+    "$client_python" -m pytest tests/clients -q -ra || status=$?
+fi
+exit "$status"

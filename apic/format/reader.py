@@ -26,6 +26,7 @@ import numpy as np
 from apic.bindings import Binding
 from apic.errors import FormatError
 from apic.format import cuda as cuda_format
+from apic.format import source as source_format
 from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.record import natives
@@ -58,6 +59,7 @@ class ModuleEntry:
     native_types: tuple[str, ...]  # native structs (Mesh, ...) its kernels can dereference
     arch: int = 0  # CUDA modules (.cubin/.ptx): the sm_XY architecture compiled for (10 * X + Y)
     arch_suffix: str = ""  # CUDA modules: "a" / "f" for arch-specific / family cubins
+    source: object = None  # CPU modules saved with source_fallback=True: an apic.format.source.SourceEntry
 
 
 @dataclass(frozen=True)
@@ -458,6 +460,9 @@ def _modules(value, device: dict | None = None) -> tuple[ModuleEntry, ...]:
         if device is not None:
             arch, arch_suffix = cuda_format.read_module_arch(entry, where, module.file)
             module = dataclasses.replace(module, arch=arch, arch_suffix=arch_suffix)
+        else:
+            source = source_format.read_entry(entry.get("source"), f"{where}.source")
+            module = dataclasses.replace(module, source=source)
         if files.setdefault(module.file, module.sha256) != module.sha256:
             _fail(f"{where}.file", f"{module.file!r} is listed twice with different checksums")
         modules.append(module)

@@ -21,6 +21,8 @@ Changelog (one entry per format version; never change the meaning of a written v
   Also added before the first release, still version 1: CUDA graphs (an optional ``device`` map,
   ABI ``"cuda-params-v1"``, ``.cubin``/``.ptx`` modules with ``arch``, kernels with ``params``,
   op kind 11 ``cuda_launch``; see ``apic.format.cuda``). CPU files are unchanged.
+  Optional module key ``source`` (``source_fallback=True``: generated C++ and build options), no
+  version change: readers that predate it ignore it (docs/FORMAT.md, 2.5.1).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from apic.bindings import Binding, make_binding
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.format import handles as wire_handles
 from apic.format import schema
+from apic.format import source as source_format
 from apic.record import handles as rec_handles
 from apic.record import ops as rec
 
@@ -597,10 +598,12 @@ def _collect_garbage(wrp_path: str, modules_dir: str, keep: set[str]) -> None:
             pass
 
 
-def save(graph, path, inputs=None, outputs=None) -> str:
+def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False) -> str:
     """Serialize ``graph`` to ``<stem>.wrp`` + ``<stem>_modules/``; returns the ``.wrp`` path."""
     wrp_path, modules_dir = wrp_paths(path)
     bindings = collect_bindings(graph, inputs, outputs)
     doc, images = document(graph, bindings)
+    if source_fallback:  # each module's generated C++ and build options too (apic.format.source)
+        source_format.add_sources(graph, doc, images)
     publish(wrp_path, modules_dir, encode(doc), images)
     return wrp_path

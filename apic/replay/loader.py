@@ -28,6 +28,7 @@ import numpy as np
 
 from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
+from apic.format import source as source_format
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
 
@@ -174,7 +175,12 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
     modules = []
     for entry in saved.modules:
         if entry.file not in loaded:
-            loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+            try:
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+            except RuntimeError as error:  # Warp's loader rejected the object: its source, if saved
+                images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error)
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+            loaded[entry.file].apic_source = source_format.kept_source(entry, images)  # for a later save
         modules.append(ModuleInfo(entry.name, loaded[entry.file]))
 
     kernels = []
@@ -229,8 +235,16 @@ def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.nda
 
 def load(saved: SavedGraph, fetch, origin: str, device):
     """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None."""
-    check_compatible(saved)
+    refused = None
+    try:
+        check_compatible(saved)
+    except IncompatibleGraphError as error:
+        # a graph saved with source_fallback=True is compiled here instead, where that is enough
+        sourced = all(m.source is not None for m in saved.modules)
+        if not sourced or not source_format.rebuild_fixes(saved, check_compatible):
+            raise
+        refused = error
     check_memory(saved)
-    images = verified_images(saved, fetch, origin)
+    images = source_format.images(saved, fetch, origin, verified_images, refused)
     return build_graph(saved, images, device)
 

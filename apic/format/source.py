@@ -1,0 +1,215 @@
+"""``capture_save(..., source_fallback=True)`` on the CPU: each module's generated C++ travels with
+the graph, and a load where the saved object cannot be used compiles it with this machine's Warp.
+
+Save: for every module, the ``.cpp`` Warp generated for it (next to its ``.o`` in the kernel cache,
+or kept by a loaded graph) is written to ``<stem>_modules/<name>.<sha16>.cpp`` and the module's
+entry in the ``.wrp`` gets an optional ``source`` map: the file, its size and SHA-256, and the
+build options Warp compiled the module with (docs/FORMAT.md). The format version is unchanged: a
+reader that does not know the field ignores it and loads the saved objects exactly as before.
+
+Load: the saved objects are used where they can be. The source is compiled instead, for every
+module, when the graph is refused only for reasons a local build fixes (the saving CPU had
+instruction-set features this one lacks; native struct layouts of another warp-lang); and, for
+one module, when its object is missing, fails its SHA-256 check or is rejected by Warp's loader.
+The compiled object replaces the
+saved one for this load; everything else (symbols, regions, handles) is checked as usual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+from apic import _compat
+from apic.errors import CaptureError, FormatError, IncompatibleGraphError
+
+SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# What build options a file may ask for: Warp's own values only, flags from a harmless alphabet.
+_MODES = ("release", "debug")
+_FLAGS = re.compile(r"[A-Za-z0-9_=.,+ -]{0,512}")
+_BOOL_OPTIONS = ("fast_math", "fuse_fp", "verify_fp", "enable_tiles_in_stack_memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceEntry:
+    """A module's saved generated C++ (``file`` in ``<stem>_modules/``) and its build options."""
+
+    file: str
+    sha256: str
+    size: int
+    options: dict
+
+
+# --- save ---------------------------------------------------------------------------------------------
+def _module_source(info) -> tuple[bytes, dict]:
+    """The generated C++ of one recorded module and the options it was built with."""
+    kept = getattr(info.module_exec, "apic_source", None)  # a module of a loaded graph
+    if kept is not None:
+        return kept
+    if info.module_exec is None or hasattr(info.module_exec, "apic_image"):
+        raise CaptureError(
+            f"capture_save(source_fallback=True): Warp module '{info.name}' of this loaded graph has no saved "
+            "source (the file it was loaded from was saved without source_fallback=True)"
+        )
+    binary = _compat.module_binary_path(info.name, info.module_exec)
+    path = _compat.module_source_path(binary)
+    if path is None:
+        raise CaptureError(
+            f"capture_save(source_fallback=True): the generated source of Warp module '{info.name}' is not in "
+            f"the kernel cache next to its binary ({binary}); was the cache cleared after the capture?"
+        )
+    with open(path, "rb") as f:
+        return f.read(), _compat.module_build_options(info.name, info.module_exec)
+
+
+def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
+    """Give every module entry of ``doc`` its ``source`` map and put each source file in ``images``."""
+    for info, entry in zip(graph.recording.modules, doc["modules"]):
+        data, options = _module_source(info)
+        digest = hashlib.sha256(data).hexdigest()
+        name = entry["file"][: -len(".o")] if entry["file"].endswith(".o") else entry["file"]
+        file = f"{name.rsplit('.', 1)[0]}.{digest[:16]}.cpp"
+        images[file] = data
+        entry["source"] = {"file": file, "sha256": digest, "size": len(data), "options": dict(options)}
+
+
+# --- read ---------------------------------------------------------------------------------------------
+def _fail(where: str, message: str):
+    raise FormatError(f"invalid apic graph file: {where}: {message}")
+
+
+def read_entry(value, where: str) -> SourceEntry | None:
+    """The checked ``source`` map of a module entry (None where there is none)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        _fail(where, f"expected a map, found {type(value).__name__}")
+    missing = [k for k in ("file", "sha256", "size", "options") if k not in value]
+    if missing:
+        _fail(where, f"missing field(s) {', '.join(missing)}")
+    file, digest, size, options = value["file"], value["sha256"], value["size"], value["options"]
+    if not isinstance(file, str) or not SOURCE_FILE.fullmatch(file) or file.startswith("."):
+        _fail(f"{where}.file", f"{file!r} is not a valid source file name")
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        _fail(f"{where}.sha256", "expected 64 lowercase hex digits")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 31:
+        _fail(f"{where}.size", f"{size!r} is not a size in bytes")
+    if not isinstance(options, dict):
+        _fail(f"{where}.options", f"expected a map, found {type(options).__name__}")
+    checked = {}
+    if options.get("mode") not in _MODES:
+        _fail(f"{where}.options.mode", f"expected one of {_MODES}")
+    checked["mode"] = options["mode"]
+    for key in _BOOL_OPTIONS:
+        if not isinstance(options.get(key), bool):
+            _fail(f"{where}.options.{key}", "expected a boolean")
+        checked[key] = options[key]
+    for key, low, high in (("optimization_level", 0, 3), ("block_dim", 1, 1 << 16)):
+        number = options.get(key)
+        if not isinstance(number, int) or isinstance(number, bool) or not low <= number <= high:
+            _fail(f"{where}.options.{key}", f"expected an integer in [{low}, {high}]")
+        checked[key] = number
+    flags = options.get("extra_flags", "")
+    if not isinstance(flags, str) or not _FLAGS.fullmatch(flags):
+        _fail(f"{where}.options.extra_flags", "expected compiler flags of letters, digits and _=.,+- only")
+    checked["extra_flags"] = flags
+    return SourceEntry(file, digest, size, checked)
+
+
+# --- load ---------------------------------------------------------------------------------------------
+def _compiled(module, fetch, origin: str, why: str) -> tuple[bytes, bytes]:
+    """``(object, source)``: ``module``'s saved source, checked and compiled here; ``why`` says why it is needed."""
+    entry = module.source
+    if entry is None:
+        raise FormatError(f"{why}, and module '{module.name}' was saved without its source (source_fallback=True)")
+    data = fetch(entry.file)
+    if data is None:
+        raise FormatError(f"{why}, and the generated source '{entry.file}' of module '{module.name}' was not found "
+                          f"in {origin}")
+    data = bytes(data)
+    if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
+        raise FormatError(f"{why}, and the generated source '{entry.file}' of module '{module.name}' in {origin} "
+                          "does not match the SHA-256 recorded in the graph file")
+    try:
+        return _compat.compile_cpu_source(data, entry.options), data
+    except Exception as error:  # Warp's compiler: any failure is this module's, reported with it
+        raise IncompatibleGraphError(
+            f"{why}; compiling the saved source of module '{module.name}' with warp-lang "
+            f"{_compat.WARP_VERSION} failed: {error}"
+        ) from error
+
+
+def rebuild_fixes(saved, check_compatible) -> bool:
+    """Whether a local build makes ``saved`` compatible: it passes once CPU features and Warp match here."""
+    local = dataclasses.replace(
+        saved,
+        target={**saved.target, "features": list(_compat.host_target()["features"])},
+        writer={**saved.writer, "warp": _compat.WARP_VERSION},
+    )
+    try:
+        check_compatible(local)
+    except IncompatibleGraphError:
+        return False
+    return True
+
+
+def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGraphError | None) -> dict[str, bytes]:
+    """The module objects to load: the saved ones, or compiled from source where they cannot be used.
+
+    ``refused`` is the reason the graph as saved cannot run here (None if it can): every module is
+    then compiled from its source. Otherwise a module whose object is missing or corrupt is. Each
+    compiled module's source is kept under its source file name, for a later save of the graph.
+    """
+    found: dict[str, bytes] = {}
+    for module in saved.modules:
+        if module.file in found:
+            continue
+        if refused is not None:
+            found[module.file], found_source = _compiled(module, fetch, origin, str(refused).rstrip("."))
+        else:
+            try:
+                found.update(verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin))
+                _keep_if_intact(module, fetch, found)
+                continue
+            except FormatError as error:
+                if module.source is None:
+                    raise
+                found[module.file], found_source = _compiled(module, fetch, origin, f"the packaged binary: {error}")
+        found[module.source.file] = found_source
+    return found
+
+
+def _keep_if_intact(module, fetch, found: dict[str, bytes]) -> None:
+    """Keep a module's saved source, if it is there and intact, for a later save (not needed to load)."""
+    if module.source is None:
+        return
+    data = fetch(module.source.file)
+    if data is not None and hashlib.sha256(bytes(data)).hexdigest() == module.source.sha256:
+        found[module.source.file] = bytes(data)
+
+
+def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception) -> bytes:
+    """The object compiled from ``module``'s saved source after Warp's loader rejected the saved one.
+
+    Re-raises ``error`` where the module has no intact saved source.
+    """
+    data = images.get(module.source.file) if module.source is not None else None
+    if data is None:
+        raise error
+    try:
+        return _compat.compile_cpu_source(data, module.source.options)
+    except Exception as failure:  # Warp's compiler: reported with the reason the object was not used
+        raise IncompatibleGraphError(
+            f"{error}; compiling the saved source of module '{module.name}' with warp-lang "
+            f"{_compat.WARP_VERSION} failed: {failure}"
+        ) from failure
+
+
+def kept_source(module, images: dict[str, bytes]):
+    """What a loaded module keeps for a later ``source_fallback`` save: ``(source, options)`` or None."""
+    if module.source is None:
+        return None
+    data = images.get(module.source.file)
+    return None if data is None else (data, dict(module.source.options))

@@ -1,0 +1,101 @@
+"""mujoco-warp under apic on the CPU: a small scene stepped eagerly and replayed from a capture made
+the way mujoco-warp captures (``wp.ScopedCapture()`` around ``mjw.step``, as its viewer and
+testspeed do; the solver's ``wp.capture_while`` loop and the collision driver's ``wp.capture_if``
+inside), compared bit for bit over every array of ``Data``; then saved and replayed in a process
+that cannot import mujoco or mujoco_warp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import warp as wp
+
+mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
+mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
+
+from client_helpers import assert_same_arrays, control_flow_ops, raw, replay_without, warp_arrays  # noqa: E402
+
+# A free box and a capsule on a hinge over a plane: contacts, a constraint solve, two worlds.
+SCENE = """
+<mujoco>
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom type="plane" size="2 2 0.1"/>
+    <body pos="0 0 0.099">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.1" mass="1"/>
+    </body>
+    <body pos="0.3 0 0.6">
+      <joint type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.05"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+STEPS = 12
+
+
+@pytest.fixture(scope="module")
+def scene():
+    mjm = mujoco.MjModel.from_xml_string(SCENE)
+    mjd = mujoco.MjData(mjm)
+    mjd.qvel[:3] = (0.4, -0.2, 0.0)
+    m = mjw.put_model(mjm)
+
+    def made():
+        return mjw.put_data(mjm, mjd, nworld=2, nconmax=32, njmax=64)
+
+    # put_data leaves a few arrays as wp.empty (uninitialised memory; entries past the contact count
+    # are never written): they differ between two fresh Data objects, so both copies start zeroed.
+    first, second = warp_arrays(made()), warp_arrays(made())
+    uninitialised = sorted(name for name in first if not np.array_equal(raw(first[name]), raw(second[name])))
+    assert len(uninitialised) <= 3, uninitialised
+
+    def fresh():
+        data = made()
+        arrays = warp_arrays(data)
+        for name in uninitialised:
+            arrays[name].zero_()
+        return data
+
+    mjw.step(m, fresh())  # compile every module first: compilation is not captured
+    return m, fresh
+
+
+def test_step_eager_vs_replay_every_data_array(scene):
+    m, fresh = scene
+    eager, replayed = fresh(), fresh()
+    with wp.ScopedCapture() as capture:  # mujoco-warp's own form (viewer._compile_step, testspeed)
+        mjw.step(m, replayed)
+    assert control_flow_ops(capture.graph) > 0, "the solver's capture_while was not recorded"
+    for step in range(STEPS):
+        mjw.step(m, eager)
+        wp.capture_launch(capture.graph)
+        if step in (0, STEPS - 1):
+            count = assert_same_arrays(warp_arrays(eager), warp_arrays(replayed), f"after step {step + 1}")
+    assert count > 100
+    assert not np.array_equal(raw(eager.qpos), raw(fresh().qpos)), "the scene did not move"
+    assert int(eager.nacon.numpy()[0]) > 0, "the scene made no contacts"
+
+
+def test_saved_step_replays_without_mujoco(scene, tmp_path):
+    m, fresh = scene
+    eager, replayed = fresh(), fresh()
+    start = {name: getattr(replayed, name).numpy().copy() for name in ("qpos", "qvel")}
+    with wp.ScopedCapture(apic=True) as capture:
+        mjw.step(m, replayed)
+    bound = {name: getattr(replayed, name) for name in ("qpos", "qvel")}
+    wp.capture_save(capture.graph, str(tmp_path / "step"), inputs=bound,
+                    outputs={"qpos_out": replayed.qpos, "qvel_out": replayed.qvel, "xpos": replayed.xpos})
+    for _ in range(STEPS):
+        mjw.step(m, eager)
+
+    for name, values in start.items():
+        np.save(tmp_path / f"{name}.npy", values)
+    get = {name: str(tmp_path / f"{name}_got.npy") for name in ("qpos_out", "qvel_out", "xpos")}
+    replay_without(("mujoco", "mujoco_warp"), str(tmp_path / "step"), STEPS,
+                   {name: str(tmp_path / f"{name}.npy") for name in start}, get, tmp_path)
+    for name, arr in (("qpos_out", eager.qpos), ("qvel_out", eager.qvel), ("xpos", eager.xpos)):
+        got = np.load(get[name])
+        assert np.array_equal(got.view(np.uint8).reshape(-1), raw(arr)), name
