@@ -33,6 +33,7 @@ from apic.record import ops as rec
 from apic.record.handles import GRID_POINT_SIZES
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
+from apic.replay.program import control_flow_problem
 from apic.record.regions import ArrayInfo, Region
 
 KERNEL_ABIS = ("bounds-by-pointer-v1", "bounds-by-value-v1")
@@ -331,6 +332,23 @@ class _Context:
 
 
 # --- the body ---------------------------------------------------------------------------------------
+class _DuplicateKey(Exception):
+    """A msgpack map with a repeated key (raised out of the unpacker, turned into a FormatError)."""
+
+
+def _unique_map(pairs: list) -> dict:
+    """A msgpack map as a dict, refusing a repeated key: one reader keeps the first value, another the last,
+    so a file with one could mean two graphs (one checked, another run)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
 def read(data) -> SavedGraph:
     """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
     view = as_bytes(data)
@@ -341,7 +359,10 @@ def read(data) -> SavedGraph:
         # bytes do not back), extension types are refused, map keys must be strings or bytes; nesting
         # is bounded by msgpack's own stack (StackError).
         doc = msgpack.unpackb(body, strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n,
-                              max_array_len=n, max_map_len=n // 2, max_ext_len=0)
+                              max_array_len=n, max_map_len=n // 2, max_ext_len=0, object_pairs_hook=_unique_map)
+    except _DuplicateKey as error:
+        _fail("body", f"a map has the key {error.args[0]!r} more than once (readers that keep the first or the "
+                      "last value would read different graphs)")
     except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
         raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
     doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
@@ -385,6 +406,9 @@ def read(data) -> SavedGraph:
         if isinstance(op, rec.CONTROL_TYPES) and op.target > len(sequence):
             _fail(f"ops[{i}].target", f"position {op.target} is past the end of the {len(sequence)}-op sequence")
     ops = tuple(distinct[i] for i in sequence.tolist())
+    problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
+    if problem is not None:
+        _fail("sequence", problem)
     bindings = _bindings(doc["bindings"], ctx)
 
     recording = Recording(
