@@ -40,6 +40,7 @@ def _c_api(name: str) -> int:
 # run_table's limits (table.LIMIT_*): the main thread's also polls for Ctrl-C, a worker thread's does
 # not (Python handles signals only in the main thread). Both are updated in place by the setter below.
 _MAIN_THREAD = threading.main_thread().ident
+_get_ident = threading.get_ident
 _LIMITS_MAIN = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, _c_api("PyGILState_Ensure"),
                          _c_api("PyOS_InterruptOccurred"), _c_api("PyGILState_Release")], dtype=np.int64)
 _LIMITS_THREAD = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, 0, 0, 0], dtype=np.int64)
@@ -77,17 +78,22 @@ class Program:
         """
         if not len(self.table):
             return
-        limits = _LIMITS_MAIN if threading.get_ident() == _MAIN_THREAD else _LIMITS_THREAD
+        # kept to one thread check and one status test: this is on every capture_launch's path
+        limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
         status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
-        if status == tbl.STATUS_INTERRUPTED:
-            # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
-            signal.raise_signal(signal.SIGINT)
-        elif status == tbl.STATUS_LOOP_CAP:
-            raise LoopLimitError(
-                f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
-                "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
-            )
+        if status:
+            _raise_status(status, limits)
 
+
+def _raise_status(status: int, limits: np.ndarray) -> None:
+    if status == tbl.STATUS_INTERRUPTED:
+        # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
+        signal.raise_signal(signal.SIGINT)
+    elif status == tbl.STATUS_LOOP_CAP:
+        raise LoopLimitError(
+            f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
+            "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
+        )
 
 _run_table = None  # the jitted interpreter, bound on first replay
 
