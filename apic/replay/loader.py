@@ -102,6 +102,12 @@ def check_compatible(saved: SavedGraph) -> None:
             f"instruction-set features this CPU ({host['cpu']}) lacks: {', '.join(missing)}. Running them could "
             "crash with an illegal instruction; capture and save the graph again on this kind of CPU"
         )
+    for kernel in saved.recording.kernels:  # a feature this warp-lang lacks is refused now, not at replay
+        if kernel.cpu_blocks and not _compat.CPU_BLOCKS:
+            raise IncompatibleGraphError(
+                f"kernel '{kernel.key}' runs as cooperative CPU blocks (kernels[].cpu_blocks), which warp-lang "
+                f"{wp.config.version} does not have; load this graph with the warp-lang that saved it"
+            )
     saved_warp = saved.writer.get("warp")
     if saved_warp != wp.config.version:
         for module in saved.modules:
