@@ -30,15 +30,17 @@ from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
+from apic.replay import budget
 
 _ALIGN = 64
 _load_ids = itertools.count()
 _loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloaded yet
 
-#: The most memory the regions of one loaded graph may take, in bytes; ``None`` (the default) means
-#: this machine's physical memory. A graph needing more is refused with ``apic.GraphMemoryError``
-#: before anything is allocated.
-max_graph_bytes: int | None = None
+#: The most memory one load may allocate, in bytes: its regions, its handles' native memory and its
+#: replay program (``apic.replay.budget``). A graph needing more is refused with ``apic.GraphMemoryError``
+#: before anything is allocated. ``None`` means this machine's physical memory.
+DEFAULT_MAX_GRAPH_BYTES = 1 << 30
+max_graph_bytes: int | None = DEFAULT_MAX_GRAPH_BYTES
 
 
 def memory_limit() -> int | None:
@@ -140,14 +142,18 @@ def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
 
 
 def check_memory(saved: SavedGraph) -> None:
-    """Refuse a graph whose regions need more memory than ``memory_limit()``, before allocating any."""
+    """Refuse a graph whose load needs more memory than ``memory_limit()``, before allocating any."""
     limit = memory_limit()
-    needed = sum(region.nbytes + _ALIGN for region in saved.recording.regions)
+    parts = budget.needs(saved)
+    needed = sum(nbytes for _, nbytes in parts)
     if limit is not None and needed > limit:
-        where = "apic.replay.loader.max_graph_bytes" if max_graph_bytes is not None else "this machine's memory"
+        where = ("apic.replay.loader.max_graph_bytes" if max_graph_bytes is not None
+                 else "this machine's memory, apic.replay.loader.max_graph_bytes = None")
+        detail = ", ".join(f"{what} {nbytes:,}" for what, nbytes in parts if nbytes)
         raise GraphMemoryError(
-            f"this graph's {len(saved.recording.regions)} memory regions need {needed:,} bytes, more than a "
-            f"loaded graph may use here ({limit:,} bytes, {where})"
+            f"loading this graph needs {needed:,} bytes ({detail}), more than a load may allocate here "
+            f"({limit:,} bytes, {where}); to allow it, set apic.replay.loader.max_graph_bytes to a larger number "
+            "of bytes (None: this machine's memory)"
         )
 
 
