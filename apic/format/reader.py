@@ -714,6 +714,11 @@ def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     if not len(ranges) - optional <= len(ints) <= len(ranges):
         _fail(f"{where}.ints", f"wp_{name} takes {len(ranges)} integers after the handle, found {len(ints)}")
     ints = tuple(_int(v, f"{where}.ints[{i}]", lo, hi) for i, (v, (lo, hi)) in enumerate(zip(ints, ranges)))
+    if name == "bvh_rebuild_host" and ints[0] == wire_handles.CUBQL:
+        # cuBQL crashes on bounds with lower > upper, and a rebuild at replay reads bounds kernels may have
+        # written since the load: they cannot be checked, so the rebuild is refused
+        _fail(f"{where}.ints[0]", "a Bvh rebuild with the cubql constructor at replay (its native builder crashes "
+                                  "on bounds a kernel can write); rebuild with sah, median or lbvh")
     if name != "hash_grid_update_host":
         return rec.HandleCall(name, handle, ints)
     radius = entry.get("radius")

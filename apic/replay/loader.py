@@ -30,6 +30,7 @@ from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
+from apic.format import handles as wire_handles
 from apic.replay import budget
 
 _ALIGN = 64
@@ -212,22 +213,13 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
 def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.ndarray]) -> tuple:
     """Build every native handle again over the loaded regions; write the new ids into saved memory.
 
-    A mesh's triangle indices are checked first: Warp's native build trusts them.
+    What the native builders read is checked first (``apic.format.handles.check_handle_data``).
     """
     from apic.record import handles
 
     rebuilt = []
     for index, (handle, data) in enumerate(zip(saved.recording.handles, saved.volume_data)):
-        arrays = dict(handle.arrays)
-        if handle.kind == "Mesh":
-            points, indices = arrays["points"], arrays["indices"]
-            start = indices.start.offset
-            values = views[indices.start.region][start : start + 4 * indices.length].view(np.int32)
-            if indices.length % 3 or (len(values) and (values.min() < 0 or values.max() >= points.length)):
-                raise FormatError(
-                    f"corrupt apic graph file: handles[{index}]: mesh triangle indices must be whole triangles "
-                    f"of the mesh's {points.length} points"
-                )
+        wire_handles.check_handle_data(index, handle, views)  # before Warp's native builder reads it
         try:
             obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
         except (RuntimeError, ValueError, TypeError) as error:  # Warp's own checks of what the file holds
