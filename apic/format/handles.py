@@ -202,6 +202,8 @@ def check_handle_data(index: int, handle: rec_handles.Handle, views) -> None:
                                             "(and lowers and uppers must have one entry each per item)")
     if handle.kind == "Mesh":
         points, indices = arrays["points"], arrays["indices"]
+        if "velocities" in arrays and arrays["velocities"].length != points.length:
+            _fail(f"{where}.arrays.velocities", f"{arrays['velocities'].length} velocities for {points.length} points")
         values = _values(indices, views)
         if indices.length % 3 or (len(values) and (values.min() < 0 or values.max() >= points.length)):
             _fail(f"{where}.arrays.indices", f"mesh triangle indices must be whole triangles of the mesh's "
