@@ -99,3 +99,48 @@ def test_old_files_without_sizes_still_load_but_launches_must_agree(doc):
     old["sequence"] += struct.pack("<I", len(old["ops"]) - 1)
     with pytest.raises(apic.FormatError, match="laid out differently"):
         read(old)
+
+
+@wp.kernel
+def grid_sum(a: wp.array2d(dtype=float), out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i, j] = a[i, j] * 2.0 + float(i)
+
+
+_CHILD = """
+import sys
+import numpy as np
+import warp as wp
+wp.config.quiet = True
+import apic
+graph = wp.capture_load(sys.argv[1])
+wp.capture_launch(graph)
+out = wp.zeros((4, 1), dtype=float, device="cpu")
+graph.get_param("out", out)
+print("result", out.numpy().ravel().tolist())
+"""
+
+
+@pytest.mark.skipif(apic._compat.BOUNDS_BY_VALUE, reason="warp <= 1.12 has one launch bounds layout for every rank")
+def test_bounds_of_another_rank_cannot_divide_by_zero(tmp_path):
+    """A 2-d kernel handed 1-d bounds reads their padding as shape[1]: apic makes it 1, not 0 (SIGFPE)."""
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    a = wp.array(np.arange(4, dtype=np.float32).reshape(4, 1), dtype=float, device="cpu")
+    out = wp.zeros((4, 1), dtype=float, device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True) as capture:
+        wp.launch(grid_sum, dim=(4, 1), inputs=[a, out], device="cpu")
+    path = tmp_path / "g"
+    wp.capture_save(capture.graph, str(path), inputs={"a": a}, outputs={"out": out})
+    doc = msgpack.unpackb(path.with_suffix(".wrp").read_bytes()[schema.HEADER.size:], raw=False)
+    op = doc["ops"][launches(doc)[0]]
+    assert len(op["bounds"]["data"]) == 24
+    op["bounds"]["data"] = struct.pack("<IIQQ", 4, 0, 4, 1)  # launch_bounds_1d_t for dim (4, 1)
+    reader.read(writer.encode(doc))  # what Warp builds for a 1-d kernel launched over (4, 1): accepted
+    path.with_suffix(".wrp").write_bytes(writer.encode(doc))
+    child = subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "result [0.0, 3.0, 6.0, 9.0]" in child.stdout  # coordinates stay inside dim: (i, 0)

@@ -560,6 +560,7 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
         _check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
+        bounds = rec.Blob(_padded_with_ones(bounds.data, ctx.legacy_bounds))
         args = ctx.kernel_args(entry["args"], f"{where}.args")
         adj = entry.get("adj_args")
         adj_args = None if adj is None else ctx.kernel_args(adj, f"{where}.adj_args")
@@ -651,6 +652,27 @@ def _check_bounds(data: bytes, dim: tuple, legacy: bool, where: str) -> None:
     if not any(data == _templated_bounds(tuple(dim) + (1,) * max(0, rank - len(dim)) + block(rank), rank)
                for rank in ranks):
         _fail(where, f"launch bounds {data.hex()} are not what warp-lang builds for the op's dim {list(dim)}")
+
+
+def _padded_with_ones(data: bytes, legacy: bool) -> bytes:
+    """The bounds with every shape slot a kernel of another rank could read set to 1, never 0.
+
+    Which rank a kernel unravels its thread index with is compiled into it, not in the file: a 2-d
+    kernel handed 1-d bounds would read the padding after ``shape[0]`` as ``shape[1]`` and divide by
+    it. With 1 there, any rank reads coordinates inside the launch's own ``dim``. A kernel of the rank
+    the bounds were built for never reads these slots."""
+    out = bytearray(data)
+    if len(out) == _LEGACY_BOUNDS.size and (legacy or _LEGACY_BOUNDS.unpack(data)[4] in (1, 2, 3, 4)):
+        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
+        if 1 <= ndim <= 4 and not pad and tuple(shape[:ndim]) and size == math.prod(shape[:ndim]):
+            for slot in range(ndim, 4):
+                struct.pack_into("<i", out, 4 * slot, 1)
+            return bytes(out)
+    if len(out) == 24 and not any(out[4:8]):  # launch_bounds_1d_t: the padding after shape[0]
+        struct.pack_into("<I", out, 4, 1)
+    if len(out) == 32 and not any(out[12:16]):  # launch_bounds_3d_t: the padding after shape[2]
+        struct.pack_into("<I", out, 12, 1)
+    return bytes(out)
 
 
 def _check_args_layout(ctx: _Context, kernel: int, args: rec.Blob, adj_args, where: str) -> None:
