@@ -61,3 +61,7 @@ class GraphLoadError(ApicError, OSError, RuntimeError):
 
 class GraphNotFoundError(GraphLoadError, FileNotFoundError):
     """The saved graph's ``.wrp`` file does not exist (a ``GraphLoadError`` and a ``FileNotFoundError``)."""
+
+
+class LoopLimitError(ApicError, RuntimeError):
+    """A replayed ``capture_while`` loop ran more iterations than ``apic.max_loop_iterations()`` allows."""

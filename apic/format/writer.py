@@ -171,6 +171,19 @@ def _op(op) -> dict:
     raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
 
 
+def _args_sizes(ops, kernel: int) -> dict:
+    """``args_size`` (and ``adj_args_size``) of a CPU kernel: the byte size of Warp's packed argument
+    struct (``ctypes.sizeof`` of the ctypes struct its launches were packed with), which every launch's
+    blob must then match exactly; empty for a kernel no CPU launch uses."""
+    launch = next((op for op in ops if isinstance(op, rec.Launch) and op.kernel == kernel), None)
+    if launch is None:
+        return {}
+    sizes = {"args_size": len(launch.args.data)}
+    if launch.adj_args is not None:
+        sizes["adj_args_size"] = len(launch.adj_args.data)
+    return sizes
+
+
 def _binding(binding: Binding) -> dict:
     return {
         "name": binding.name, "kind": binding.kind, "region": binding.region, "offset": binding.offset,
@@ -265,8 +278,8 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         "modules": modules,
         "kernels": [
             {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint),
-             **({"cpu_blocks": True} if k.cpu_blocks else {})}
-            for k in recording.kernels
+             **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i)}
+            for i, k in enumerate(recording.kernels)
         ],
         **_ops_and_sequence(recording.ops),
         "bindings": [_binding(b) for b in bindings],

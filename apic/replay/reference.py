@@ -31,9 +31,16 @@ def _as_double(bits: int) -> float:
     return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
-def run_table(table: np.ndarray, repeats: int) -> None:
-    """Execute ``table`` from its first row to its end, ``repeats`` times (as ``interpreter.run_table``)."""
+def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> int:
+    """Execute ``table`` from its first row to its end, ``repeats`` times; returns a ``STATUS_*`` code.
+
+    The same contract as ``interpreter.run_table``: ``limits[LIMIT_ITERATIONS]`` caps each loop's
+    iterations (per entry of the loop); ``loops`` is the number of loop heads. Ctrl-C needs no poll
+    here: Python raises ``KeyboardInterrupt`` between two ``ctypes`` calls.
+    """
     rows = table.tolist()
+    cap = int(limits[tbl.LIMIT_ITERATIONS]) if limits is not None else 0
+    counts = [0] * max(loops, 1)
     functions: dict[tuple[int, int], object] = {}  # (opcode, address) -> ctypes function, made once
 
     def function(opcode: int, address: int, prototype):
@@ -52,9 +59,16 @@ def run_table(table: np.ndarray, repeats: int) -> None:
                 i = args[0]
                 continue
             elif opcode == tbl.OP_BRANCH_IF_ZERO:
+                slot = rows[i][tbl.COL_LOOP]  # 0, or 1 + the loop's slot when this branch heads a loop
                 if ctypes.c_int32.from_address(args[0]).value == 0:
+                    if slot:
+                        counts[slot - 1] = 0  # the loop ends: its next entry counts from zero
                     i = args[1]
                     continue
+                if slot and cap:
+                    counts[slot - 1] += 1
+                    if counts[slot - 1] > cap:
+                        return tbl.STATUS_LOOP_CAP
             elif opcode == tbl.OP_CALL_ARGV:
                 argv = (_I64 * tbl.ARGV_ARGS).from_address(args[0])
                 function(opcode, address, _CALL_ARGV)(*argv)
@@ -64,3 +78,4 @@ def run_table(table: np.ndarray, repeats: int) -> None:
             elif opcode != tbl.OP_NOP:
                 raise ValueError(f"op table row {i}: unknown opcode {opcode}")
             i += 1
+    return tbl.STATUS_DONE
