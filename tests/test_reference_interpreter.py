@@ -46,7 +46,7 @@ def test_numba_and_reference_replay_as_eager(program, make_state):
     for run in range(3):
         program(eager)
         graphs[0].program.run(1)  # the Numba loop
-        reference.run_table(graphs[1].program.table, 1)
+        reference.run_table(graphs[1].program.table, 1, None, graphs[1].program.loops)
         expected = snapshot({n: eager[n] for n in names})
         assert_same(expected, snapshot({n: numba_state[n] for n in names}), f"numba, replay {run + 1}")
         assert_same(expected, snapshot({n: reference_state[n] for n in names}), f"reference, replay {run + 1}")
@@ -57,3 +57,19 @@ def test_reference_refuses_an_unknown_opcode():
     table[1, 0] = 99
     with pytest.raises(ValueError, match="row 1: unknown opcode 99"):
         reference.run_table(table, 1)
+
+
+@pytest.mark.parametrize("interpreter", ["numba", "reference"])
+def test_the_two_argument_call_runs_loops_uncapped(interpreter):
+    """``run_table(table, repeats)`` (no limits, no loop count) must not touch the loop counters."""
+    from apic.replay.interpreter import run_table as numba_run
+
+    run = numba_run if interpreter == "numba" else reference.run_table
+    states = [cf.make_state() for _ in range(2)]
+    with wp.ScopedCapture(device=CPU) as capture:
+        cf.nested(states[1])
+    assert capture.graph.program.loops >= 2  # several loop heads: slots beyond the first
+    cf.nested(states[0])
+    assert run(capture.graph.program.table, 1) == tbl.STATUS_DONE
+    names = [n for n, v in states[0].items() if isinstance(v, wp.array)]
+    assert_same(snapshot({n: states[0][n] for n in names}), snapshot({n: states[1][n] for n in names}), "replay")

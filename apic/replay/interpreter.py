@@ -92,7 +92,7 @@ def run_table(table, repeats, limits=None, loops=0):
                     return 1  # STATUS_INTERRUPTED
                 slot = table[i, 4]  # COL_LOOP: 0, or 1 + the loop's slot when this branch heads a loop
                 if load_i32(table[i, 2]) == 0:
-                    if slot:
+                    if slot and cap:  # counted only under a cap (the two-argument call passes no loops)
                         counts[slot - 1] = 0  # the loop ends: its next entry counts from zero
                     i = table[i, 3]
                     continue

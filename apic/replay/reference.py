@@ -61,7 +61,7 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
             elif opcode == tbl.OP_BRANCH_IF_ZERO:
                 slot = rows[i][tbl.COL_LOOP]  # 0, or 1 + the loop's slot when this branch heads a loop
                 if ctypes.c_int32.from_address(args[0]).value == 0:
-                    if slot:
+                    if slot and cap:  # counted only under a cap (the two-argument call passes no loops)
                         counts[slot - 1] = 0  # the loop ends: its next entry counts from zero
                     i = args[1]
                     continue
