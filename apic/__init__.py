@@ -13,6 +13,7 @@ from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.record.shims import install, is_installed, uninstall
+from apic.replay.profile import ProfileReport, profile
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,8 @@ __all__ = [
     "capture_load_from_bytes",
     "capture_save",
     "install",
+    "profile",
+    "ProfileReport",
     "is_installed",
     "uninstall",
 ]
