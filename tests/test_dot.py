@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import re
 import shutil
 import subprocess
@@ -16,6 +17,14 @@ from apic.demo import Chain
 from viz_graphs import flow_program, flow_state
 
 NODE_OR_EDGE = re.compile(r'^\s*(op\d+|legend)( -> op\d+)? \[')
+
+
+@pytest.fixture(autouse=True)
+def _collect_meshes():
+    """Free this test's meshes now, not in a later test's capture (Warp's Mesh.__del__ is a native call)."""
+    yield
+    gc.collect()
+
 
 
 def _flow_graph():

@@ -6,6 +6,7 @@ oracle), count every executed row (loop iterations included), and map rows to ke
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 
@@ -16,6 +17,14 @@ import warp as wp
 import apic
 from apic.demo import Chain
 from viz_graphs import flow_outputs, flow_program, flow_state
+
+
+@pytest.fixture(autouse=True)
+def _collect_meshes():
+    """Free this test's meshes now, not in a later test's capture (Warp's Mesh.__del__ is a native call)."""
+    yield
+    gc.collect()
+
 
 
 def _same(a: dict, b: dict) -> None:
