@@ -94,14 +94,21 @@ def test_profile_plot(tmp_path):
 
 
 def test_cli_replay_profile(tmp_path):
-    chain = Chain(8, 2)
+    """Saved, then loaded and replayed profiled in a fresh process: the outputs are the eager ones."""
+    chain, eager = Chain(8, 2), Chain(8, 2)
     with wp.ScopedCapture(device="cpu", apic=True) as capture:
         chain.step()
     path = str(tmp_path / "demo.wrp")
-    wp.capture_save(capture.graph, path)
-    result = subprocess.run([sys.executable, "-m", "apic", "replay", path, "--iters", "5", "--profile"],
+    wp.capture_save(capture.graph, path, outputs={"x": chain.x, "v": chain.v})
+    for _ in range(5):
+        eager.step()
+    out_x, out_v = tmp_path / "x.npy", tmp_path / "v.npy"
+    result = subprocess.run([sys.executable, "-m", "apic", "replay", path, "--iters", "5", "--profile",
+                             "--output", f"x={out_x}", "--output", f"v={out_v}"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
+    assert np.load(out_x).tobytes() == eager.x.numpy().tobytes()
+    assert np.load(out_v).tobytes() == eager.v.numpy().tobytes()
     assert "spring_forces" in result.stdout and "5 replay(s)" in result.stdout
     line = next(l for l in result.stdout.splitlines() if l.startswith("launch") and "spring_forces" in l)
     assert line.split()[2:4] == ["2", "10"]  # 2 ops, 10 calls
