@@ -189,9 +189,10 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
              '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=9, color="#777777"];']
     node_of: dict[int, str] = {}  # op position -> the node that shows it
+    folded: dict[int, int] = {}  # a folded copy's position -> the position shown
     clusters: list = []
 
-    def emit(items, indent: str, repeat_of=None) -> None:
+    def emit(items, indent: str) -> None:
         for item in items:
             if isinstance(item, _Block):
                 clusters.append(item)
@@ -199,11 +200,11 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
                 style = 'style="dashed"; color="#4c72b0"' if item.count > 1 else 'style="rounded"; color="#c44e52"'
                 lines.append(f'{indent}subgraph {cluster} {{ label="{escape(item.title)}"; {style};')
                 emit(item.items, indent + "  ")
-                if item.count > 1:  # the folded copies are shown by the first one
+                if item.count > 1:  # the folded copies are shown by the first one (their items are positions)
                     period = len(item.items)
                     for copy in range(1, item.count):
-                        for j, first in enumerate(item.items):
-                            _alias(first, copy, period, j)
+                        for first in item.items:
+                            folded[first + copy * period] = first
                 lines.append(f"{indent}}}")
                 continue
             node = f"op{item}"
@@ -211,12 +212,6 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
             label = f"#{item} {_op_label(ops[item], recording.kernels, region_name)}"
             shape = ', shape=diamond, fillcolor="#fbeeee"' if isinstance(ops[item], rec.CONTROL_TYPES) else ""
             lines.append(f'{indent}{node} [label="{escape(label)}"{shape}];')
-
-    folded: dict[int, int] = {}  # a folded copy's position -> the position shown
-
-    def _alias(first, copy, period, j):
-        if isinstance(first, int):
-            folded[first + copy * period] = first
 
     emit(_structure(ops, 0, len(ops), region_name), "  ")
     for pos, shown in folded.items():
