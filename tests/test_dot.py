@@ -13,6 +13,7 @@ import pytest
 import warp as wp
 
 from apic import dot
+from apic._compat import wp_context
 from apic.demo import Chain
 from viz_graphs import flow_program, flow_state
 
@@ -96,3 +97,25 @@ def test_png_without_graphviz_says_how_to_get_it(monkeypatch, tmp_path):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     with pytest.raises(FileNotFoundError, match="apt-get install graphviz"):
         dot.render_png("digraph {}", str(tmp_path / "x.png"))
+
+
+def test_other_graphs_go_to_warps_own(tmp_path):
+    """A graph that is not apic's reaches upstream's function unchanged (CUDA graphs keep Warp's DOT)."""
+    original = wp.capture_debug_dot_print.__wrapped__
+    assert original.__module__ == wp_context.__name__ and original.__name__ == "capture_debug_dot_print"
+
+    class NotApic:
+        graph = None
+
+    path = str(tmp_path / "x.dot")
+    try:
+        original(NotApic(), path)
+    except Exception as error:  # whatever upstream raises without a CUDA graph, ours raises too
+        expected = type(error)
+    else:  # pragma: no cover - upstream accepted it
+        expected = None
+    if expected is None:
+        wp.capture_debug_dot_print(NotApic(), path)
+    else:
+        with pytest.raises(expected):
+            wp.capture_debug_dot_print(NotApic(), path)
