@@ -14,6 +14,7 @@ from apic.graph import Graph
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.record.shims import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
+from apic.replay.profile import ProfileReport, profile
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,8 @@ __all__ = [
     "capture_load_from_bytes",
     "capture_save",
     "install",
+    "profile",
+    "ProfileReport",
     "is_installed",
     "max_loop_iterations",
     "set_max_loop_iterations",

@@ -13,6 +13,7 @@ import inspect
 
 import warp as wp
 
+from apic import dot as _dot
 from apic._compat import wp_context
 from apic.errors import CaptureError
 from apic.graph import Graph
@@ -367,6 +368,11 @@ def install_capture_api(patches) -> None:
         _originals[name] = getattr(wp_context, name, None)
         for owner in (wp, wp_context):
             patches.set(owner, name, function)
+    # A picture of the graph: apic graphs as DOT, CUDA graphs still through Warp's own (apic.dot).
+    _originals["capture_debug_dot_print"] = getattr(wp_context, "capture_debug_dot_print", None)
+    debug_dot_print = _dot.make_capture_debug_dot_print(_originals["capture_debug_dot_print"])
+    for owner in (wp, wp_context):
+        patches.set(owner, "capture_debug_dot_print", debug_dot_print)
     patches.set(wp_context.Device, "is_capturing", _device_is_capturing(vars(wp_context.Device)["is_capturing"]))
     for owner in (wp, wp_utils):
         patches.set(owner, "ScopedCapture", ScopedCapture)

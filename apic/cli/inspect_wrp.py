@@ -16,6 +16,8 @@ def add_parser(subparsers):
     )
     parser.add_argument("path", help="the .wrp file")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--dot", metavar="FILE.dot", help="also write a picture of the graph as Graphviz DOT")
+    parser.add_argument("--png", metavar="FILE.png", help="also render that picture (needs Graphviz's dot program)")
     return parser
 
 
@@ -135,6 +137,21 @@ def describe(path: str) -> dict:
     }
 
 
+def _picture(args) -> None:
+    """``--dot`` / ``--png``: the graph as DOT (``apic.dot``), and through Graphviz as a PNG."""
+    from apic import dot
+    from apic.format import reader, writer
+
+    with open(writer.wrp_paths(args.path)[0], "rb") as f:
+        saved = reader.read(f.read())
+    text = dot.to_dot(saved.recording, saved.bindings, title=os.path.basename(args.path))
+    if args.dot:
+        with open(args.dot, "w", encoding="utf-8") as f:
+            f.write(text)
+    if args.png:
+        dot.render_png(text, args.png)
+
+
 def _where(ref: dict) -> str:
     return f"r{ref['region']}+{ref['offset']}"
 
@@ -218,5 +235,7 @@ def _text(info: dict) -> str:
 
 def run(args) -> int:
     info = describe(args.path)
+    if args.dot or args.png:
+        _picture(args)
     print(json.dumps(info, indent=2) if args.json else _text(info))
     return 0

@@ -22,6 +22,9 @@ def add_parser(subparsers):
     parser.add_argument("--output", action="append", default=[], metavar="NAME=FILE.npy",
                         help="write the named parameter to a .npy file after replaying (repeatable)")
     parser.add_argument("--time", action="store_true", help="print how long the replays took")
+    parser.add_argument("--profile", action="store_true",
+                        help="time every op from inside the interpreter and print a table by kernel and op kind")
+    parser.add_argument("--profile-plot", metavar="FILE.png", help="with --profile: also plot it (needs matplotlib)")
     return parser
 
 
@@ -80,6 +83,12 @@ def run(args) -> int:
     for name, _ in outputs:
         _view(graph, name, "--output")
 
+    if args.profile or args.profile_plot:
+        report = apic.profile(graph, replays=args.iters)
+        print(report.table())
+        if args.profile_plot:
+            report.plot(args.profile_plot)
+        args.iters = 0  # the profiled replays were the replays
     if args.time:
         graph.launch(0)  # load the jitted interpreter outside the timing (zero replays: no effect)
     start = time.perf_counter()

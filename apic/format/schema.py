@@ -21,7 +21,13 @@ Changelog (one entry per format version; never change the meaning of a written v
   Also added before the first release, still version 1: CUDA graphs (an optional ``device`` map,
   ABI ``"cuda-params-v1"``, ``.cubin``/``.ptx`` modules with ``arch``, kernels with ``params``,
   op kind 11 ``cuda_launch``; see ``apic.format.cuda``). CPU files are unchanged.
-* 2 (2026-11-22): native handles (``handles``, ``handle_slots``, blob ``handles``, op kind 12).
+* 2 (2026-11-22): native handles (``wp.Mesh``, ``wp.Bvh``, ``wp.HashGrid``, ``wp.Volume``). New body keys
+  ``handles`` (each handle's kind, the region ranges of its arrays, its options and, for a Volume, its
+  NanoVDB buffer: rebuilt on load) and ``handle_slots`` (saved words that hold a handle's id, rewritten
+  with the rebuilt id); blob relocations may target a handle; op kind 12 ``handle_call`` (refit,
+  rebuild, build, reserve). Written only for a graph that has handles: every other graph is still
+  written as version 1, so older readers keep reading it. A reader refuses ``handles`` in a version 1
+  file.
   2026-11-25, still version 2: optional kernel keys ``args_size`` / ``adj_args_size`` (the packed
   argument struct's size; files without them still read, their launches checked against each other),
   and the optional module key ``source`` (``source_fallback=True``: generated C++ and build options;
@@ -29,6 +35,11 @@ Changelog (one entry per format version; never change the meaning of a written v
   Every version is read more strictly since: repeated map keys, launch bounds that are not Warp's for
   the op's ``dim``, backward jumps that do not return to a loop's branch, and a cuBQL Bvh rebuild at
   replay are refused.
+
+Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every format version from
+``MIN_READ_VERSION`` to ``FORMAT_VERSION``; ``MIN_READ_VERSION`` moves only in a new minor release, and a
+version stays readable for at least 6 months after the first release that wrote a newer one.
+``tests/data/golden/`` holds one file per version (per supported warp-lang) that every release must read.
 """
 
 from __future__ import annotations

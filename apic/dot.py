@@ -1,0 +1,284 @@
+"""A picture of an apic graph: its ops as a Graphviz DOT document.
+
+Ops are nodes in execution order; an edge goes from the last op that wrote a memory region to each
+later op that reads it, labelled with the region's name (a binding's name where the graph has one).
+``wp.capture_if`` / ``capture_while`` bodies become clusters, and a run of identical ops (or of an
+identical group of ops, as a loop unrolled by the capture) is folded into one box with its count.
+
+What an op reads and writes: a memcpy reads its source and writes its destination; a memset, memtile
+or fill writes; a branch reads its condition. For a kernel launch or a native call the file records
+which regions each array argument points into, not whether the kernel reads or writes them, so
+every region it reaches counts as read and written (the legend says so).
+
+Every string taken from the graph (kernel names, binding names, dtypes) is escaped: a hostile file
+cannot inject DOT. Nothing here runs anything from the graph.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from apic.record import ops as rec
+
+_MAX_PERIOD = 16  # the longest repeated group of ops that is folded
+
+
+def escape(text) -> str:
+    """``text`` as the inside of a DOT double-quoted string: quotes, backslashes and newlines escaped."""
+    out = []
+    for ch in str(text):
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch < " " or ch == "\x7f":
+            out.append(f"\\\\x{ord(ch):02x}")  # shown, not interpreted
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _refs(value) -> list:
+    """The region references in a pointer, a blob or a list of arguments."""
+    if isinstance(value, rec.Ref):
+        return [value.region]
+    if isinstance(value, rec.HandleRef):
+        return [("h", value.index)]
+    if isinstance(value, rec.Blob):
+        return [region for r in value.relocs for region in _refs(r.target)]
+    if isinstance(value, (tuple, list)):
+        return [region for item in value for region in _refs(item)]
+    return []
+
+
+def effects(op, handles=()) -> tuple[set, set]:
+    """``(regions read, regions written)`` by ``op``; launches and native calls count as both.
+
+    A native handle (a mesh, ...) counts as memory ``("h", index)``: its methods read the handle's arrays
+    and write it, and a kernel that receives its id reads it.
+    """
+    if isinstance(op, rec.Memcpy):
+        return set(_refs(op.src)), set(_refs(op.dst))
+    if isinstance(op, (rec.Memset, rec.Memtile, rec.Alloc)):
+        return set(), set(_refs(op.dst))
+    if isinstance(op, rec.ArrayCopy):
+        return set(_refs(op.src)), set(_refs(op.dst))
+    if isinstance(op, rec.ArrayFill):
+        return set(), set(_refs(op.dst))
+    if isinstance(op, rec.Branch):
+        return set(_refs(op.cond)), set()
+    if isinstance(op, rec.HandleCall):
+        index = op.handle.index
+        arrays = dict(handles[index].arrays) if 0 <= index < len(handles) else {}
+        reads = set(_refs(op.points)) | set(_refs(op.groups)) | {a.start.region for a in arrays.values()}
+        return reads, {("h", index)}
+    if isinstance(op, rec.Launch):
+        both = set(_refs(op.args)) | set(_refs(op.adj_args))
+        return both, {r for r in both if not isinstance(r, tuple)}
+    if isinstance(op, rec.CudaLaunch):
+        both = set(_refs(op.params))
+        return both, both
+    if isinstance(op, rec.NativeCall):
+        both = set(_refs(list(op.args)))
+        return both, both
+    return set(), set()
+
+
+def _op_label(op, kernels, region_name) -> str:
+    if isinstance(op, (rec.Launch, rec.CudaLaunch)):
+        kernel = kernels[op.kernel]
+        return f"{'launch' if isinstance(op, rec.Launch) else 'cuda_launch'} {kernel.key}" \
+               f"{' (backward)' if kernel.adjoint else ''}\ndim={tuple(op.dim)}"
+    if isinstance(op, rec.Memcpy):
+        return f"memcpy {op.nbytes} B\n{region_name(op.src.region)} -> {region_name(op.dst.region)}"
+    if isinstance(op, rec.Memset):
+        return f"memset {region_name(op.dst.region)} = {op.value:#04x}\n{op.nbytes} B"
+    if isinstance(op, rec.Memtile):
+        return f"memtile {region_name(op.dst.region)}\n{len(op.value.data)} B x {op.count}"
+    if isinstance(op, rec.ArrayCopy):
+        return f"array_copy elem {op.elem_size} B"
+    if isinstance(op, rec.ArrayFill):
+        return f"array_fill {len(op.value.data)} B"
+    if isinstance(op, rec.Alloc):
+        return f"alloc {region_name(op.dst.region)} {op.nbytes} B"
+    if isinstance(op, (rec.NativeCall, rec.HandleCall)):
+        handle = f"\nhandle {op.handle.index}" if isinstance(op, rec.HandleCall) else ""
+        return f"wp_{op.name}{handle}"
+    return type(op).__name__.lower()
+
+
+# --- structure: control flow and folded repeats -----------------------------------------------------
+@dataclass
+class _Block:
+    """A cluster: an ``if`` / ``else`` / ``while`` body, or a folded repeat (``count`` > 1)."""
+
+    title: str
+    items: list = field(default_factory=list)  # int (an op position) or _Block
+    count: int = 1
+
+
+def _structure(ops, lo: int, hi: int, region_name) -> list:
+    """The items of positions ``[lo, hi)``: op positions and control-flow blocks (layout in recorder.py)."""
+    items, p = [], lo
+    while p < hi:
+        op = ops[p]
+        t = op.target if isinstance(op, rec.Branch) else -1
+        if not (p < t <= hi):  # not a branch, or one this reader cannot nest: a plain op
+            items.append(p)
+            p += 1
+            continue
+        cond = f"int32 at {region_name(op.cond.region)}+{op.cond.offset}"
+        last = ops[t - 1]
+        if t - 1 > p and isinstance(last, rec.Jump) and last.target == p:  # while: branch; body; jump top
+            items += [p, _Block(f"while {cond} != 0", _structure(ops, p + 1, t - 1, region_name)), t - 1]
+            p = t
+        elif t - 1 > p and isinstance(last, rec.Jump) and t <= last.target <= hi:  # if / else
+            items += [p, _Block(f"if {cond} != 0", _structure(ops, p + 1, t - 1, region_name)), t - 1,
+                      _Block("else", _structure(ops, t, last.target, region_name))]
+            p = last.target
+        else:
+            items += [p, _Block(f"if {cond} != 0", _structure(ops, p + 1, t, region_name))]
+            p = t
+    return _fold(items, ops)
+
+
+def _fold(items: list, ops) -> list:
+    """Runs of an identical op, or of an identical group of plain ops, become one ``_Block`` with a count."""
+    out, i, n = [], 0, len(items)
+
+    def same(a, b):
+        return isinstance(a, int) and isinstance(b, int) and not isinstance(ops[a], rec.CONTROL_TYPES) \
+            and ops[a] == ops[b]
+
+    while i < n:
+        best_k, best_m = 1, 1
+        for k in range(1, min(_MAX_PERIOD, (n - i) // 2) + 1):
+            m = 1
+            while i + (m + 1) * k <= n and all(same(items[i + j], items[i + m * k + j]) for j in range(k)):
+                m += 1
+            if m > 1 and k * m > best_k * best_m:
+                best_k, best_m = k, m
+        if best_m > 1:
+            out.append(_Block(f"x {best_m}", items[i : i + best_k], best_m))
+            i += best_k * best_m
+        else:
+            out.append(items[i])
+            i += 1
+    return out
+
+
+def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
+    """The DOT document of ``recording`` (``bindings``: ``apic.bindings.Binding`` naming regions)."""
+    names: dict[int, list] = {}
+    for b in bindings:
+        names.setdefault(b.region, []).append(b.name)
+
+    def region_name(region) -> str:
+        if isinstance(region, tuple):  # a native handle
+            handle = recording.handles[region[1]] if 0 <= region[1] < len(recording.handles) else None
+            return f"{getattr(handle, 'kind', 'handle')} {region[1]}"
+        if region in names:
+            return "/".join(names[region])
+        info = recording.regions[region].array if 0 <= region < len(recording.regions) else None
+        return f"r{region}" + (f" {info.dtype}{list(info.shape)}" if info else "")
+
+    ops = recording.ops
+    lines = ["digraph apic {", f'  label="{escape(title)}"; labelloc=t; rankdir=TB;',
+             '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica", fontsize=10];',
+             '  edge [fontname="Helvetica", fontsize=9, color="#777777"];']
+    node_of: dict[int, str] = {}  # op position -> the node that shows it
+    folded: dict[int, int] = {}  # a folded copy's position -> the position shown
+    clusters: list = []
+
+    def emit(items, indent: str) -> None:
+        for item in items:
+            if isinstance(item, _Block):
+                clusters.append(item)
+                cluster = f"cluster_{len(clusters)}"
+                style = 'style="dashed"; color="#4c72b0"' if item.count > 1 else 'style="rounded"; color="#c44e52"'
+                lines.append(f'{indent}subgraph {cluster} {{ label="{escape(item.title)}"; {style};')
+                emit(item.items, indent + "  ")
+                if item.count > 1:  # the folded copies are shown by the first one (their items are positions)
+                    period = len(item.items)
+                    for copy in range(1, item.count):
+                        for first in item.items:
+                            folded[first + copy * period] = first
+                lines.append(f"{indent}}}")
+                continue
+            node = f"op{item}"
+            node_of[item] = node
+            label = f"#{item} {_op_label(ops[item], recording.kernels, region_name)}"
+            shape = ', shape=diamond, fillcolor="#fbeeee"' if isinstance(ops[item], rec.CONTROL_TYPES) else ""
+            lines.append(f'{indent}{node} [label="{escape(label)}"{shape}];')
+
+    emit(_structure(ops, 0, len(ops), region_name), "  ")
+    for pos, shown in folded.items():
+        node_of.setdefault(pos, node_of.get(shown, f"op{shown}"))
+
+    edges: dict[tuple[str, str], set] = {}
+    last_writer: dict[int, str] = {}
+    for pos, op in enumerate(ops):
+        node = node_of.get(pos)
+        if node is None:
+            continue
+        reads, writes = effects(op, recording.handles)
+        if isinstance(op, rec.Jump) and op.target <= pos and op.target in node_of:  # a loop's way back
+            lines.append(f'  {node} -> {node_of[op.target]} [style=dashed, color="#c44e52", label="loop"];')
+        for region in sorted(reads, key=str):
+            writer = last_writer.get(region)
+            if writer is not None and writer != node:
+                edges.setdefault((writer, node), set()).add(region_name(region))
+        for region in writes:
+            last_writer[region] = node
+    for (src, dst), regions in edges.items():
+        lines.append(f'  {src} -> {dst} [label="{escape(", ".join(sorted(regions)))}"];')
+    legend = ("edges: memory an op reads after another op wrote it (region or binding name)\n"
+              "kernel launches and native calls count as reading and writing every array they receive\n"
+              "(the file does not say which)\ndashed boxes: identical ops folded, with their count\n"
+              "red boxes: capture_if / capture_while bodies")
+    lines.append(f'  legend [shape=note, fillcolor="#ffffff", label="{escape(legend)}"];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def graph_to_dot(graph) -> str:
+    """The DOT document of an apic ``Graph`` (live or loaded)."""
+    return to_dot(graph.recording, tuple(getattr(graph, "bindings", {}).values()))
+
+
+def render_png(dot_text: str, path: str) -> None:
+    """Render DOT to a PNG through Graphviz's ``dot``; a clear error saying how to get it when absent."""
+    exe = shutil.which("dot")
+    if exe is None:
+        raise FileNotFoundError("Graphviz's 'dot' program is not installed: install it (e.g. "
+                                "'apt-get install graphviz', 'brew install graphviz' or 'conda install graphviz'), "
+                                "or write a .dot file with --dot and render it elsewhere")
+    result = subprocess.run([exe, "-Tpng", "-o", path], input=dot_text.encode(), capture_output=True, timeout=120)
+    if result.returncode:
+        raise RuntimeError(f"Graphviz dot failed: {result.stderr.decode(errors='replace').strip()}")
+
+
+def make_capture_debug_dot_print(original):
+    """``wp.capture_debug_dot_print`` for apic graphs too; any other graph goes to Warp's ``original``."""
+
+    def capture_debug_dot_print(graph, path: str, verbose: bool = True):
+        """Export a graph to a DOT file for visualization (an apic CPU graph, or a CUDA graph as Warp does).
+
+        Args:
+            graph: A graph as returned by ``wp.capture_end()`` or ``wp.capture_load()``
+            path: Path to save the DOT file
+            verbose: Whether to include additional debug information in the output (Warp's CUDA graphs)
+        """
+        if hasattr(graph, "recording") and hasattr(graph, "program"):  # an apic.Graph (CPU)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(graph_to_dot(graph))
+            return
+        if original is None:
+            raise RuntimeError("this warp-lang has no capture_debug_dot_print for non-apic graphs")
+        return original(graph, path, verbose)
+
+    if original is not None:
+        capture_debug_dot_print.__wrapped__ = original
+    return capture_debug_dot_print

@@ -1,0 +1,89 @@
+"""The profiled interpreter loop (Numba): ``interpreter.run_table`` plus a clock read after every row.
+
+Kept apart from ``interpreter.py`` so that the replay path ``wp.capture_launch`` takes is unchanged,
+and apart from ``profile.py`` so that importing the report types never imports Numba.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import njit, types
+from numba.core.extending import intrinsic
+
+from apic.replay import table as _table
+from apic.replay._intrinsics import call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32
+
+# Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
+assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.OP_CALL5_D2) == (16, 17, 18, 19)
+
+_I64 = ir.IntType(64)
+
+
+@intrinsic
+def now_ns(typingctx, fn, clock_id):
+    """``clock_gettime(clock_id, &ts)`` through the function address ``fn``; ``ts`` as nanoseconds."""
+    if not (isinstance(fn, types.Integer) and isinstance(clock_id, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        timespec = ir.LiteralStructType([_I64, _I64])  # struct timespec on 64-bit Linux
+        slot = builder.alloca(timespec)
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), timespec.as_pointer()])
+        target = builder.inttoptr(context.cast(builder, llargs[0], signature.args[0], types.int64), fnty.as_pointer())
+        clock = builder.trunc(context.cast(builder, llargs[1], signature.args[1], types.int64), ir.IntType(32))
+        builder.call(target, [clock, slot])
+        zero = ir.Constant(ir.IntType(32), 0)
+        sec = builder.load(builder.gep(slot, [zero, zero]))
+        nsec = builder.load(builder.gep(slot, [zero, ir.Constant(ir.IntType(32), 1)]))
+        return builder.add(builder.mul(sec, ir.Constant(_I64, 1_000_000_000)), nsec)
+
+    return types.int64(fn, clock_id), codegen
+
+
+@njit(cache=True, nogil=True)
+def time_clock(fn, clock_id, reads):
+    """Read the clock ``reads`` times (to measure what one read costs); the last reading."""
+    last = 0
+    for _ in range(reads):
+        last = now_ns(fn, clock_id)
+    return last
+
+
+@njit(cache=True, nogil=True)
+def run_table_profiled(table, repeats, fn_clock, clock_id, row_ns, row_calls):
+    """``run_table``, adding each executed row's time to ``row_ns[row]`` and 1 to ``row_calls[row]``."""
+    n = table.shape[0]
+    for _ in range(repeats):
+        i = 0
+        before = now_ns(fn_clock, clock_id)
+        while i < n:
+            op = table[i, 0]
+            fn = table[i, 1]
+            nxt = i + 1
+            if op == 2:
+                call2(fn, table[i, 2], table[i, 3])
+            elif op == 3:
+                call3(fn, table[i, 2], table[i, 3], table[i, 4])
+            elif op == 4:
+                call4(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5])
+            elif op == 5:
+                call5(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            elif op == 10:
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
+            elif op == 16:  # OP_JUMP
+                nxt = table[i, 2]
+            elif op == 17:  # OP_BRANCH_IF_ZERO
+                if load_i32(table[i, 2]) == 0:
+                    nxt = table[i, 3]
+            elif op == 18:  # OP_CALL_ARGV
+                call_argv20(fn, table[i, 2])
+            elif op == 19:  # OP_CALL5_D2
+                call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            after = now_ns(fn_clock, clock_id)
+            row_ns[i] += after - before
+            row_calls[i] += 1
+            before = after
+            i = nxt

@@ -1,0 +1,180 @@
+"""Per-op replay profile: the interpreter loop again, with a clock read after every row it executes.
+
+``wp.capture_launch`` stays unprofiled: this is a second jitted function over the same op table
+(``table.py``), run only by ``apic.profile``. After each row it reads ``clock_gettime(CLOCK_MONOTONIC)``
+through a function pointer (no Python per op) and adds the time since the previous reading to that
+row's total, so a row's time includes one clock read and the loop's own dispatch. Rows map back to the
+recorded ops that produced them (every op but an allocation lowers to exactly one row, in order), and
+the report aggregates them by op kind and kernel over many replays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from apic import _compat
+from apic.record import ops as rec
+from apic.replay import program as _program
+
+CLOCK_MONOTONIC = 1  # Linux's id (the profile's clock is read through libc's clock_gettime)
+
+_KIND_NAMES = {
+    rec.Launch: "launch", rec.Memcpy: "memcpy", rec.Memset: "memset", rec.Memtile: "memtile",
+    rec.ArrayCopy: "array_copy", rec.ArrayFill: "array_fill", rec.Branch: "branch", rec.Jump: "jump",
+    rec.NativeCall: "native_call", rec.HandleCall: "handle_call",
+}
+
+
+def clock_address() -> int:
+    """The address of libc's ``clock_gettime`` (the profile's clock); Linux only, refused elsewhere."""
+    if not sys.platform.startswith("linux"):
+        raise NotImplementedError("apic.profile reads libc's clock_gettime: Linux only for now")
+    return ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One line of the report: every table row of one op kind and name (a kernel or a native function)."""
+
+    kind: str
+    name: str
+    ops: int  # distinct positions in the op sequence
+    calls: int  # rows executed, over every replay
+    total_ns: int
+    share: float  # of the summed time of every row
+
+    @property
+    def mean_ns(self) -> float:
+        return self.total_ns / self.calls if self.calls else 0.0
+
+
+@dataclass
+class ProfileReport:
+    """What ``apic.profile`` measured: per-row totals and counts, and their aggregate ``rows``."""
+
+    replays: int
+    wall_ns: int  # the whole profiled run, clock reads included
+    row_ns: np.ndarray  # per table row: summed nanoseconds
+    row_calls: np.ndarray  # per table row: times executed
+    row_labels: list  # per table row: (kind, name)
+    clock_ns: float  # measured cost of one clock read, nanoseconds
+    rows: list
+
+    def table(self) -> str:
+        """The report as aligned text: kind, name, ops, calls, total and mean time, share."""
+        head = f"{'kind':<12} {'name':<32} {'ops':>5} {'calls':>9} {'total ms':>10} {'mean us':>9} {'share':>7}"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            lines.append(f"{r.kind:<12} {r.name[:32]:<32} {r.ops:>5} {r.calls:>9} {r.total_ns / 1e6:>10.3f} "
+                         f"{r.mean_ns / 1e3:>9.3f} {r.share:>6.1%}")
+        total = int(self.row_ns.sum())
+        lines.append(f"{self.replays} replay(s), {len(self.row_ns)} rows each; {total / 1e6:.3f} ms in rows, "
+                     f"{self.wall_ns / 1e6:.3f} ms wall; one clock read costs about {self.clock_ns:.0f} ns "
+                     "(included in each row's time)")
+        return "\n".join(lines)
+
+    def plot(self, path: str) -> None:
+        """A horizontal bar chart of total time per row of the report, written to ``path`` (matplotlib)."""
+        import matplotlib  # lazy: an optional dependency (the ``plot`` extra)
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # lazy, as above
+
+        labels = [r.kind if r.name == r.kind else f"{r.kind} {r.name}" for r in self.rows][::-1]
+        values = [r.total_ns / 1e3 / max(self.replays, 1) for r in self.rows][::-1]
+        fig, ax = plt.subplots(figsize=(8, 1.2 + 0.35 * len(labels)))
+        ax.barh(labels, values, color="#4c72b0")
+        ax.set_xlabel(f"us per replay (each op's time includes one clock read, about {self.clock_ns:.0f} ns)")
+        ax.set_title(f"apic replay profile ({self.replays} replays)")
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+def row_labels(graph) -> list:
+    """``(kind, name)`` of each op-table row of ``graph``, from the recorded op that produced it."""
+    recording = graph.recording
+    labels = []
+    for op in recording.ops:
+        if isinstance(op, _program._NO_ROW):
+            continue
+        kind = _KIND_NAMES.get(type(op), type(op).__name__)
+        if isinstance(op, rec.Launch):
+            kernel = recording.kernels[op.kernel]
+            name = kernel.key + (" (backward)" if kernel.adjoint else "")
+        elif isinstance(op, (rec.NativeCall, rec.HandleCall)):
+            name = f"wp_{op.name}"
+        else:
+            name = kind
+        labels.append((kind, name))
+    if len(labels) != len(graph.program.table):
+        raise RuntimeError(f"profile: {len(labels)} ops for {len(graph.program.table)} table rows")
+    return labels
+
+
+def _aggregate(row_ns, row_calls, labels) -> list:
+    groups: dict = {}
+    for i, label in enumerate(labels):
+        ops, calls, total = groups.get(label, (0, 0, 0))
+        groups[label] = (ops + 1, calls + int(row_calls[i]), total + int(row_ns[i]))
+    whole = max(sum(g[2] for g in groups.values()), 1)
+    rows = [ProfileRow(kind, name, ops, calls, total, total / whole)
+            for (kind, name), (ops, calls, total) in groups.items()]
+    return sorted(rows, key=lambda r: -r.total_ns)
+
+
+def clock_cost_ns(reads: int = 100_000, batches: int = 10) -> float:
+    """The cost of one clock read from the jitted code, nanoseconds: the fastest of ``batches`` batches
+    (a busy machine preempts some; the fastest is the read's own cost)."""
+    from apic.replay._profile_loop import time_clock  # lazy: imports Numba
+
+    fn = clock_address()
+    time_clock(fn, CLOCK_MONOTONIC, 10)
+    per_batch = max(reads // batches, 1)
+    best = float("inf")
+    for _ in range(batches):
+        start = time.perf_counter_ns()
+        time_clock(fn, CLOCK_MONOTONIC, per_batch)
+        best = min(best, (time.perf_counter_ns() - start) / per_batch)
+    return best
+
+
+def profile(graph, replays: int = 100) -> ProfileReport:
+    """Replay ``graph`` ``replays`` times timing every op from inside the interpreter; return the report.
+
+    The graph's memory changes exactly as ``replays`` calls of ``wp.capture_launch`` would change it.
+    A CUDA graph is refused (only apic's CPU interpreter is profiled).
+    """
+    from apic.replay._profile_loop import run_table_profiled  # lazy: imports Numba
+
+    if getattr(graph, "program", None) is None or not hasattr(graph, "recording"):
+        raise TypeError("apic.profile: expected an apic CPU graph (from a CPU capture or wp.capture_load)")
+    if replays < 0:
+        raise ValueError(f"apic.profile: replays must be 0 or more, got {replays}")
+    labels = row_labels(graph)
+    table = graph.program.table
+    row_ns = np.zeros(len(table), dtype=np.int64)
+    row_calls = np.zeros(len(table), dtype=np.int64)
+    fn = clock_address()
+    checks_blocks = getattr(graph, "_checks_blocks", False)
+    take_error = _compat.runtime().core.wp_take_cpu_block_error if checks_blocks else None
+    if take_error:
+        take_error()  # as eager Warp: forget a failure left over from earlier work
+    if len(table):
+        run_table_profiled(table, 0, fn, CLOCK_MONOTONIC, row_ns, row_calls)  # compile outside the timing
+    start = time.perf_counter_ns()
+    if len(table):
+        run_table_profiled(table, replays, fn, CLOCK_MONOTONIC, row_ns, row_calls)
+    wall = time.perf_counter_ns() - start
+    if take_error:
+        error = take_error()
+        if error:
+            message = error.decode("utf-8", errors="replace")
+            raise RuntimeError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
+    return ProfileReport(replays, wall, row_ns, row_calls, labels, clock_cost_ns(20_000),
+                         _aggregate(row_ns, row_calls, labels))

@@ -1,0 +1,131 @@
+"""Write the golden files: one small saved graph per format version, with the eager results it must give.
+
+    python tests/data/golden/generate.py          (from the repository root, with apic importable)
+
+writes ``v<format>-warp<version>/`` beside this script for the running warp-lang: ``graph.wrp`` with its
+``graph_modules/``, and ``expected.npz``, the eager results of ``REPLAYS`` steps of the same program
+(the oracle), by output binding name. ``tests/test_golden.py`` loads every folder with the current apic
+under the running warp-lang and checks the replays bit for bit. Run it once per warp-lang a release
+supports, when a format version is added; never rewrite a folder that is checked in.
+
+* format 1: ``capture_while`` (a countdown), ``capture_if``/else and plain launches; no native handles.
+* format 2: a ``wp.Mesh`` whose points a kernel moves, refit inside the capture, then queried.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import warp as wp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+wp.config.quiet = True
+
+import apic  # noqa: E402
+from apic.format import schema  # noqa: E402
+
+import golden_mesh  # noqa: E402
+
+REPLAYS = 3
+CPU = "cpu"
+
+
+@wp.kernel
+def add(x: wp.array(dtype=float), amount: float):
+    i = wp.tid()
+    x[i] = x[i] + amount
+
+
+@wp.kernel
+def scale(x: wp.array(dtype=float), factor: float):
+    i = wp.tid()
+    x[i] = x[i] * factor
+
+
+@wp.kernel
+def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):
+    counter[0] = steps[0]
+
+
+@wp.kernel
+def decrement(counter: wp.array(dtype=wp.int32)):
+    counter[0] = counter[0] - 1
+
+
+def flow_state() -> dict:
+    return {"x": wp.array(np.linspace(-1.0, 1.0, 8, dtype=np.float32), dtype=float, device=CPU),
+            "counter": wp.zeros(1, dtype=wp.int32, device=CPU),
+            "steps": wp.array(np.array([3], dtype=np.int32), dtype=wp.int32, device=CPU),
+            "flag": wp.array(np.array([1], dtype=np.int32), dtype=wp.int32, device=CPU)}
+
+
+def flow_step(s: dict) -> None:
+    """x += 0.25 three times (a while loop), then x *= 1.5 if flag else x -= 1, then x += 0.125."""
+    wp.launch(reload, dim=1, inputs=[s["counter"], s["steps"]], device=CPU)
+
+    def body():
+        wp.launch(add, dim=8, inputs=[s["x"], 0.25], device=CPU)
+        wp.launch(decrement, dim=1, inputs=[s["counter"]], device=CPU)
+
+    wp.capture_while(s["counter"], body)
+    wp.capture_if(s["flag"], on_true=lambda: wp.launch(scale, dim=8, inputs=[s["x"], 1.5], device=CPU),
+                  on_false=lambda: wp.launch(add, dim=8, inputs=[s["x"], -1.0], device=CPU))
+    wp.launch(add, dim=8, inputs=[s["x"], 0.125], device=CPU)
+
+
+def mesh_state() -> dict:
+    points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], dtype=np.float32), dtype=wp.vec3,
+                      device=CPU)
+    indices = wp.array(np.array([0, 1, 2, 1, 3, 2], dtype=np.int32), dtype=wp.int32, device=CPU)
+    queries = np.array([[0.2, 0.2, 1.0], [0.9, 0.8, -2.0], [0.5, 0.1, 0.3]], dtype=np.float32)
+    return {"points": points, "mesh": wp.Mesh(points=points, indices=indices),
+            "queries": wp.array(queries, dtype=wp.vec3, device=CPU), "out": wp.zeros(3, dtype=float, device=CPU)}
+
+
+def mesh_step(s: dict) -> None:
+    wp.launch(golden_mesh.lift, dim=4, inputs=[s["points"], 0.25], device=CPU)
+    s["mesh"].refit()
+    wp.launch(golden_mesh.closest, dim=3, inputs=[s["mesh"].id, s["queries"], s["out"]], device=CPU)
+
+
+# format version -> (fresh state, one step, inputs, outputs)
+PROGRAMS = {
+    schema.BASE_VERSION: (flow_state, flow_step, ("steps", "flag"), ("x", "counter")),
+    schema.HANDLES_VERSION: (mesh_state, mesh_step, ("queries",), ("points", "out")),
+}
+
+
+def write(version: int, folder: str) -> None:
+    """Capture, save and run eagerly the program of format ``version`` into ``folder``."""
+    make, step, inputs, outputs = PROGRAMS[version]
+    eager = make()
+    for _ in range(REPLAYS):
+        step(eager)
+    captured = make()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        step(captured)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "graph.wrp")
+    wp.capture_save(capture.graph, path, inputs={n: captured[n] for n in inputs},
+                    outputs={n: captured[n] for n in outputs})
+    with open(path, "rb") as f:
+        written = schema.HEADER.unpack(f.read(schema.HEADER.size))[1]
+    if written != version:
+        raise SystemExit(f"format {version}: the program was written as format {written}")
+    np.savez(os.path.join(folder, "expected.npz"), **{n: eager[n].numpy() for n in outputs})
+
+
+def main() -> int:
+    wp.init()
+    for version in PROGRAMS:
+        folder = os.path.join(HERE, f"v{version}-warp{wp.config.version}")
+        write(version, folder)
+        print(f"wrote {os.path.relpath(folder)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
