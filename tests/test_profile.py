@@ -112,3 +112,18 @@ def test_cli_replay_profile(tmp_path):
     assert "spring_forces" in result.stdout and "5 replay(s)" in result.stdout
     line = next(l for l in result.stdout.splitlines() if l.startswith("launch") and "spring_forces" in l)
     assert line.split()[2:4] == ["2", "10"]  # 2 ops, 10 calls
+
+
+def test_profile_stops_a_loop_past_the_cap_as_a_replay_does():
+    """The profiled loop has the replay's guards: a capture_while past the iteration cap raises."""
+    flag = wp.ones(1, dtype=wp.int32, device="cpu")  # never cleared: the loop runs until the cap
+    x = wp.zeros(1, dtype=wp.float32, device="cpu")
+    with wp.ScopedCapture(device="cpu") as capture:
+        wp.capture_while(flag, lambda: x.fill_(1.0))
+    previous = apic.max_loop_iterations()
+    apic.set_max_loop_iterations(1000)
+    try:
+        with pytest.raises(apic.LoopLimitError, match="more than 1,000 iterations"):
+            apic.profile(capture.graph, replays=1)
+    finally:
+        apic.set_max_loop_iterations(previous)

@@ -6,15 +6,18 @@ and apart from ``profile.py`` so that importing the report types never imports N
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core.extending import intrinsic
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32
+from apic.replay.interpreter import _interrupted
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.OP_CALL5_D2) == (16, 17, 18, 19)
+assert (_table.COL_LOOP, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP) == (4, 1, 2)
 
 _I64 = ir.IntType(64)
 
@@ -50,10 +53,20 @@ def time_clock(fn, clock_id, reads):
 
 
 @njit(cache=True, nogil=True)
-def run_table_profiled(table, repeats, fn_clock, clock_id, row_ns, row_calls):
-    """``run_table``, adding each executed row's time to ``row_ns[row]`` and 1 to ``row_calls[row]``."""
+def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
+    """``run_table``, adding each executed row's time to ``row_ns[row]`` and 1 to ``row_calls[row]``.
+
+    The same guards as ``interpreter.run_table`` (loop cap, Ctrl-C poll; see its docstring), the same
+    ``STATUS_*`` result."""
     n = table.shape[0]
+    cap = limits[0]
+    poll = limits[1] != 0
+    counts = np.zeros(max(loops, 1), dtype=np.int64)
+    ticks = 0
     for _ in range(repeats):
+        ticks += 1
+        if poll and (ticks & 255) == 0 and _interrupted(limits):
+            return 1  # STATUS_INTERRUPTED
         i = 0
         before = now_ns(fn_clock, clock_id)
         while i < n:
@@ -74,10 +87,23 @@ def run_table_profiled(table, repeats, fn_clock, clock_id, row_ns, row_calls):
                     table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
                 )
             elif op == 16:  # OP_JUMP
+                ticks += 1
+                if poll and (ticks & 255) == 0 and _interrupted(limits):
+                    return 1  # STATUS_INTERRUPTED
                 nxt = table[i, 2]
             elif op == 17:  # OP_BRANCH_IF_ZERO
+                ticks += 1
+                if poll and (ticks & 255) == 0 and _interrupted(limits):
+                    return 1  # STATUS_INTERRUPTED
+                slot = table[i, 4]  # COL_LOOP
                 if load_i32(table[i, 2]) == 0:
+                    if slot and cap:
+                        counts[slot - 1] = 0
                     nxt = table[i, 3]
+                elif slot and cap:
+                    counts[slot - 1] += 1
+                    if counts[slot - 1] > cap:
+                        return 2  # STATUS_LOOP_CAP
             elif op == 18:  # OP_CALL_ARGV
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
@@ -87,3 +113,4 @@ def run_table_profiled(table, repeats, fn_clock, clock_id, row_ns, row_calls):
             row_calls[i] += 1
             before = after
             i = nxt
+    return 0

@@ -165,12 +165,14 @@ def profile(graph, replays: int = 100) -> ProfileReport:
     take_error = _compat.runtime().core.wp_take_cpu_block_error if checks_blocks else None
     if take_error:
         take_error()  # as eager Warp: forget a failure left over from earlier work
-    if len(table):
-        run_table_profiled(table, 0, fn, CLOCK_MONOTONIC, row_ns, row_calls)  # compile outside the timing
+    limits, loops = _program.replay_limits(), graph.program.loops
+    if len(table):  # compile outside the timing
+        run_table_profiled(table, 0, limits, loops, fn, CLOCK_MONOTONIC, row_ns, row_calls)
     start = time.perf_counter_ns()
-    if len(table):
-        run_table_profiled(table, replays, fn, CLOCK_MONOTONIC, row_ns, row_calls)
+    status = run_table_profiled(table, replays, limits, loops, fn, CLOCK_MONOTONIC, row_ns, row_calls) if len(table) else 0
     wall = time.perf_counter_ns() - start
+    if status:
+        _program.raise_status(status, limits)  # Ctrl-C or a loop past the cap, as wp.capture_launch
     if take_error:
         error = take_error()
         if error:

@@ -83,10 +83,16 @@ class Program:
         limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
         status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
         if status:
-            _raise_status(status, limits)
+            raise_status(status, limits)
 
 
-def _raise_status(status: int, limits: np.ndarray) -> None:
+def replay_limits() -> np.ndarray:
+    """The ``limits`` array a replay on this thread passes to an interpreter (``table.LIMIT_*``)."""
+    return _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
+
+
+def raise_status(status: int, limits: np.ndarray) -> None:
+    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``)."""
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
