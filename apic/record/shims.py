@@ -17,13 +17,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import sys
 
 import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record import handles, natives
+from apic.record import handles, native_layer, natives
 from apic.record.ops import Launch
 from apic.record.recorder import active, paused
 from apic.record.repeats import repeat_key
@@ -276,11 +277,12 @@ def _as_number(value):
     return value if isinstance(value, float) else _as_int(value)
 
 
-def _recording_sink(name: str, original, record, where: str, convert=_as_int):
+def _recording_sink(name: str, original, record, where: str, convert=_as_int, outside_api=None):
     """A native host function that, during a capture, calls ``record(recorder, args)`` instead.
 
-    It records only when reached from a recordable Python API (``where`` names them for the error);
-    ``convert`` turns each argument as ctypes code passes it into a number.
+    It records only when reached from a recordable Python API (``where`` names them for the error),
+    or, given ``outside_api(recorder, name, args)`` (which notes the memory the call reaches, or
+    refuses it), from anywhere; ``convert`` turns each argument as ctypes code passes it into a number.
     """
 
     @functools.wraps(original)
@@ -288,9 +290,12 @@ def _recording_sink(name: str, original, record, where: str, convert=_as_int):
         recorder = active()
         if recorder is None:
             return original(*args)
+        values = tuple(map(convert, args))
         if recorder.api_depth == 0:
-            raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
-        record(recorder, tuple(map(convert, args)))
+            if outside_api is None:
+                raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
+            outside_api(recorder, name, values)
+        record(recorder, values)
         return True  # success, for the callers that check it
 
     return sink
@@ -318,7 +323,8 @@ _NATIVE_ALLOWED = ("alloc_host", "free_host", "is_", "get_", "_get", "float_to_"
 def _utility_sink(name: str, original):
     """A native host utility (``apic.record.natives``) recorded from its ``wp.utils`` or warp.sparse function."""
     record = lambda recorder, args: recorder.record_native_call(name, args)  # noqa: E731
-    return _recording_sink(name, original, record, natives.api_of(name))
+    # Upstream records these at the native layer, whatever Python called them (see native_layer).
+    return _recording_sink(name, original, record, natives.api_of(name), outside_api=native_layer.note_arguments)
 
 
 def _handle_sink(name: str, original):
@@ -415,13 +421,16 @@ def install() -> None:
         for name in ("numpy", "list"):
             if name in vars(cls):
                 _python_patches.set(cls, name, _read_guard(name, cls))
-    from warp import utils as public_utils
+    from warp import utils as public_utils  # noqa: F401  (imported so that the loop below finds it)
     from warp._src import utils as wp_utils
 
+    # Warp modules imported before apic (warp.fem, warp.optim, ...) hold their own names for these
+    # functions: point every one at the shim, so `import apic` after them behaves as before them.
+    owners = [m for key, m in list(sys.modules.items()) if m is not None and (key == "warp" or key.startswith("warp."))]
     for name in _UTILITIES:
         original = vars(wp_utils)[name]
         shim = _utility(name, original)
-        for owner in (wp_utils, public_utils):
+        for owner in owners:
             if vars(owner).get(name) is original:
                 _python_patches.set(owner, name, shim)
     handles.install(_python_patches)

@@ -1,0 +1,87 @@
+"""Native utility calls reached without a Python API apic wraps: find and keep the arrays they use.
+
+Libraries built on Warp call its native host utilities themselves (a solver calling
+``runtime.core.wp_array_inner_float_host(a.ptr, b.ptr, out.ptr + k * stride, n, ...)``), or call a
+``wp.utils`` function they bound before ``import apic``. Upstream Warp records such calls at the
+native layer, whatever Python made them; so does apic. The wp.utils path notes the Warp arrays it is
+given (the graph keeps them alive, and a region is a whole allocation); here only raw addresses are
+known, so each pointer argument must lie, with every byte the call reaches from it, inside the
+memory of one live Warp CPU array: that array is then noted as the wp.utils path would note it. A
+pointer into anything else (NumPy memory, a freed or foreign buffer) is refused with an error naming
+the native, before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+import weakref
+
+from apic._compat import wp_types
+from apic.errors import UnsupportedOperationError
+from apic.record import natives
+
+# recorder -> sorted list of (start, end, array) over the live CPU arrays found so far (rebuilt on a miss)
+_indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _span(arr) -> tuple[int, int] | None:
+    """The bytes ``[start, end)`` a live CPU Warp array's memory covers, or None."""
+    ptr = getattr(arr, "ptr", None)
+    device = getattr(arr, "device", None)
+    if not ptr or device is None or not device.is_cpu:
+        return None
+    capacity = getattr(arr, "capacity", 0) or 0
+    return (ptr, ptr + capacity) if capacity > 0 else None
+
+
+def _build_index(recorder) -> list:
+    """Every live CPU Warp array: those the capture keeps, then every other one the garbage collector tracks."""
+    spans = []
+    candidates = [v for v in recorder.keepalive if isinstance(v, wp_types.array)]
+    # A pointer may lead to an array the capture has not seen yet (made before it, or bound by a library):
+    # the collector tracks every array object, so a scan finds it. Run only on a miss, once per miss.
+    candidates += [o for o in gc.get_objects() if isinstance(o, wp_types.array)]
+    for arr in candidates:
+        span = _span(arr)
+        if span is not None:
+            spans.append((span[0], span[1], arr))
+    spans.sort(key=lambda s: (s[0], s[1]))
+    return spans
+
+
+def _find(spans: list, lo: int, hi: int):
+    """An array whose memory holds ``[lo, hi)`` (an empty access: ``lo`` inside it or at its end)."""
+    i = bisect.bisect_right(spans, (lo, float("inf")))  # spans starting at or before lo
+    for start, end, arr in reversed(spans[:i]):  # views and their roots overlap: any enclosing one will do
+        if hi <= end and lo <= end:
+            return arr
+    return None
+
+
+def note_arguments(recorder, name: str, args: tuple) -> None:
+    """Before ``wp_<name>(*args)`` (integers) is recorded without an API: note the arrays it reaches.
+
+    Raises ``UnsupportedOperationError`` naming the native if a pointer argument is not inside the
+    memory of a live Warp CPU array (with all the bytes the call reaches from it).
+    """
+    args = natives.signed64(tuple(int(a) for a in args))
+    sig = natives.signature(name, len(args))
+    if sig is None or sig.check(args) is not None:
+        return  # record_native_call refuses it with the reason
+    spans = _indexes.get(recorder)
+    for position, (kind, value, nbytes) in enumerate(zip(sig.params, args, sig.reach(args))):
+        if kind == natives.INT or (kind == natives.OPT and not value) or not value:
+            continue  # a null required pointer: record_native_call refuses it
+        lo, hi = value, value + (nbytes or 0)
+        found = _find(spans, lo, hi) if spans is not None else None
+        if found is None:
+            spans = _indexes[recorder] = _build_index(recorder)
+            found = _find(spans, lo, hi)
+        if found is None:
+            raise UnsupportedOperationError(
+                f"wp_{name} (native)",
+                f"argument {position} ({value:#x}, reaching {nbytes or 0} bytes) is not inside the memory of a live "
+                "Warp CPU array; apic records a native call made outside wp.utils only on Warp arrays' memory",
+            )
+        recorder.note_values([found])
