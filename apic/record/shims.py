@@ -231,6 +231,8 @@ def _utility(name: str, original):
         if not any(a.device.is_cpu for a in arrays):
             return original(*args, **kwargs)  # CUDA work is not ours to record
         if host_return is not None and signature.bind(*args, **kwargs).arguments.get(host_return) is None:
+            if name == "runlength_encode" and _no_values(signature, args, kwargs):
+                return original(*args, **kwargs)  # returns 0 without touching memory, as upstream records it
             raise UnsupportedOperationError(
                 f"wp.utils.{name} without {host_return}",
                 f"its host return value would be read before the captured work has run; pass {host_return}=",
@@ -241,6 +243,13 @@ def _utility(name: str, original):
         return _recorded_call(recorder, original, args, kwargs)
 
     return shim
+
+
+def _no_values(signature, args, kwargs) -> bool:
+    """Whether a ``runlength_encode`` call encodes no value (``value_count=0``, or an empty ``values``)."""
+    call = signature.bind(*args, **kwargs).arguments
+    count = call.get("value_count")
+    return (count if count is not None else getattr(call.get("values"), "size", 1)) == 0
 
 
 # --- native sinks ------------------------------------------------------------------------------------

@@ -1,0 +1,44 @@
+"""Forms upstream warp-lang 1.19's CPU capture records that apic once refused.
+
+* ``wp.utils.runlength_encode`` with ``value_count=0`` (or empty ``values``) and no ``run_count``:
+  Warp returns 0 without touching memory, so there is nothing to record and no host read to refuse.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import warp as wp
+
+import apic
+from conftest import CPU, eager_vs_replay
+from test_utils_ops import bump, gen_runs, recorded_calls
+
+
+def _empty_encode(s):
+    wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+    wp.launch(gen_runs, dim=8, inputs=[s["t"], s["runs"]], device=CPU)
+    s["counts"].append(wp.utils.runlength_encode(s["runs"], s["run_values"], s["run_lengths"], value_count=0))
+    s["counts"].append(wp.utils.runlength_encode(s["runs"][:0], s["run_values"], s["run_lengths"]))
+
+
+def _state():
+    return {"t": wp.zeros(1, dtype=wp.int32, device=CPU), "runs": wp.zeros(8, dtype=wp.int32, device=CPU),
+            "run_values": wp.full(8, 5, dtype=wp.int32, device=CPU),
+            "run_lengths": wp.full(8, 7, dtype=wp.int32, device=CPU), "counts": []}
+
+
+def test_runlength_encode_of_no_values_without_run_count():
+    eager = _state()
+    _empty_encode(eager)
+    graph, replayed = eager_vs_replay(_empty_encode, _state)
+    assert eager["counts"] == replayed["counts"][:2] == [0, 0]  # the value returned during the capture
+    assert not recorded_calls(graph), "encoding no value records no native call"
+
+
+def test_runlength_encode_of_some_values_without_run_count_is_still_refused():
+    s = _state()
+    with pytest.raises(apic.UnsupportedOperationError, match="runlength_encode without run_count"):
+        with wp.ScopedCapture(device=CPU):
+            wp.utils.runlength_encode(s["runs"], s["run_values"], s["run_lengths"], value_count=1)
+    assert np.all(s["run_values"].numpy() == 5)
