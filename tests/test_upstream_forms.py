@@ -42,3 +42,38 @@ def test_runlength_encode_of_some_values_without_run_count_is_still_refused():
         with wp.ScopedCapture(device=CPU):
             wp.utils.runlength_encode(s["runs"], s["run_values"], s["run_lengths"], value_count=1)
     assert np.all(s["run_values"].numpy() == 5)
+
+
+# --- Launch objects of kernels made in a closure (warp.optim's tiled dot products) -------------------
+@wp.kernel
+def gen_f32(t: wp.array(dtype=wp.int32), seed: int, out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[i] = wp.float32((t[0] * 7919 + i * 104729 + seed * 31 + 13) % 1000) * 0.0137 - 6.0
+
+
+def test_tiled_dot_launch_objects_made_before_their_module_grew():
+    """warp.optim's ``TiledDot`` makes two kernels in a closure and ``wp.Launch`` objects for them: the
+    second kernel reloads their module under a new hash, and only the first Launch holds the old one
+    (warp-lang 1.12 failed with "cannot find the loaded module of kernel '..._block_dot_kernel'")."""
+    from warp._src.optim import linear
+
+    # Fresh kernels (a tile size no other test uses), so their first Launch is made before the module grows;
+    # the replay state (the second made) gets that first TiledDot.
+    made = [linear.TiledDot(100, wp.float32, tile_size=20, device=CPU) for _ in range(2)]
+
+    def state():
+        dot = made.pop()
+        dot.partial_sums_a.zero_()  # scratch made with wp.empty
+        dot.partial_sums_b.zero_()
+        return {"t": wp.zeros(1, dtype=wp.int32, device=CPU), "a": wp.zeros(100, dtype=wp.float32, device=CPU),
+                "b": wp.zeros(100, dtype=wp.float32, device=CPU), "result": dot.col(), "scratch": dot.partial_sums_a,
+                "dot": dot}
+
+    def program(s):
+        wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+        wp.launch(gen_f32, dim=100, inputs=[s["t"], 1, s["a"]], device=CPU)
+        wp.launch(gen_f32, dim=100, inputs=[s["t"], 2, s["b"]], device=CPU)
+        s["dot"].compute(s["a"], s["b"])
+
+    graph, replayed = eager_vs_replay(program, state)
+    assert replayed["result"].numpy()[0] != 0.0

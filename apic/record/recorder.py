@@ -104,6 +104,7 @@ class Recorder:
         self._kernel_infos: list[KernelInfo] = []
         self._handles: dict[int, object] = {}  # id -> Mesh / Bvh / HashGrid / Volume the ops reach
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
+        self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -411,7 +412,7 @@ class Recorder:
         return entry
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
-        module_exec = _find_module_exec(kernel, hooks)
+        module_exec = _find_module_exec(kernel, hooks, self.launch_module_exec)
         key = (id(module_exec), _compat.kernel_symbol(module_exec, kernel, adjoint))
         index = self._kernels.get(key)
         if index is None:
@@ -484,9 +485,13 @@ def _descriptor_blob(address: int, array_type: int, elem_size: int, api: str) ->
     return RawBlob(data, tuple(layout.descriptor_pointers(data, ArraySlot(0, elem_size, indexed))))
 
 
-def _find_module_exec(kernel, hooks):
-    """The loaded module that owns ``hooks`` (kept by the graph so its code stays loaded)."""
-    for module_exec in list(kernel.module.execs.values()):
+def _find_module_exec(kernel, hooks, held=None):
+    """The loaded module that owns ``hooks`` (kept by the graph so its code stays loaded).
+
+    ``held`` is the one a ``wp.Launch`` object holds: a module that gained kernels after the Launch
+    was made is loaded again under a new hash, and only the Launch still holds the old one.
+    """
+    for module_exec in [held, *kernel.module.execs.values()]:
         # kernel_hooks is keyed by kernel up to 1.18 and by mangled name from 1.19
         if module_exec is not None and any(h is hooks for h in module_exec.kernel_hooks.values()):
             return module_exec

@@ -116,10 +116,15 @@ def _launch_arguments(launch) -> list:
 
 def _launch_object_launch(self, *args, **kwargs):
     recorder = active()
-    if recorder is not None and self.device.is_cpu:
-        recorder.keepalive.append(self)
-        recorder.note_values(_launch_arguments(self))
-    return _originals["Launch.launch"](self, *args, **kwargs)
+    if recorder is None or not self.device.is_cpu:
+        return _originals["Launch.launch"](self, *args, **kwargs)
+    recorder.keepalive.append(self)
+    recorder.note_values(_launch_arguments(self))
+    recorder.launch_module_exec = getattr(self, "module_exec", None)
+    try:
+        return _originals["Launch.launch"](self, *args, **kwargs)
+    finally:
+        recorder.launch_module_exec = None
 
 
 def _launch_object_set_param(self, index, value, adjoint=False):
