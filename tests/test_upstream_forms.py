@@ -12,6 +12,7 @@ import warp as wp
 
 import apic
 from conftest import CPU, eager_vs_replay
+from persist_helpers import run_child, same_bits
 from test_utils_ops import bump, gen_runs, recorded_calls
 
 
@@ -77,3 +78,33 @@ def test_tiled_dot_launch_objects_made_before_their_module_grew():
 
     graph, replayed = eager_vs_replay(program, state)
     assert replayed["result"].numpy()[0] != 0.0
+
+
+def test_tiled_dot_saved_and_loaded_in_a_fresh_process(tmp_path):
+    from warp._src.optim import linear
+
+    dots = [linear.TiledDot(64, wp.float32, tile_size=24, device=CPU) for _ in range(2)]
+    states = []
+    for dot in dots:
+        dot.partial_sums_a.zero_()
+        dot.partial_sums_b.zero_()
+        states.append({"t": wp.zeros(1, dtype=wp.int32, device=CPU), "a": wp.zeros(64, dtype=wp.float32, device=CPU),
+                       "b": wp.zeros(64, dtype=wp.float32, device=CPU), "dot": dot})
+
+    def program(s):
+        wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+        wp.launch(gen_f32, dim=64, inputs=[s["t"], 1, s["a"]], device=CPU)
+        wp.launch(gen_f32, dim=64, inputs=[s["t"], 2, s["b"]], device=CPU)
+        wp.copy(s["out"], s["dot"].compute(s["a"], s["b"]), count=1)
+
+    captured, eager = states
+    captured["out"], eager["out"] = (wp.zeros(1, dtype=wp.float32, device=CPU) for _ in range(2))
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        program(captured)  # the first TiledDot: its dot Launch holds the module before it grew
+    wp.capture_save(capture.graph, str(tmp_path / "dot"), outputs={"out": captured["out"]})
+    for _ in range(3):
+        program(eager)
+    job = {"mode": "file", "path": str(tmp_path / "dot"), "iters": 3, "get": {"out": str(tmp_path / "out.npy")}}
+    run_child(job, cwd=tmp_path)
+    assert same_bits(np.load(tmp_path / "out.npy"), eager["out"].numpy())
+    assert eager["out"].numpy()[0] != 0.0
