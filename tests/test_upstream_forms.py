@@ -108,3 +108,44 @@ def test_tiled_dot_saved_and_loaded_in_a_fresh_process(tmp_path):
     run_child(job, cwd=tmp_path)
     assert same_bits(np.load(tmp_path / "out.npy"), eager["out"].numpy())
     assert eager["out"].numpy()[0] != 0.0
+
+
+# --- a Tape backward that consumes the output's gradient (upstream's test_capture_backward_consumes_y_grad)
+@wp.kernel
+def assign(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = x[i]
+
+
+@pytest.mark.parametrize("retain", [False, True])
+def test_backward_consumes_the_seeded_output_gradient(retain):
+    """Upstream's form: capture a tape's backward, then seed ``y.grad`` and replay. Whatever this warp-lang's
+    backward does with ``y.grad`` (1.19 consumes it unless ``retain_grad``; 1.12 leaves it), replay does the same."""
+
+    def arrays():
+        x = wp.array(np.arange(4, dtype=np.float32), device=CPU, requires_grad=True)
+        y = wp.zeros(4, dtype=float, device=CPU, requires_grad=True)
+        if retain and hasattr(y, "retain_grad"):
+            y.retain_grad = True
+        return x, y
+
+    def program(x, y, ones):
+        tape = wp.Tape()
+        with tape:
+            wp.launch(assign, dim=4, inputs=[x, y], device=CPU)
+        tape.backward(grads={y: ones})
+
+    eager, replayed = arrays(), arrays()
+    eager_ones, replay_ones = (wp.ones(4, dtype=float, device=CPU) for _ in range(2))
+    with wp.ScopedCapture(device=CPU) as capture:
+        program(*replayed, replay_ones)
+    for _ in range(2):
+        for x, y in (eager, replayed):
+            x.grad.zero_()
+            y.grad.fill_(1.0)
+        program(*eager, eager_ones)
+        wp.capture_launch(capture.graph)
+        for e, r in zip(eager, replayed):
+            assert same_bits(e.grad.numpy(), r.grad.numpy())
+            assert same_bits(e.numpy(), r.numpy())
+    assert np.all(replayed[0].grad.numpy() == 1.0)
