@@ -149,3 +149,48 @@ def test_backward_consumes_the_seeded_output_gradient(retain):
             assert same_bits(e.grad.numpy(), r.grad.numpy())
             assert same_bits(e.numpy(), r.numpy())
     assert np.all(replayed[0].grad.numpy() == 1.0)
+
+
+# --- warp.sparse: a topology built from triplets without values ---------------------------------------
+@wp.kernel
+def topology_image(offsets: wp.array(dtype=wp.int32), columns: wp.array(dtype=wp.int32), nrow: int,
+                   out: wp.array(dtype=wp.int32)):
+    j = wp.tid()
+    out[j] = -1
+    if j < offsets[nrow] and j < columns.shape[0]:
+        out[j] = columns[j]
+
+
+def _topology_only_supported() -> bool:
+    """Probed eagerly: warp-lang 1.12's bsr_set_from_triplets dereferences values=None."""
+    import warp.sparse as sparse
+
+    m = sparse.bsr_zeros(2, 2, float, device=CPU)
+    try:
+        sparse.bsr_set_from_triplets(m, wp.zeros(1, dtype=int, device=CPU), wp.zeros(1, dtype=int, device=CPU), None)
+    except AttributeError:
+        return False
+    return True
+
+
+def test_bsr_set_from_triplets_topology_only():
+    if not _topology_only_supported():
+        pytest.skip("this warp-lang cannot build a BSR topology without values, even eagerly")
+    import warp.sparse as sparse
+    from test_sparse_fem import N, NCOL, NROW, fill_triplets, matrix, native_calls, triplet_arrays
+
+    def program(s):
+        wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+        fill_triplets(s, 0)
+        sparse.bsr_set_from_triplets(s["A"], s["rows"], s["cols"], None)
+        wp.copy(s["offsets"], s["A"].offsets, count=NROW + 1)
+        wp.launch(topology_image, dim=N, inputs=[s["A"].offsets, s["A"].columns, NROW, s["columns"]], device=CPU)
+
+    def state():
+        return {"t": wp.zeros(1, dtype=wp.int32, device=CPU), "A": matrix(), **triplet_arrays(),
+                "offsets": wp.zeros(NROW + 1, dtype=wp.int32, device=CPU),
+                "columns": wp.zeros(N, dtype=wp.int32, device=CPU)}
+
+    graph, replayed = eager_vs_replay(program, state)
+    assert native_calls(graph) == ["bsr_matrix_from_triplets_host"]
+    assert 0 < replayed["offsets"].numpy()[NROW] <= N and NCOL > 0
