@@ -194,3 +194,22 @@ def test_bsr_set_from_triplets_topology_only():
     graph, replayed = eager_vs_replay(program, state)
     assert native_calls(graph) == ["bsr_matrix_from_triplets_host"]
     assert 0 < replayed["offsets"].numpy()[NROW] <= N and NCOL > 0
+
+
+# --- launches over more than 2^31 threads of a kernel that never reads wp.tid() ----------------------
+@wp.kernel
+def no_tid():
+    pass
+
+
+def test_oversized_launch_of_a_kernel_without_tid_saves_and_loads(tmp_path):
+    """Upstream's test_load_accepts_current_oversized_no_tid_launch_shape: Warp launches such a kernel, so
+    a capture records it and a load accepts it (replaying 2^31 threads is left out: it only takes time)."""
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        wp.launch(no_tid, dim=2**31 + 1, device=CPU)
+    assert [op.dim for op in capture.graph.recording.ops] == [(2**31 + 1,)]
+    wp.capture_save(capture.graph, str(tmp_path / "big"))
+    loaded = wp.capture_load(str(tmp_path / "big"))
+    assert loaded.is_loaded
+    assert [op.dim for op in loaded.recording.ops] == [(2**31 + 1,)]
+    run_child({"mode": "file", "path": str(tmp_path / "big"), "iters": 0}, cwd=tmp_path)
