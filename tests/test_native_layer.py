@@ -10,6 +10,7 @@ bit for bit, live and after a save and a load in a fresh process. Import order r
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -236,3 +237,51 @@ def test_import_apic_after_a_warp_submodule(submodule, order, tmp_path):
     if submodule == "warp.fem":
         assert report["bound"], "warp.fem binds array_scan at its import: that binding must have been used"
     assert report["refused"] and "without run_count" in report["refused"]
+
+
+# --- host memory functions called directly (upstream records them at the native layer too) ----------
+def memory_direct(s):
+    core = _core()
+    wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+    generate(s["t"], s["f"])
+    core.wp_memcpy_h2h(ctypes.c_void_p(s["copy"].ptr + 8), ctypes.c_void_p(s["f"].ptr), ctypes.c_size_t(4 * (N - 4)))
+    core.wp_memset_host(ctypes.c_void_p(s["f"].ptr + 4), ctypes.c_int(0x3F), ctypes.c_size_t(12))
+    value = (ctypes.c_float * 2)(1.5, -2.25)
+    core.wp_memtile_host(ctypes.c_void_p(s["tiled"].ptr), value, ctypes.c_size_t(8), ctypes.c_size_t(N // 2))
+
+
+def memory_state():
+    return {"t": wp.zeros(1, dtype=wp.int32, device=CPU), "f": wp.zeros(N, dtype=wp.float32, device=CPU),
+            "copy": wp.zeros(N, dtype=wp.float32, device=CPU), "tiled": wp.zeros(N, dtype=wp.float32, device=CPU)}
+
+
+def test_direct_memory_calls_replay_as_eager():
+    eager_vs_replay(memory_direct, memory_state)
+
+
+def test_saved_direct_memory_calls_replay_in_a_fresh_process(tmp_path):
+    state = memory_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        memory_direct(state)
+    wp.capture_save(capture.graph, str(tmp_path / "memory"), outputs=dict(state))
+    expected = memory_state()
+    for _ in range(3):
+        memory_direct(expected)
+    job = {"mode": "file", "path": str(tmp_path / "memory"), "iters": 3,
+           "get": {n: str(tmp_path / f"{n}.npy") for n in state}}
+    run_child(job, cwd=tmp_path)
+    for name in state:
+        assert same_bits(np.load(tmp_path / f"{name}.npy"), expected[name].numpy()), name
+
+
+def test_direct_memory_call_outside_warp_memory_is_refused():
+    core = _core()
+    raw = core.wp_alloc_host(ctypes.c_size_t(64), None)  # memory no Warp array owns: nothing could keep it alive
+    out = wp.zeros(16, dtype=wp.uint8, device=CPU)
+    try:
+        _refused(lambda: core.wp_memset_host(ctypes.c_void_p(raw), ctypes.c_int(0), ctypes.c_size_t(32)),
+                 "wp_memset_host.*argument 0.*not inside the memory of a live Warp CPU array")
+        _refused(lambda: core.wp_memcpy_h2h(ctypes.c_void_p(out.ptr), ctypes.c_void_p(out.ptr), ctypes.c_size_t(17)),
+                 "wp_memcpy_h2h.*argument 0.*reaching 17 bytes")
+    finally:
+        core.wp_free_host(ctypes.c_void_p(raw))

@@ -69,11 +69,39 @@ def note_arguments(recorder, name: str, args: tuple) -> None:
     sig = natives.signature(name, len(args))
     if sig is None or sig.check(args) is not None:
         return  # record_native_call refuses it with the reason
+    reached = [
+        (position, value, nbytes or 0)
+        for position, (kind, value, nbytes) in enumerate(zip(sig.params, args, sig.reach(args)))
+        if kind != natives.INT and value  # a null required pointer: record_native_call refuses it
+    ]
+    _note_ranges(recorder, name, reached)
+
+
+# Host memory functions: the pointer arguments each reaches, as (position, bytes from the arguments).
+_MEMORY_REACH = {
+    "memcpy_h2h": lambda a: ((0, a[2]), (1, a[2])),  # (dst, src, n)
+    "memset_host": lambda a: ((0, a[2]),),  # (dst, value, n)
+    "memtile_host": lambda a: ((0, a[2] * a[3]),),  # (dst, src, srcsize, reps): src is a value, copied at capture
+}
+
+
+def note_memory_arguments(recorder, name: str, args: tuple) -> None:
+    """``note_arguments`` for a host memory function (memcpy, memset, memtile) called without wp.copy / fill_."""
+    reach = _MEMORY_REACH.get(name)
+    if reach is None:
+        raise UnsupportedOperationError(
+            f"wp_{name} (native)", "apic records it only when called through wp.copy, array.zero_ or array.fill_"
+        )
+    args = tuple(int(a) for a in args)
+    if any(nbytes < 0 for _, nbytes in reach(args)):
+        raise UnsupportedOperationError(f"wp_{name} (native)", "a negative size")
+    _note_ranges(recorder, name, [(i, args[i], nbytes) for i, nbytes in reach(args) if nbytes > 0])
+
+
+def _note_ranges(recorder, name: str, reached: list) -> None:
     spans = _indexes.get(recorder)
-    for position, (kind, value, nbytes) in enumerate(zip(sig.params, args, sig.reach(args))):
-        if kind == natives.INT or (kind == natives.OPT and not value) or not value:
-            continue  # a null required pointer: record_native_call refuses it
-        lo, hi = value, value + (nbytes or 0)
+    for position, value, nbytes in reached:
+        lo, hi = value, value + nbytes
         found = _find(spans, lo, hi) if spans is not None else None
         if found is None:
             spans = _indexes[recorder] = _build_index(recorder)
@@ -81,7 +109,7 @@ def note_arguments(recorder, name: str, args: tuple) -> None:
         if found is None:
             raise UnsupportedOperationError(
                 f"wp_{name} (native)",
-                f"argument {position} ({value:#x}, reaching {nbytes or 0} bytes) is not inside the memory of a live "
-                "Warp CPU array; apic records a native call made outside wp.utils only on Warp arrays' memory",
+                f"argument {position} ({value:#x}, reaching {nbytes} bytes) is not inside the memory of a live "
+                "Warp CPU array; apic records a native call made outside its Warp API only on Warp arrays' memory",
             )
         recorder.note_values([found])

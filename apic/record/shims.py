@@ -318,7 +318,9 @@ def _recording_sink(name: str, original, record, where: str, convert=_as_int, ou
 def _memory_sink(name: str, original, method: str):
     """A host memory function (memcpy, memset, ...) recorded from wp.copy / zero_ / fill_."""
     record = lambda recorder, args: getattr(recorder, method)(*args)  # noqa: E731
-    return _recording_sink(name, original, record, "wp.copy, array.zero_ or array.fill_")
+    # Upstream records memcpy / memset / memtile at the native layer too, whatever Python called them.
+    return _recording_sink(name, original, record, "wp.copy, array.zero_ or array.fill_",
+                           outside_api=native_layer.note_memory_arguments)
 
 
 # Native host memory functions and the recorder method that records each (same argument order).
