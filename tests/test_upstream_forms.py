@@ -232,3 +232,34 @@ def test_status_read_in_a_capture_is_refused_even_on_an_untouched_matrix():
     fresh = sparse.bsr_zeros(3, 3, float, device=CPU)  # no status array: nothing to read, success
     with wp.ScopedCapture(device=CPU):
         assert fresh.status_sync() == 0
+
+
+# --- a wp.Launch whose array parameter was set from a raw ctype -------------------------------------
+@wp.kernel
+def saxpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float, out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a * x[i] + y[i]
+
+
+def test_launch_object_holding_a_raw_array_ctype_is_refused():
+    """Upstream's test_record_cmd_raw_array_ctype_rejected_during_apic_capture."""
+    x = wp.array(np.arange(4, dtype=np.float32), device=CPU)
+    y = wp.ones(4, dtype=float, device=CPU)
+    out = wp.zeros(4, dtype=float, device=CPU)
+    cmd = wp.launch(saxpy, dim=4, inputs=[x, y, 2.0], outputs=[out], record_cmd=True, device=CPU)
+    cmd.set_param_at_index_from_ctype(0, x.__ctype__())
+    with pytest.raises(apic.UnsupportedOperationError, match=r"wp\.Launch\.launch\(\).*raw array ctype") as caught:
+        with wp.ScopedCapture(device=CPU) as capture:
+            cmd.launch()
+    assert isinstance(caught.value, NotImplementedError) and capture.graph is None
+    cmd.set_param_at_index(0, x)  # the documented way: recorded, and replays as eager
+    with wp.ScopedCapture(device=CPU) as capture:
+        cmd.launch()
+    assert not out.numpy().any()
+    wp.capture_launch(capture.graph)
+    assert same_bits(out.numpy(), 2.0 * np.arange(4, dtype=np.float32) + 1.0)
+    cmd.set_param_at_index_from_ctype(2, 3.0)  # a scalar from a ctype-able value stays recordable
+    with wp.ScopedCapture(device=CPU) as capture:
+        cmd.launch()
+    wp.capture_launch(capture.graph)
+    assert same_bits(out.numpy(), 3.0 * np.arange(4, dtype=np.float32) + 1.0)

@@ -118,8 +118,16 @@ def _launch_object_launch(self, *args, **kwargs):
     recorder = active()
     if recorder is None or not self.device.is_cpu:
         return _originals["Launch.launch"](self, *args, **kwargs)
+    values = _launch_arguments(self)
+    if any(isinstance(v, (wp_types.array_t, wp_types.indexedarray_t)) for v in values):
+        # As upstream: a raw descriptor holds an address but no array that the graph could keep alive.
+        raise UnsupportedOperationError(
+            f"wp.Launch.launch() of kernel '{self.kernel.key}'",
+            "a parameter holds a raw array ctype (set_param_at_index_from_ctype), which keeps no array alive; "
+            "pass the warp.array with set_param_at_index() during a CPU capture",
+        )
     recorder.keepalive.append(self)
-    recorder.note_values(_launch_arguments(self))
+    recorder.note_values(values)
     recorder.launch_module_exec = getattr(self, "module_exec", None)
     try:
         return _originals["Launch.launch"](self, *args, **kwargs)
@@ -131,6 +139,14 @@ def _launch_object_set_param(self, index, value, adjoint=False):
     """Warp < 1.15: remember the Python value behind a replaced parameter (see ``_launch``)."""
     _originals["Launch.set_param_at_index"](self, index, value, adjoint)
     vars(self).setdefault("_apic_args", {})[(bool(adjoint), index)] = value
+
+
+def _launch_object_set_ctype(self, index, value, *args, **kwargs):
+    """Warp < 1.15: the value behind a parameter replaced by a ctype (refused by ``_launch_object_launch``
+    if it is an array descriptor); ``adjoint`` where the method takes it."""
+    _originals["Launch.set_param_at_index_from_ctype"](self, index, value, *args, **kwargs)
+    adjoint = bool(args[0] if args else kwargs.get("adjoint", False))
+    vars(self).setdefault("_apic_args", {})[(adjoint, index)] = value
 
 
 def _recorded_call(recorder, original, args, kwargs):
@@ -428,6 +444,8 @@ def install() -> None:
         # note the Python values (set_param_by_name and set_params go through set_param_at_index).
         _originals["Launch.set_param_at_index"] = vars(wp_context.Launch)["set_param_at_index"]
         _python_patches.set(wp_context.Launch, "set_param_at_index", _launch_object_set_param)
+        _originals["Launch.set_param_at_index_from_ctype"] = vars(wp_context.Launch)["set_param_at_index_from_ctype"]
+        _python_patches.set(wp_context.Launch, "set_param_at_index_from_ctype", _launch_object_set_ctype)
     _python_patches.set(wp_types.array, "_init_new", _init_new)
     _python_patches.set(wp_types.array, "_init_from_data", _init_from_data)
     for cls in _array_classes():
