@@ -288,3 +288,24 @@ def test_direct_memory_call_outside_warp_memory_is_refused():
                  "wp_memcpy_h2h.*argument 0.*reaching 17 bytes")
     finally:
         core.wp_free_host(ctypes.c_void_p(raw))
+
+
+def test_arrays_found_by_address_are_kept_and_no_others():
+    """The graph keeps the arrays a direct call reaches (replay after the caller dropped them), and only those."""
+    import gc
+    import weakref
+
+    bystander = wp.zeros(8, dtype=wp.float32, device=CPU)  # seen by the scan for addresses, used by nothing
+    gone = weakref.ref(bystander)
+    a = wp.array(np.arange(8, dtype=np.float32), device=CPU)
+    out = wp.zeros(1, dtype=wp.float32, device=CPU)
+    kept = weakref.ref(a)
+    with wp.ScopedCapture(device=CPU) as capture:
+        _core().wp_array_sum_float_host(a.ptr, out.ptr, 8, 4, 1)
+    del a, bystander
+    gc.collect()
+    assert gone() is None, "a bystander array was kept alive by the capture"
+    assert kept() is not None, "the array the call reads was not kept alive by the graph"
+    churn_arrays = [wp.full(8, -1.0, dtype=wp.float32, device=CPU) for _ in range(16)]
+    wp.capture_launch(capture.graph)
+    assert out.numpy()[0] == 28.0 and len(churn_arrays) == 16

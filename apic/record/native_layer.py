@@ -21,7 +21,7 @@ from apic._compat import wp_types
 from apic.errors import UnsupportedOperationError
 from apic.record import natives
 
-# recorder -> sorted list of (start, end, array) over the live CPU arrays found so far (rebuilt on a miss)
+# recorder -> sorted (start, end, weak reference to the array) over the live CPU arrays seen (rebuilt on a miss)
 _indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -45,7 +45,7 @@ def _build_index(recorder) -> list:
     for arr in candidates:
         span = _span(arr)
         if span is not None:
-            spans.append((span[0], span[1], arr))
+            spans.append((span[0], span[1], weakref.ref(arr)))  # the index must not keep arrays alive
     spans.sort(key=lambda s: (s[0], s[1]))
     return spans
 
@@ -53,8 +53,9 @@ def _build_index(recorder) -> list:
 def _find(spans: list, lo: int, hi: int):
     """An array whose memory holds ``[lo, hi)`` (an empty access: ``lo`` inside it or at its end)."""
     i = bisect.bisect_right(spans, (lo, float("inf")))  # spans starting at or before lo
-    for start, end, arr in reversed(spans[:i]):  # views and their roots overlap: any enclosing one will do
-        if hi <= end and lo <= end:
+    for start, end, ref in reversed(spans[:i]):  # views and their roots overlap: any enclosing one will do
+        arr = ref() if hi <= end and lo <= end else None
+        if arr is not None and _span(arr) == (start, end):  # alive, and still over the same memory
             return arr
     return None
 
