@@ -70,6 +70,11 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         raise CaptureError(
             "Graph was not captured with apic=True. Pass apic=True to capture_begin() or ScopedCapture()."
         )
+    invalid = getattr(graph.recording, "invalid_handles", ())
+    if invalid:
+        raise CaptureError(
+            f"capture_save(): an invalid or expired native object ID: {invalid[0]}; the graph cannot be saved"
+        )
     writer.save(graph, path, inputs, outputs)
 
 

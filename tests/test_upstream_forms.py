@@ -263,3 +263,40 @@ def test_launch_object_holding_a_raw_array_ctype_is_refused():
         cmd.launch()
     wp.capture_launch(capture.graph)
     assert same_bits(out.numpy(), 3.0 * np.arange(4, dtype=np.float32) + 1.0)
+
+
+# --- wp.handle arguments that hold no live object's id ----------------------------------------------
+def test_save_refuses_a_handle_argument_that_holds_no_live_object(tmp_path):
+    """Upstream's test_save_rejects_invalid_mesh_handles: an unknown or deleted mesh id in a ``wp.handle``
+    argument is refused at save, naming it; a live one saves and replays as eager."""
+    if not hasattr(wp, "handle"):
+        pytest.skip("this warp-lang has no wp.handle type (arrived in 1.13)")
+    import gc
+
+    from handle_kernels import mesh_distance
+
+    def unit_mesh():
+        points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32), dtype=wp.vec3,
+                          device=CPU)
+        return wp.Mesh(points=points, indices=wp.array(np.array([0, 1, 2, 0, 1, 3, 0, 2, 3, 1, 2, 3], dtype=np.int32),
+                                                       device=CPU))
+
+    mesh = unit_mesh()
+    stale = mesh.id
+    del mesh
+    gc.collect()
+    out = wp.zeros(3, dtype=float, device=CPU)
+    for name, candidate in (("unknown", 1), ("deleted", stale)):
+        with wp.ScopedCapture(device=CPU, apic=True) as capture:
+            wp.launch(mesh_distance, dim=3, inputs=[wp.uint64(candidate), out], device=CPU)
+        with pytest.raises(RuntimeError, match=f"invalid or expired native object ID.*{candidate:#x}"):
+            wp.capture_save(capture.graph, str(tmp_path / name))
+        assert not (tmp_path / f"{name}.wrp").exists(), name
+    mesh = unit_mesh()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        wp.launch(mesh_distance, dim=3, inputs=[mesh.id, out], device=CPU)
+    wp.capture_save(capture.graph, str(tmp_path / "live"))
+    wp.capture_launch(capture.graph)
+    expected = wp.zeros(3, dtype=float, device=CPU)
+    wp.launch(mesh_distance, dim=3, inputs=[mesh.id, expected], device=CPU)
+    assert same_bits(out.numpy(), expected.numpy())

@@ -104,6 +104,7 @@ class Recorder:
         self._kernel_infos: list[KernelInfo] = []
         self._handles: dict[int, object] = {}  # id -> Mesh / Bvh / HashGrid / Volume the ops reach
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
+        self.invalid_handles: list[str] = []  # wp.handle arguments that hold no live object's id
         self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -139,6 +140,7 @@ class Recorder:
             kernels=tuple(self._kernel_infos),
             ops=ops,
             handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
+            invalid_handles=tuple(dict.fromkeys(self.invalid_handles)),
         )
 
     # --- native handles (Mesh, Bvh, HashGrid, Volume) --------------------------------------------------
@@ -388,6 +390,12 @@ class Recorder:
         pointers = layout.blob_pointers(data, args_layout.slots)
         if args_layout.words:
             pointers += tuple(self._handle_words(data, args_layout.words))
+        for at in args_layout.handles:
+            # A wp.handle argument must hold a live object's id: one that holds none is refused at save, as
+            # upstream does (a live replay dereferences it as eager Warp would).
+            value = int.from_bytes(data[at : at + 8], "little")
+            if value and handles.lookup(value) is None:
+                self.invalid_handles.append(f"a wp.handle argument (byte {at} of a launch's arguments) holds {value:#x}")
         return RawBlob(data, pointers, args_layout.slots)
 
     def _args_layout(self, kernel, params) -> layout.ArgsLayout:

@@ -45,3 +45,4 @@ class Recording:
     kernels: tuple[KernelInfo, ...]
     ops: tuple[Op, ...]
     handles: tuple = ()  # apic.record.handles.Handle: native objects the ops reach by id (HandleRef)
+    invalid_handles: tuple[str, ...] = ()  # wp.handle arguments that held no live object's id (refused at save)
