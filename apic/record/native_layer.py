@@ -41,7 +41,10 @@ def _build_index(recorder) -> list:
     candidates = [v for v in recorder.keepalive if isinstance(v, wp_types.array)]
     # A pointer may lead to an array the capture has not seen yet (made before it, or bound by a library):
     # the collector tracks every array object, so a scan finds it. Run only on a miss, once per miss.
-    candidates += [o for o in gc.get_objects() if isinstance(o, wp_types.array)]
+    # type(), not isinstance(): isinstance reads __class__, which some lazy objects (module proxies) answer
+    # with a warning or an import.
+    array_cls = wp_types.array
+    candidates += [o for o in gc.get_objects() if issubclass(type(o), array_cls)]
     for arr in candidates:
         span = _span(arr)
         if span is not None:
