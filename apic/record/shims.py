@@ -8,8 +8,10 @@ Two layers, each with one job:
   allocations, then call Warp's own code unchanged: Warp still validates and packs everything.
 * **Native sinks** (Warp's ``invoke``, its host memory functions, and every other ``wp_*host*``
   export) sit where Warp would execute. During a CPU capture on this thread they record instead of
-  running, or, when no recordable API led there, refuse with an error naming the function. Outside
-  a capture they call straight through.
+  running. Host utilities and memcpy/memset/memtile are recorded whatever Python called them (as
+  upstream records them), on the memory of live Warp arrays (``apic.record.native_layer``); other
+  natives reached without a recordable API refuse with an error naming the function. Outside a
+  capture they call straight through.
 """
 
 from __future__ import annotations
