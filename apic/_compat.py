@@ -67,6 +67,8 @@ CPU_BLOCKS: bool = invoke_cpu_blocks is not None
 # Native `array_t.ndim` is int32 up to 1.12 and int16 (followed by int16 flags) from 1.13; reading
 # the low int16 at offset 48 is right for both on little-endian hosts.
 ARRAY_T_SIZE = ctypes.sizeof(wp_types.array_t)
+# wp.handle (warp-lang 1.13+): a kernel argument that must hold a live native object's id
+HANDLE_TYPE = getattr(wp_types, "handle", None)
 INDEXEDARRAY_T_SIZE = ctypes.sizeof(wp_types.indexedarray_t)
 
 

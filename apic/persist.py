@@ -80,6 +80,11 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         raise CaptureError(
             "Graph was not captured with apic=True. Pass apic=True to capture_begin() or ScopedCapture()."
         )
+    invalid = getattr(graph.recording, "invalid_handles", ())
+    if invalid:
+        raise CaptureError(
+            f"capture_save(): an invalid or expired native object ID: {invalid[0]}; the graph cannot be saved"
+        )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
     writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
                 source_fallback=bool(source_fallback))

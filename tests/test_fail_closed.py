@@ -58,9 +58,9 @@ def _core():
 @pytest.mark.parametrize(
     "call,native",
     [
-        # a utility apic records, reached directly rather than through wp.utils (no array context)
-        (lambda a, b: _core().wp_array_scan_float_host(a.ptr, b.ptr, 8, *([4, 4, 1] if _SCAN_7 else []), True),
-         "wp_array_scan_float_host"),
+        # a utility apic records, reached directly, on memory that is no Warp array (recorded on Warp arrays)
+        (lambda a, b: _core().wp_array_scan_float_host(_HOST.ctypes.data, b.ptr, 8, *([4, 4, 1] if _SCAN_7 else []),
+                                                       True), "wp_array_scan_float_host"),
         # a native host function apic does not record
         (lambda a, b: _core().wp_mesh_refit_host(0), "wp_mesh_refit_host"),
     ],
@@ -79,6 +79,7 @@ def test_unknown_native_call_is_refused(call, native):
     assert not b.numpy().any(), "the launch before the refused call ran during capture"
 
 
+_HOST = np.zeros(8, dtype=np.float32)
 _SCAN_7 = len(getattr(_core().wp_array_scan_float_host, "argtypes", None) or ()) == 7
 
 

@@ -425,14 +425,21 @@ def test_nnz_sync_of_an_untouched_matrix_reads_it_now():
     assert capture.graph.recording.ops == ()
 
 
-def test_native_call_outside_a_warp_sparse_function_is_refused():
-    """The native builder reached without apic's warp.sparse shim (a name taken before ``import apic``)."""
-    s = {"t": counter(), **triplet_arrays()}
-    fill_triplets(s, 0)
+def test_native_call_outside_a_warp_sparse_function_is_recorded():
+    """The native builder reached without apic's warp.sparse shim (a name taken before ``import apic``):
+    recorded at the native layer, as upstream records it (see tests/test_native_layer.py)."""
     original = sparse.bsr_set_from_triplets.__apic_original__
-    error = _refused(lambda: original(matrix(), s["rows"], s["cols"], s["vals"]), apic.UnsupportedOperationError,
-                     "wp_bsr_matrix_from_triplets_host")
-    assert "warp.sparse function" in str(error)
+
+    def program(s):
+        wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+        fill_triplets(s, 0)
+        original(s["A"], s["rows"], s["cols"], s["vals"])
+        wp.launch(gen_vector, dim=NCOL, inputs=[s["t"], 1, s["x"]], device=CPU)
+        sparse.bsr_mv(s["A"], s["x"], s["y"])
+
+    graph, _ = eager_vs_replay(program, lambda: {"t": counter(), "A": matrix(), **triplet_arrays(),
+                                                 "x": zeros(NCOL), "y": zeros(NROW)})
+    assert native_calls(graph) == ["bsr_matrix_from_triplets_host"]
 
 
 @needs_padded

@@ -558,7 +558,9 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         if not kernels:
             _fail(f"{where}.kernel", "the graph has no kernels")
         kernel = _int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
-        dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 31) - 1)
+        # Unsigned extents: Warp launches a kernel that never reads wp.tid() over more than 2^31 threads
+        # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
+        dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 32) - 1)
         bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
         sizes = (32,) if abi == "bounds-by-value-v1" else (24, 32)
         if len(bounds.data) not in sizes:

@@ -15,6 +15,7 @@ import functools
 import struct
 from dataclasses import dataclass
 
+from apic import _compat
 from apic._compat import wp_codegen, wp_context, wp_types
 from apic.errors import UnsupportedOperationError
 from apic.record.ops import ArraySlot, RawPtr
@@ -71,6 +72,19 @@ def word_slots(warp_type, ctype_cls, offset: int) -> list[int]:
     return []
 
 
+def handle_slots(warp_type, ctype_cls, offset: int) -> list[int]:
+    """Offsets of the ``wp.handle`` scalars (which must hold a live object's id) in one argument."""
+    if _compat.HANDLE_TYPE is not None and warp_type is _compat.HANDLE_TYPE:
+        return [offset]
+    if isinstance(warp_type, wp_codegen.Struct):
+        field_types = dict(ctype_cls._fields_)
+        found = []
+        for name, var in warp_type.vars.items():
+            found += handle_slots(var.type, field_types[name], offset + getattr(ctype_cls, name).offset)
+        return found
+    return []
+
+
 @dataclass(frozen=True)
 class ArgsLayout:
     """How one list of packed parameters becomes a ``wp_args`` blob, where its arrays are, and where
@@ -79,6 +93,7 @@ class ArgsLayout:
     struct_type: type
     slots: tuple[ArraySlot, ...]
     words: tuple[int, ...] = ()
+    handles: tuple[int, ...] = ()  # the words typed wp.handle
 
     def pack(self, params) -> bytes:
         return bytes(self.struct_type(*params))
@@ -89,18 +104,20 @@ def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
     """The blob layout of ``kernel``'s argument struct for parameters of the given ctypes types."""
     fields = [(f"a{i}", t) for i, t in enumerate(param_types)] or [("_empty", ctypes.c_byte)]
     struct_type = type("ApicArgs", (ctypes.Structure,), {"_fields_": fields})
-    slots, words = [], []
+    slots, words, handle_words = [], [], []
     for i, (arg, ctype_cls) in enumerate(zip(kernel.adj.args, param_types)):
         offset = getattr(struct_type, f"a{i}").offset
         slots += array_slots(arg.type, ctype_cls, offset, arg.label)
         words += word_slots(arg.type, ctype_cls, offset)
-    return ArgsLayout(struct_type, tuple(slots), tuple(words))
+        handle_words += handle_slots(arg.type, ctype_cls, offset)
+    return ArgsLayout(struct_type, tuple(slots), tuple(words), tuple(handle_words))
 
 
 def launch_dim(bounds) -> tuple[int, ...]:
     """The launch shape held by a ``launch_bounds`` struct (its layout varies by version)."""
     ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
-    return tuple(int(n) for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
+    # An extent above 2^31 (a kernel that never reads wp.tid()) sits in a C int: read it as unsigned.
+    return tuple(int(n) & 0xFFFFFFFF for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
 
 
 def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:

@@ -104,6 +104,8 @@ class Recorder:
         self._kernel_infos: list[KernelInfo] = []
         self._handles: dict[int, object] = {}  # id -> Mesh / Bvh / HashGrid / Volume the ops reach
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
+        self.invalid_handles: list[str] = []  # wp.handle arguments that hold no live object's id
+        self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -138,6 +140,7 @@ class Recorder:
             kernels=tuple(self._kernel_infos),
             ops=ops,
             handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
+            invalid_handles=tuple(dict.fromkeys(self.invalid_handles)),
         )
 
     # --- native handles (Mesh, Bvh, HashGrid, Volume) --------------------------------------------------
@@ -387,6 +390,12 @@ class Recorder:
         pointers = layout.blob_pointers(data, args_layout.slots)
         if args_layout.words:
             pointers += tuple(self._handle_words(data, args_layout.words))
+        for at in args_layout.handles:
+            # A wp.handle argument must hold a live object's id: one that holds none is refused at save, as
+            # upstream does (a live replay dereferences it as eager Warp would).
+            value = int.from_bytes(data[at : at + 8], "little")
+            if value and handles.lookup(value) is None:
+                self.invalid_handles.append(f"a wp.handle argument (byte {at} of a launch's arguments) holds {value:#x}")
         return RawBlob(data, pointers, args_layout.slots)
 
     def _args_layout(self, kernel, params) -> layout.ArgsLayout:
@@ -411,7 +420,7 @@ class Recorder:
         return entry
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
-        module_exec = _find_module_exec(kernel, hooks)
+        module_exec = _find_module_exec(kernel, hooks, self.launch_module_exec)
         key = (id(module_exec), _compat.kernel_symbol(module_exec, kernel, adjoint))
         index = self._kernels.get(key)
         if index is None:
@@ -484,9 +493,13 @@ def _descriptor_blob(address: int, array_type: int, elem_size: int, api: str) ->
     return RawBlob(data, tuple(layout.descriptor_pointers(data, ArraySlot(0, elem_size, indexed))))
 
 
-def _find_module_exec(kernel, hooks):
-    """The loaded module that owns ``hooks`` (kept by the graph so its code stays loaded)."""
-    for module_exec in list(kernel.module.execs.values()):
+def _find_module_exec(kernel, hooks, held=None):
+    """The loaded module that owns ``hooks`` (kept by the graph so its code stays loaded).
+
+    ``held`` is the one a ``wp.Launch`` object holds: a module that gained kernels after the Launch
+    was made is loaded again under a new hash, and only the Launch still holds the old one.
+    """
+    for module_exec in [held, *kernel.module.execs.values()]:
         # kernel_hooks is keyed by kernel up to 1.18 and by mangled name from 1.19
         if module_exec is not None and any(h is hooks for h in module_exec.kernel_hooks.values()):
             return module_exec

@@ -48,3 +48,4 @@ class Recording:
     # CUDA only: why the graph cannot be saved (a launch argument holds a handle id or a device pointer
     # as a plain integer, which would dangle in another process); it still replays live
     unsaveable: tuple[str, ...] = ()
+    invalid_handles: tuple[str, ...] = ()  # wp.handle arguments that held no live object's id (refused at save)

@@ -8,8 +8,10 @@ Two layers, each with one job:
   allocations, then call Warp's own code unchanged: Warp still validates and packs everything.
 * **Native sinks** (Warp's ``invoke``, its host memory functions, and every other ``wp_*host*``
   export) sit where Warp would execute. During a CPU capture on this thread they record instead of
-  running, or, when no recordable API led there, refuse with an error naming the function. Outside
-  a capture they call straight through.
+  running. Host utilities and memcpy/memset/memtile are recorded whatever Python called them (as
+  upstream records them), on the memory of live Warp arrays (``apic.record.native_layer``); other
+  natives reached without a recordable API refuse with an error naming the function. Outside a
+  capture they call straight through.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import sys
 
 import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record import handles, natives
+from apic.record import handles, native_layer, natives
 from apic.record.ops import Launch
 from apic.record.recorder import active, paused
 from apic.record.repeats import repeat_key
@@ -115,16 +118,37 @@ def _launch_arguments(launch) -> list:
 
 def _launch_object_launch(self, *args, **kwargs):
     recorder = active()
-    if recorder is not None and self.device.is_cpu:
-        recorder.keepalive.append(self)
-        recorder.note_values(_launch_arguments(self))
-    return _originals["Launch.launch"](self, *args, **kwargs)
+    if recorder is None or not self.device.is_cpu:
+        return _originals["Launch.launch"](self, *args, **kwargs)
+    values = _launch_arguments(self)
+    if any(isinstance(v, (wp_types.array_t, wp_types.indexedarray_t)) for v in values):
+        # As upstream: a raw descriptor holds an address but no array that the graph could keep alive.
+        raise UnsupportedOperationError(
+            f"wp.Launch.launch() of kernel '{self.kernel.key}'",
+            "a parameter holds a raw array ctype (set_param_at_index_from_ctype), which keeps no array alive; "
+            "pass the warp.array with set_param_at_index() during a CPU capture",
+        )
+    recorder.keepalive.append(self)
+    recorder.note_values(values)
+    recorder.launch_module_exec = getattr(self, "module_exec", None)
+    try:
+        return _originals["Launch.launch"](self, *args, **kwargs)
+    finally:
+        recorder.launch_module_exec = None
 
 
 def _launch_object_set_param(self, index, value, adjoint=False):
     """Warp < 1.15: remember the Python value behind a replaced parameter (see ``_launch``)."""
     _originals["Launch.set_param_at_index"](self, index, value, adjoint)
     vars(self).setdefault("_apic_args", {})[(bool(adjoint), index)] = value
+
+
+def _launch_object_set_ctype(self, index, value, *args, **kwargs):
+    """Warp < 1.15: the value behind a parameter replaced by a ctype (refused by ``_launch_object_launch``
+    if it is an array descriptor); ``adjoint`` where the method takes it."""
+    _originals["Launch.set_param_at_index_from_ctype"](self, index, value, *args, **kwargs)
+    adjoint = bool(args[0] if args else kwargs.get("adjoint", False))
+    vars(self).setdefault("_apic_args", {})[(adjoint, index)] = value
 
 
 def _recorded_call(recorder, original, args, kwargs):
@@ -230,6 +254,8 @@ def _utility(name: str, original):
         if not any(a.device.is_cpu for a in arrays):
             return original(*args, **kwargs)  # CUDA work is not ours to record
         if host_return is not None and signature.bind(*args, **kwargs).arguments.get(host_return) is None:
+            if name == "runlength_encode" and _no_values(signature, args, kwargs):
+                return original(*args, **kwargs)  # returns 0 without touching memory, as upstream records it
             raise UnsupportedOperationError(
                 f"wp.utils.{name} without {host_return}",
                 f"its host return value would be read before the captured work has run; pass {host_return}=",
@@ -240,6 +266,13 @@ def _utility(name: str, original):
         return _recorded_call(recorder, original, args, kwargs)
 
     return shim
+
+
+def _no_values(signature, args, kwargs) -> bool:
+    """Whether a ``runlength_encode`` call encodes no value (``value_count=0``, or an empty ``values``)."""
+    call = signature.bind(*args, **kwargs).arguments
+    count = call.get("value_count")
+    return (count if count is not None else getattr(call.get("values"), "size", 1)) == 0
 
 
 # --- native sinks ------------------------------------------------------------------------------------
@@ -276,11 +309,12 @@ def _as_number(value):
     return value if isinstance(value, float) else _as_int(value)
 
 
-def _recording_sink(name: str, original, record, where: str, convert=_as_int):
+def _recording_sink(name: str, original, record, where: str, convert=_as_int, outside_api=None):
     """A native host function that, during a capture, calls ``record(recorder, args)`` instead.
 
-    It records only when reached from a recordable Python API (``where`` names them for the error);
-    ``convert`` turns each argument as ctypes code passes it into a number.
+    It records only when reached from a recordable Python API (``where`` names them for the error),
+    or, given ``outside_api(recorder, name, args)`` (which notes the memory the call reaches, or
+    refuses it), from anywhere; ``convert`` turns each argument as ctypes code passes it into a number.
     """
 
     @functools.wraps(original)
@@ -288,9 +322,12 @@ def _recording_sink(name: str, original, record, where: str, convert=_as_int):
         recorder = active()
         if recorder is None:
             return original(*args)
+        values = tuple(map(convert, args))
         if recorder.api_depth == 0:
-            raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
-        record(recorder, tuple(map(convert, args)))
+            if outside_api is None:
+                raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
+            outside_api(recorder, name, values)
+        record(recorder, values)
         return True  # success, for the callers that check it
 
     return sink
@@ -299,7 +336,9 @@ def _recording_sink(name: str, original, record, where: str, convert=_as_int):
 def _memory_sink(name: str, original, method: str):
     """A host memory function (memcpy, memset, ...) recorded from wp.copy / zero_ / fill_."""
     record = lambda recorder, args: getattr(recorder, method)(*args)  # noqa: E731
-    return _recording_sink(name, original, record, "wp.copy, array.zero_ or array.fill_")
+    # Upstream records memcpy / memset / memtile at the native layer too, whatever Python called them.
+    return _recording_sink(name, original, record, "wp.copy, array.zero_ or array.fill_",
+                           outside_api=native_layer.note_memory_arguments)
 
 
 # Native host memory functions and the recorder method that records each (same argument order).
@@ -318,7 +357,8 @@ _NATIVE_ALLOWED = ("alloc_host", "free_host", "is_", "get_", "_get", "float_to_"
 def _utility_sink(name: str, original):
     """A native host utility (``apic.record.natives``) recorded from its ``wp.utils`` or warp.sparse function."""
     record = lambda recorder, args: recorder.record_native_call(name, args)  # noqa: E731
-    return _recording_sink(name, original, record, natives.api_of(name))
+    # Upstream records these at the native layer, whatever Python called them (see native_layer).
+    return _recording_sink(name, original, record, natives.api_of(name), outside_api=native_layer.note_arguments)
 
 
 def _handle_sink(name: str, original):
@@ -406,6 +446,8 @@ def install() -> None:
         # note the Python values (set_param_by_name and set_params go through set_param_at_index).
         _originals["Launch.set_param_at_index"] = vars(wp_context.Launch)["set_param_at_index"]
         _python_patches.set(wp_context.Launch, "set_param_at_index", _launch_object_set_param)
+        _originals["Launch.set_param_at_index_from_ctype"] = vars(wp_context.Launch)["set_param_at_index_from_ctype"]
+        _python_patches.set(wp_context.Launch, "set_param_at_index_from_ctype", _launch_object_set_ctype)
     _python_patches.set(wp_types.array, "_init_new", _init_new)
     _python_patches.set(wp_types.array, "_init_from_data", _init_from_data)
     for cls in _array_classes():
@@ -415,13 +457,16 @@ def install() -> None:
         for name in ("numpy", "list"):
             if name in vars(cls):
                 _python_patches.set(cls, name, _read_guard(name, cls))
-    from warp import utils as public_utils
+    from warp import utils as public_utils  # noqa: F401  (imported so that the loop below finds it)
     from warp._src import utils as wp_utils
 
+    # Warp modules imported before apic (warp.fem, warp.optim, ...) hold their own names for these
+    # functions: point every one at the shim, so `import apic` after them behaves as before them.
+    owners = [m for key, m in list(sys.modules.items()) if m is not None and (key == "warp" or key.startswith("warp."))]
     for name in _UTILITIES:
         original = vars(wp_utils)[name]
         shim = _utility(name, original)
-        for owner in (wp_utils, public_utils):
+        for owner in owners:
             if vars(owner).get(name) is original:
                 _python_patches.set(owner, name, shim)
     handles.install(_python_patches)

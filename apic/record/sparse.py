@@ -132,10 +132,14 @@ def _host_read_guard(method: str, original, what: str):
         if recorder is None or not self.device.is_cpu or recorder.device != self.device:
             return original(self, *args, **kwargs)
         arrays = [self.offsets, getattr(self, "row_counts", None), getattr(self, "_status", None)]
-        if any(a is not None and recorder.touches(a) for a in arrays):
+        # As upstream: a status read is refused in any CPU capture once the matrix has a status array (an
+        # operation recorded later in the capture may set it, on replay only); a block count only once used.
+        outright = method == "status_sync" and getattr(self, "_status", None) is not None
+        if outright or any(a is not None and recorder.touches(a) for a in arrays):
             reason = (
-                f"reads {what} back to the host, but this capture has used or changed the matrix and its recorded "
-                "work runs only at replay"
+                f"reads {what} back to the host, but a sparse operation recorded in a CPU capture sets it only at replay"
+                if outright else f"reads {what} back to the host, but this capture has used or changed the matrix and "
+                "its recorded work runs only at replay"
             )
             error = UnsupportedOperationError(
                 f"BsrMatrix.{method}()", f"it {reason}; call {method}() after wp.capture_launch()"

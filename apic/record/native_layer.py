@@ -1,0 +1,119 @@
+"""Native utility calls reached without a Python API apic wraps: find and keep the arrays they use.
+
+Libraries built on Warp call its native host utilities themselves (a solver calling
+``runtime.core.wp_array_inner_float_host(a.ptr, b.ptr, out.ptr + k * stride, n, ...)``), or call a
+``wp.utils`` function they bound before ``import apic``. Upstream Warp records such calls at the
+native layer, whatever Python made them; so does apic. The wp.utils path notes the Warp arrays it is
+given (the graph keeps them alive, and a region is a whole allocation); here only raw addresses are
+known, so each pointer argument must lie, with every byte the call reaches from it, inside the
+memory of one live Warp CPU array: that array is then noted as the wp.utils path would note it. A
+pointer into anything else (NumPy memory, a freed or foreign buffer) is refused with an error naming
+the native, before anything is recorded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gc
+import weakref
+
+from apic._compat import wp_types
+from apic.errors import UnsupportedOperationError
+from apic.record import natives
+
+# recorder -> sorted (start, end, weak reference to the array) over the live CPU arrays seen (rebuilt on a miss)
+_indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _span(arr) -> tuple[int, int] | None:
+    """The bytes ``[start, end)`` a live CPU Warp array's memory covers, or None."""
+    ptr = getattr(arr, "ptr", None)
+    device = getattr(arr, "device", None)
+    if not ptr or device is None or not device.is_cpu:
+        return None
+    capacity = getattr(arr, "capacity", 0) or 0
+    return (ptr, ptr + capacity) if capacity > 0 else None
+
+
+def _build_index(recorder) -> list:
+    """Every live CPU Warp array: those the capture keeps, then every other one the garbage collector tracks."""
+    spans = []
+    candidates = [v for v in recorder.keepalive if isinstance(v, wp_types.array)]
+    # A pointer may lead to an array the capture has not seen yet (made before it, or bound by a library):
+    # the collector tracks every array object, so a scan finds it. Run only on a miss, once per miss.
+    # type(), not isinstance(): isinstance reads __class__, which some lazy objects (module proxies) answer
+    # with a warning or an import.
+    array_cls = wp_types.array
+    candidates += [o for o in gc.get_objects() if issubclass(type(o), array_cls)]
+    for arr in candidates:
+        span = _span(arr)
+        if span is not None:
+            spans.append((span[0], span[1], weakref.ref(arr)))  # the index must not keep arrays alive
+    spans.sort(key=lambda s: (s[0], s[1]))
+    return spans
+
+
+def _find(spans: list, lo: int, hi: int):
+    """An array whose memory holds ``[lo, hi)`` (an empty access: ``lo`` inside it or at its end)."""
+    i = bisect.bisect_right(spans, (lo, float("inf")))  # spans starting at or before lo
+    for start, end, ref in reversed(spans[:i]):  # views and their roots overlap: any enclosing one will do
+        arr = ref() if hi <= end and lo <= end else None
+        if arr is not None and _span(arr) == (start, end):  # alive, and still over the same memory
+            return arr
+    return None
+
+
+def note_arguments(recorder, name: str, args: tuple) -> None:
+    """Before ``wp_<name>(*args)`` (integers) is recorded without an API: note the arrays it reaches.
+
+    Raises ``UnsupportedOperationError`` naming the native if a pointer argument is not inside the
+    memory of a live Warp CPU array (with all the bytes the call reaches from it).
+    """
+    args = natives.signed64(tuple(int(a) for a in args))
+    sig = natives.signature(name, len(args))
+    if sig is None or sig.check(args) is not None:
+        return  # record_native_call refuses it with the reason
+    reached = [
+        (position, value, nbytes or 0)
+        for position, (kind, value, nbytes) in enumerate(zip(sig.params, args, sig.reach(args)))
+        if kind != natives.INT and value  # a null required pointer: record_native_call refuses it
+    ]
+    _note_ranges(recorder, name, reached)
+
+
+# Host memory functions: the pointer arguments each reaches, as (position, bytes from the arguments).
+_MEMORY_REACH = {
+    "memcpy_h2h": lambda a: ((0, a[2]), (1, a[2])),  # (dst, src, n)
+    "memset_host": lambda a: ((0, a[2]),),  # (dst, value, n)
+    "memtile_host": lambda a: ((0, a[2] * a[3]),),  # (dst, src, srcsize, reps): src is a value, copied at capture
+}
+
+
+def note_memory_arguments(recorder, name: str, args: tuple) -> None:
+    """``note_arguments`` for a host memory function (memcpy, memset, memtile) called without wp.copy / fill_."""
+    reach = _MEMORY_REACH.get(name)
+    if reach is None:
+        raise UnsupportedOperationError(
+            f"wp_{name} (native)", "apic records it only when called through wp.copy, array.zero_ or array.fill_"
+        )
+    args = tuple(int(a) for a in args)
+    if any(nbytes < 0 for _, nbytes in reach(args)):
+        raise UnsupportedOperationError(f"wp_{name} (native)", "a negative size")
+    _note_ranges(recorder, name, [(i, args[i], nbytes) for i, nbytes in reach(args) if nbytes > 0])
+
+
+def _note_ranges(recorder, name: str, reached: list) -> None:
+    spans = _indexes.get(recorder)
+    for position, value, nbytes in reached:
+        lo, hi = value, value + nbytes
+        found = _find(spans, lo, hi) if spans is not None else None
+        if found is None:
+            spans = _indexes[recorder] = _build_index(recorder)
+            found = _find(spans, lo, hi)
+        if found is None:
+            raise UnsupportedOperationError(
+                f"wp_{name} (native)",
+                f"argument {position} ({value:#x}, reaching {nbytes} bytes) is not inside the memory of a live "
+                "Warp CPU array; apic records a native call made outside its Warp API only on Warp arrays' memory",
+            )
+        recorder.note_values([found])
