@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with apic and its test extras, then run the whole test suite.
 # Usage: bash scripts/test.sh [WARP_VERSION] [pytest args...]   (default warp-lang 1.19.0)
+# A first argument is taken as the version only when it looks like one (1.19.0, 1.12.1, 1.20.0rc1), so
+# `bash scripts/test.sh -q` runs the default version with pytest's -q.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-warp_version="${1:-1.19.0}"
-shift || true
+warp_version="1.19.0"
+if [ "$#" -gt 0 ] && [[ "$1" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?$ ]]; then
+    warp_version="$1"
+    shift
+fi
+if [ -n "${APIC_TEST_DRY_RUN:-}" ]; then  # say what would run, install nothing (tests/test_scripts.py)
+    echo "warp-lang ${warp_version}; pytest arguments: $*"
+    exit 0
+fi
 venv=".venv-warp-${warp_version}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 log="$(mktemp)"
