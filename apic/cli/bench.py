@@ -1,14 +1,12 @@
 """``python -m apic bench``: the dispatch-overhead benchmarks, side by side with Warp and the native floor.
 
-The suite itself lives in the repository's top-level ``benchmarks/`` folder (it is not part of the
-installed package); this command finds it next to the ``apic`` package of a checkout.
+The suite is part of the package (``apic/bench/``), so an installed apic runs it; the repository's
+``benchmarks/`` folder keeps the results and the other measurement scripts.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import sys
 
 from apic.cli import UserError
@@ -27,22 +25,10 @@ def add_parser(subparsers):
 
 
 def _suite():
-    """Import ``benchmarks.run`` from the checkout that holds this apic package."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if os.path.isfile(os.path.join(root, "benchmarks", "run.py")) and root not in sys.path:
-        sys.path.insert(0, root)
-    try:
-        module = importlib.import_module("benchmarks.run")
-    except ModuleNotFoundError as error:
-        if error.name not in ("benchmarks", "benchmarks.run"):
-            raise  # the suite is there but something it needs is not: show the real error
-        raise UserError(
-            "the benchmark suite lives in the benchmarks/ folder of an apic source checkout and was not found "
-            f"({error}); run `python -m apic bench` from a checkout"
-        ) from None
-    if not hasattr(module, "run_suite"):
-        raise UserError(f"{module.__file__} is not apic's benchmark suite")
-    return module
+    """The suite (``apic.bench.run``), imported only when the command runs: it imports Warp's kernels."""
+    from apic.bench import run  # lazy: building the workloads compiles kernels
+
+    return run
 
 
 class _Progress:
@@ -88,7 +74,7 @@ def run(args) -> int:
             json.dump(results, f, indent=1)
         print(f"results written to {args.json}")
     if args.markdown:
-        from benchmarks.markdown import format_markdown
+        from apic.bench.markdown import format_markdown
 
         with open(args.markdown, "w") as f:
             f.write(format_markdown(results))

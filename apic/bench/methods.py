@@ -20,8 +20,8 @@ import warp as wp
 
 import apic
 from apic import _compat
-from benchmarks import floor as floor_mod
-from benchmarks.workloads import DEVICE, WorkloadSpec
+from apic.bench import floor as floor_mod
+from apic.bench.workloads import DEVICE, WorkloadSpec
 
 
 class Unavailable(Exception):
