@@ -359,3 +359,42 @@ def cuda_graph_instantiate_call(driver, graph) -> tuple[str, tuple]:
     if hasattr(driver, "cuGraphInstantiateWithFlags"):
         return "cuGraphInstantiateWithFlags", (graph, 0)
     return "cuGraphInstantiate", (graph, 0)
+
+
+# --- Parallel replay: compile a range entry with the options Warp used for the module -------------
+def build_cpu_like_module(obj_path: str, cpp_path: str, module, module_exec=None) -> None:
+    """Compile ``cpp_path`` to ``obj_path`` with Warp's CPU compiler and ``module``'s CPU build options.
+
+    warp 1.19 resolves a module's options with ``Module.resolve_options(config)`` and its
+    ``build_cpu`` takes optimization level, flags, block dim and tile settings; warp 1.12's
+    ``build_cpu`` takes mode, fast-math, verify-fp and fuse-fp only. Same options, same code.
+    """
+    from warp._src import build as wp_build  # a private module, only needed by the parallel replay
+
+    # Looked up on the class: warp 1.12's Module.__getattr__ recurses on unknown names.
+    resolve = getattr(type(module), "resolve_options", None)
+    block_dim = vars(module_exec).get("block_dim") if module_exec is not None else None
+    options = resolve(module, wp.config, block_dim=block_dim) if resolve else dict(module.options)
+    accepted = inspect.signature(wp_build.build_cpu).parameters
+    wanted = {
+        "mode": options.get("mode") or wp.config.mode,
+        "fast_math": options.get("fast_math", False),
+        "verify_fp": options.get("verify_fp", wp.config.verify_fp),
+        "fuse_fp": options.get("fuse_fp", True),
+        "extra_flags": options.get("cpu_compiler_flags") or "",
+        "optimization_level": options.get("optimization_level") or 2,  # Warp's CPU default
+        "block_dim": options.get("block_dim", 256),
+        "enable_tiles_in_stack_memory": options.get("enable_tiles_in_stack_memory"),
+        "extra_include_dirs": options.get("extra_cpu_include_dirs") or (),
+    }
+    kwargs = {k: v for k, v in wanted.items() if k in accepted and v is not None}
+    wp_build.build_cpu(obj_path, cpp_path, **kwargs)
+
+
+def is_plain_array_type(arg_type) -> bool:
+    """True when a kernel argument's type is a regular ``wp.array`` (not indexed, not Fabric).
+
+    warp 1.19 annotates arguments with light ``_ArrayAnnotation`` objects naming their array class in
+    ``_concrete_cls``; earlier versions use ``wp.array`` instances.
+    """
+    return type(arg_type) is wp.array or getattr(type(arg_type), "_concrete_cls", None) is wp.array

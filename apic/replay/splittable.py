@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import warp as wp
 
+from apic import _compat
+
 # Builtins with effects beyond the task's own element: atomics are racy read-modify-writes on the CPU,
 # printing interleaves, tile operations cooperate across the tasks of a block.
 _UNSAFE_CALL_PREFIXES = ("atomic_", "tile", "print", "printf", "adjoint")
@@ -33,6 +35,7 @@ class Verdict:
 
     splittable: bool
     reason: str
+    written: frozenset = frozenset()  # names of the array arguments the kernel writes (when splittable)
 
 
 def _call_name(func: ast.expr) -> str | None:
@@ -140,7 +143,7 @@ def kernel_verdict(kernel) -> Verdict:
                         if not (isinstance(sub.value, ast.Name) and sub.value.id in arg_names):
                             return Verdict(False, f"line {node.lineno}: writes to memory not a kernel argument")
                         # An indexed or fabric array may map two task ids to one element.
-                        if type(arg_types.get(sub.value.id)) is not wp.array:
+                        if not _compat.is_plain_array_type(arg_types.get(sub.value.id)):
                             return Verdict(False, f"line {node.lineno}: writes {sub.value.id}, not a plain wp.array")
                         if tid is None or _index_names(sub) != tid:
                             return Verdict(False, f"line {node.lineno}: writes {sub.value.id} at an index other than the task id")
@@ -153,7 +156,7 @@ def kernel_verdict(kernel) -> Verdict:
             parent = parents.get(node)
             if not (isinstance(parent, ast.Subscript) and parent.value is node and _index_names(parent) == tid):
                 return Verdict(False, f"line {node.lineno}: reads {node.id} (which it writes) other than at the task id")
-    return Verdict(True, "every write lands at the task id; no atomics")
+    return Verdict(True, "every write lands at the task id; no atomics", frozenset(written))
 
 
 def launch_arrays_disjoint(written: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
