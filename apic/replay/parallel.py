@@ -57,10 +57,11 @@ def _split_refusal(kernel, inputs) -> str | None:
     return None
 
 
-def launch(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = MIN_TASKS_PER_THREAD) -> bool:
-    """Launch ``kernel`` on the CPU, its tasks split over ``threads`` threads when that is provably exact.
+def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = MIN_TASKS_PER_THREAD):
+    """Prepare a CPU launch for repeated issue; returns ``(run, split)``.
 
-    Returns True when the launch ran split, False when it ran as one ordinary ``wp.launch``.
+    ``run()`` issues the launch (split over threads when that is provably exact, else Warp's own
+    recorded launch); ``split`` says which. The arrays in ``inputs`` must outlive ``run``.
     """
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
@@ -70,8 +71,7 @@ def launch(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = MI
     # As many threads as have min_tasks_per_thread tasks each; fewer than two is not worth a thread.
     threads = min(threads, size // max(min_tasks_per_thread, 1))
     if threads < 2 or _split_refusal(kernel, inputs) is not None:
-        record.launch()
-        return False
+        return record.launch, False
     params = record.params
     fields = [(var.label, type(params[1 + i])) for i, var in enumerate(kernel.adj.args)]
     args_type = type("ArgsStruct", (ctypes.Structure,), {"_fields_": fields})
@@ -83,5 +83,20 @@ def launch(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = MI
     )
     symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len("_cpu_forward")]
     address = range_entry.range_entry(kernel.module, module_exec, symbol)
-    range_entry.run_split(address, ctypes.addressof(params[0]), ctypes.addressof(args), size, threads)
-    return True
+    bounds_ptr, args_ptr = ctypes.addressof(params[0]), ctypes.addressof(args)
+
+    def run() -> None:
+        # record and args keep the bounds and the argument struct alive as long as run is.
+        range_entry.run_split(address, bounds_ptr, args_ptr, size, threads, _keep=(record, args))
+
+    return run, True
+
+
+def launch(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = MIN_TASKS_PER_THREAD) -> bool:
+    """Launch ``kernel`` on the CPU, its tasks split over ``threads`` threads when that is provably exact.
+
+    Returns True when the launch ran split, False when it ran as one ordinary Warp launch.
+    """
+    run, split = prepare(kernel, dim, inputs, threads, min_tasks_per_thread)
+    run()
+    return split

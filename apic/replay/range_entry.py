@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import queue
 import re
 import tempfile
 import threading
@@ -90,16 +91,52 @@ def range_entry(kernel_module, module_exec, symbol_name: str) -> int:
     return address
 
 
-def run_split(address: int, bounds_ptr: int, args_ptr: int, size: int, threads: int) -> None:
-    """Run tasks ``[0, size)`` as ``threads`` contiguous ranges, one Python thread each (ctypes drops the GIL)."""
+class _Pool:
+    """Worker threads kept alive across launches: starting a thread per launch costs ~50 us."""
+
+    def __init__(self) -> None:
+        self._workers: list[queue.SimpleQueue] = []
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+
+    def _worker(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            job = inbox.get()
+            try:
+                job[0](*job[1:])
+                self._done.put(None)
+            except BaseException as exc:  # reported to the launching thread, never lost
+                self._done.put(exc)
+
+    def run(self, jobs: list[tuple]) -> None:
+        """Run ``jobs[1:]`` on workers and ``jobs[0]`` here; return when all are done."""
+        while len(self._workers) < len(jobs) - 1:
+            inbox: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=self._worker, args=(inbox,), daemon=True, name="apic-split").start()
+            self._workers.append(inbox)
+        for inbox, job in zip(self._workers, jobs[1:]):
+            inbox.put(job)
+        first_error = None
+        try:
+            jobs[0][0](*jobs[0][1:])
+        finally:
+            for _ in jobs[1:]:
+                result = self._done.get()
+                first_error = first_error or result
+        if first_error is not None:
+            raise first_error
+
+
+_pool = _Pool()
+_pool_lock = threading.Lock()  # one split launch at a time uses the pool
+
+
+def run_split(address: int, bounds_ptr: int, args_ptr: int, size: int, threads: int, _keep=None) -> None:
+    """Run tasks ``[0, size)`` as ``threads`` contiguous ranges on pooled threads (ctypes drops the GIL).
+
+    The calling thread runs the first range; ``_keep`` holds what owns the pointers alive meanwhile.
+    """
     fn = RANGE_FN(address)
     cuts = [size * k // threads for k in range(threads + 1)]
-    workers = [
-        threading.Thread(target=fn, args=(bounds_ptr, args_ptr, cuts[k], cuts[k + 1]))
-        for k in range(1, threads)
-    ]
-    for w in workers:
-        w.start()
-    fn(bounds_ptr, args_ptr, cuts[0], cuts[1])
-    for w in workers:
-        w.join()
+    jobs = [(fn, bounds_ptr, args_ptr, cuts[k], cuts[k + 1]) for k in range(threads)]
+    with _pool_lock:
+        _pool.run(jobs)
