@@ -35,10 +35,7 @@ WP_API void {name}_cpu_forward_range({bounds} *dim, wp_args_{name} *_wp_args, si
 #if defined(WP_ENABLE_TILES_IN_STACK_MEMORY)
     wp::shared_tile_storage = &tile_mem;
 #endif
-    for (size_t task_index = begin; task_index < end; ++task_index)
-    {{
-        {call}(*dim, task_index, _wp_args);
-    }}
+{body}
 }}
 }}
 """
@@ -53,8 +50,23 @@ def range_source(cpp: str) -> tuple[str, list[str]]:
         # From warp 1.19 the per-task function is a template on whether the launch is linear and
         # contiguous; <false> is the general path (it only changes how indices are computed).
         templated = re.search(r"template <bool wp_linear_contiguous>\s*static void " + re.escape(name) + r"_cpu_kernel_forward\(", cpp)
-        call = f"{name}_cpu_kernel_forward<false>" if templated else f"{name}_cpu_kernel_forward"
-        parts.append(_RANGE_TEMPLATE.format(name=name, bounds=bounds, call=call))
+        loop = "    for (size_t t = begin; t < end; ++t) {call}(*dim, t, _wp_args);"
+        if not templated:
+            body = loop.format(call=f"{name}_cpu_kernel_forward")
+        else:
+            # Choose the linear/contiguous specialisation exactly as Warp's own dispatch does, so
+            # each task runs the code it runs in Warp's loop.
+            dispatch = re.search(
+                r"void " + re.escape(name) + r"_cpu_forward_dispatch\([^)]*\)\s*\{(.*?)\n\}", cpp, re.S
+            )
+            condition = dispatch and re.search(r"const bool wp_linear_contiguous = (.*?);\n", dispatch.group(1))
+            slow = loop.format(call=f"{name}_cpu_kernel_forward<false>")
+            if condition:
+                fast = loop.format(call=f"{name}_cpu_kernel_forward<true>")
+                body = f"    if ({condition.group(1)})\n    {fast}\n    else\n    {slow}"
+            else:
+                body = slow
+        parts.append(_RANGE_TEMPLATE.format(name=name, bounds=bounds, body=body))
         names.append(name)
     return "".join(parts), names
 
