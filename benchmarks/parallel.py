@@ -89,7 +89,8 @@ def main(argv=None):
             for a, b in zip(modes["serial"][1], modes["split"][1])
         )
         print(
-            f"{name}: serial {times['serial'] * 1e6:9.1f} us/op  split({opts.threads}) {times['split'] * 1e6:9.1f} us/op"
+            f"{name}: serial {times['serial'] * 1e6:9.1f} us/op"
+            f"  split({opts.threads}) {times['split'] * 1e6:9.1f} us/op"
             f"  ratio {times['split'] / times['serial']:.3f}  bit-identical {same}"
         )
         if not same:

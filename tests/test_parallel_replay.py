@@ -5,9 +5,11 @@ when every write lands at the task id; each refused shape below is one way a spl
 from Warp's serial task loop.
 """
 
+import numpy as np
 import pytest
 import warp as wp
 
+from apic.replay import parallel
 from apic.replay.splittable import kernel_verdict, launch_arrays_disjoint
 from tests import kernels as K
 from tests import persist_kernels as P
@@ -89,7 +91,55 @@ def _elementwise_math(x: wp.array(dtype=float), y: wp.array(dtype=float), out: w
     out[i] = out[i] + acc
 
 
+@wp.kernel
+def _tid_bumped(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    i += 1
+    out[i] = x[i]
+
+
+@wp.kernel
+def _tid_shadowed_by_loop(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    for i in range(3):
+        out[i] = x[i]
+
+
+@wp.kernel
+def _tid_twice(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    j = wp.tid()
+    out[j] = x[i]
+
+
+@wp.kernel
+def _nested_subscript_write(out: wp.array2d(dtype=float)):
+    i, j = wp.tid()
+    out[i][j] = 1.0
+
+
+@wp.kernel
+def _local_vector_component(out: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    v = out[i]
+    v[0] = 1.0
+    out[i] = v
+
+
+@wp.kernel
+def _prints(out: wp.array(dtype=float)):
+    i = wp.tid()
+    print(i)
+    out[i] = 1.0
+
+
 REFUSED = {
+    _tid_bumped: "index other than the task id",
+    _tid_shadowed_by_loop: "index other than the task id",
+    _tid_twice: "index other than the task id",
+    _nested_subscript_write: "not a kernel argument",
+    _local_vector_component: "not a kernel argument",
+    _prints: "print",
     _atomic_add: "atomic_add",
     _atomic_max: "atomic_max",
     _inplace_add: "in-place update",
@@ -144,10 +194,6 @@ def test_overlapping_launch_arrays_refused():
 
 
 # --- split launches, bit for bit against eager ------------------------------------------------------
-import numpy as np  # noqa: E402
-
-from apic.replay import parallel  # noqa: E402
-
 _RNG = np.random.default_rng(15)
 
 
@@ -288,3 +334,26 @@ def test_small_launch_not_fanned_out():
 def test_threads_must_be_positive():
     with pytest.raises(ValueError, match="threads"):
         parallel.launch(_elementwise_math, 1, [], threads=0)
+
+
+def test_struct_argument_launch_runs_serial():
+    """apply_scaled reads an array through a struct: its memory is outside the overlap check."""
+    n = 10_000
+    s_eager, s_split = P.Scaled(), P.Scaled()
+    data = _RNG.standard_normal(n).astype(np.float32)
+    s_eager.data, s_split.data = wp.array(data, device="cpu"), wp.array(data, device="cpu")
+    s_eager.scale = s_split.scale = 0.5
+    out = _pair(_RNG.standard_normal(n).astype(np.float32))
+    wp.launch(P.apply_scaled, dim=n, inputs=[s_eager, out[0]], device="cpu")
+    assert not parallel.launch(P.apply_scaled, n, [s_split, out[1]], threads=2, min_tasks_per_thread=1)
+    np.testing.assert_array_equal(_bits(out[0]), _bits(out[1]))
+
+
+def test_strided_written_array_runs_serial():
+    n = 1000
+    kernel = K.ARRAY_ACCUM[wp.float32]
+    src = _pair(_RNG.standard_normal(n).astype(np.float32))
+    dst = _pair(_RNG.standard_normal(2 * n).astype(np.float32))
+    wp.launch(kernel, dim=n, inputs=[src[0], dst[0][::2]], device="cpu")
+    assert not parallel.launch(kernel, n, [src[1], dst[1][::2]], threads=2, min_tasks_per_thread=1)
+    np.testing.assert_array_equal(_bits(dst[0]), _bits(dst[1]))

@@ -79,7 +79,9 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
     for i, (label, _) in enumerate(fields):
         setattr(args, label, params[1 + i])
     module_exec = next(
-        m for m in kernel.module.execs.values() if m is not None and any(h is record.hooks for h in m.kernel_hooks.values())
+        m
+        for m in kernel.module.execs.values()
+        if m is not None and any(h is record.hooks for h in m.kernel_hooks.values())
     )
     symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len("_cpu_forward")]
     address = range_entry.range_entry(kernel.module, module_exec, symbol)

@@ -49,7 +49,8 @@ def range_source(cpp: str) -> tuple[str, list[str]]:
     for name, bounds in _ENTRY_RE.findall(cpp):
         # From warp 1.19 the per-task function is a template on whether the launch is linear and
         # contiguous; <false> is the general path (it only changes how indices are computed).
-        templated = re.search(r"template <bool wp_linear_contiguous>\s*static void " + re.escape(name) + r"_cpu_kernel_forward\(", cpp)
+        per_task = r"template <bool wp_linear_contiguous>\s*static void " + re.escape(name) + r"_cpu_kernel_forward\("
+        templated = re.search(per_task, cpp)
         loop = "    for (size_t t = begin; t < end; ++t) {call}(*dim, t, _wp_args);"
         if not templated:
             body = loop.format(call=f"{name}_cpu_kernel_forward")
@@ -83,7 +84,9 @@ def range_entry(kernel_module, module_exec, symbol_name: str) -> int:
         if handle is None:
             source_path = _compat.module_source_path(binary)
             if source_path is None:
-                raise FileNotFoundError(f"generated source of Warp module '{kernel_module.name}' is not in the kernel cache")
+                raise FileNotFoundError(
+                    f"generated source of Warp module '{kernel_module.name}' is not in the kernel cache"
+                )
             with open(source_path, encoding="utf-8") as f:
                 source, _ = range_source(f.read())
             with tempfile.TemporaryDirectory(prefix="apic-range-") as folder:

@@ -146,7 +146,9 @@ def kernel_verdict(kernel) -> Verdict:
                         if not _compat.is_plain_array_type(arg_types.get(sub.value.id)):
                             return Verdict(False, f"line {node.lineno}: writes {sub.value.id}, not a plain wp.array")
                         if tid is None or _index_names(sub) != tid:
-                            return Verdict(False, f"line {node.lineno}: writes {sub.value.id} at an index other than the task id")
+                            return Verdict(
+                                False, f"line {node.lineno}: writes {sub.value.id} at an index other than the task id"
+                            )
                         written.add(sub.value.id)
                         write_nodes.add(id(sub.value))
 
@@ -155,7 +157,8 @@ def kernel_verdict(kernel) -> Verdict:
         if isinstance(node, ast.Name) and node.id in written and id(node) not in write_nodes:
             parent = parents.get(node)
             if not (isinstance(parent, ast.Subscript) and parent.value is node and _index_names(parent) == tid):
-                return Verdict(False, f"line {node.lineno}: reads {node.id} (which it writes) other than at the task id")
+                reason = f"line {node.lineno}: reads {node.id} (which it writes) other than at the task id"
+                return Verdict(False, reason)
     return Verdict(True, "every write lands at the task id; no atomics", frozenset(written))
 
 
