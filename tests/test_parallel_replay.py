@@ -133,7 +133,15 @@ def _prints(out: wp.array(dtype=float)):
     out[i] = 1.0
 
 
+@wp.kernel
+def _volume_store(volume: wp.uint64, out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.volume_store_f(volume, i, 0, 0, 1.0)
+    out[i] = 1.0
+
+
 REFUSED = {
+    _volume_store: "volume_store_f",
     _tid_bumped: "index other than the task id",
     _tid_shadowed_by_loop: "index other than the task id",
     _tid_twice: "index other than the task id",

@@ -27,6 +27,9 @@ from apic import _compat
 # Builtins with effects beyond the task's own element: atomics are racy read-modify-writes on the CPU,
 # printing interleaves, tile operations cooperate across the tasks of a block.
 _UNSAFE_CALL_PREFIXES = ("atomic_", "tile", "print", "printf", "adjoint")
+# Builtins that write memory the analysis does not see (a volume, a pointer), or stop the program.
+_UNSAFE_CALL_NAMES = ("store", "array_store", "volume_store", "volume_store_f", "volume_store_i", "volume_store_v",
+                      "address", "breakpoint")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def kernel_verdict(kernel) -> Verdict:
             name = _call_name(node.func)
             if name is None:
                 return Verdict(False, f"line {node.lineno}: call through an expression")
-            if name.startswith(_UNSAFE_CALL_PREFIXES):
+            if name.startswith(_UNSAFE_CALL_PREFIXES) or name in _UNSAFE_CALL_NAMES:
                 return Verdict(False, f"line {node.lineno}: calls {name} (atomic / cross-task effect)")
             if name != "tid" and not _is_builtin_call(name, node.func):
                 return Verdict(False, f"line {node.lineno}: calls {name}, not a Warp builtin (not analysed)")
