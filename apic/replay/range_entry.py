@@ -1,0 +1,157 @@
+"""Range entry points for Warp CPU kernels: run tasks ``[begin, end)`` of a launch, not all of them.
+
+Warp's exported CPU entry ``<name>_cpu_forward(bounds, args)`` loops over every task of the launch
+itself; the per-task function ``<name>_cpu_kernel_forward`` is ``static`` (a template from 1.19 on)
+and so is not in the object's symbol table. Changing the bounds cannot select a slice either: the task
+index always starts at 0 and the thread id is computed from it and the bounds' shape. So this module
+appends one ``extern "C"`` entry per kernel to Warp's own generated module source (kept in the kernel
+cache next to the ``.o``) and compiles it with Warp's own CPU compiler and the module's options:
+
+    <name>_cpu_forward_range(bounds*, args*, size_t begin, size_t end)
+
+Each task is the same generated code as in Warp's loop, so a launch split into ranges computes the
+same bits, provided its tasks are independent (see :mod:`apic.replay.splittable`). This is a first
+step of the parallel replay (issue 15): the replay interpreter does not call it yet.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import re
+import tempfile
+import threading
+
+from apic import _compat
+
+_ENTRY_RE = re.compile(r"WP_API void (\w+)_cpu_forward\(\s*(wp::launch_bounds_t(?:<\d+>)?)\s*\*?\s*dim")
+
+_RANGE_TEMPLATE = """
+extern "C" {{
+WP_API void {name}_cpu_forward_range({bounds} *dim, wp_args_{name} *_wp_args, size_t begin, size_t end)
+{{
+    wp::tile_shared_storage_t tile_mem;
+#if defined(WP_ENABLE_TILES_IN_STACK_MEMORY)
+    wp::shared_tile_storage = &tile_mem;
+#endif
+{body}
+}}
+}}
+"""
+
+RANGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+
+
+def range_source(cpp: str) -> tuple[str, list[str]]:
+    """Warp's module source with a range entry appended per forward kernel; also the kernel names."""
+    parts, names = [cpp], []
+    for name, bounds in _ENTRY_RE.findall(cpp):
+        # From warp 1.19 the per-task function is a template on whether the launch is linear and
+        # contiguous; <false> is the general path (it only changes how indices are computed).
+        per_task = r"template <bool wp_linear_contiguous>\s*static void " + re.escape(name) + r"_cpu_kernel_forward\("
+        templated = re.search(per_task, cpp)
+        loop = "    for (size_t t = begin; t < end; ++t) {call}(*dim, t, _wp_args);"
+        if not templated:
+            body = loop.format(call=f"{name}_cpu_kernel_forward")
+        else:
+            # Choose the linear/contiguous specialisation exactly as Warp's own dispatch does, so
+            # each task runs the code it runs in Warp's loop.
+            dispatch = re.search(
+                r"void " + re.escape(name) + r"_cpu_forward_dispatch\([^)]*\)\s*\{(.*?)\n\}", cpp, re.S
+            )
+            condition = dispatch and re.search(r"const bool wp_linear_contiguous = (.*?);\n", dispatch.group(1))
+            slow = loop.format(call=f"{name}_cpu_kernel_forward<false>")
+            if condition:
+                fast = loop.format(call=f"{name}_cpu_kernel_forward<true>")
+                body = f"    if ({condition.group(1)})\n    {fast}\n    else\n    {slow}"
+            else:
+                body = slow
+        parts.append(_RANGE_TEMPLATE.format(name=name, bounds=bounds, body=body))
+        names.append(name)
+    return "".join(parts), names
+
+
+_loaded: dict[str, str] = {}  # module binary path -> LLVM module handle of its range object
+_lock = threading.Lock()
+
+
+def range_entry(kernel_module, module_exec, symbol_name: str) -> int:
+    """Address of ``<symbol_name>_cpu_forward_range`` for a loaded Warp module (built once per process)."""
+    binary = _compat.module_binary_path(kernel_module.name, module_exec)
+    with _lock:
+        handle = _loaded.get(binary)
+        if handle is None:
+            source_path = _compat.module_source_path(binary)
+            if source_path is None:
+                raise FileNotFoundError(
+                    f"generated source of Warp module '{kernel_module.name}' is not in the kernel cache"
+                )
+            with open(source_path, encoding="utf-8") as f:
+                source, _ = range_source(f.read())
+            with tempfile.TemporaryDirectory(prefix="apic-range-") as folder:
+                cpp_path = os.path.join(folder, "range.cpp")
+                obj_path = os.path.join(folder, "range.o")
+                with open(cpp_path, "w", encoding="utf-8") as f:
+                    f.write(source)
+                _compat.build_cpu_like_module(obj_path, cpp_path, kernel_module, module_exec)
+                with open(obj_path, "rb") as f:
+                    image = f.read()
+            handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
+            _compat.load_object(image, handle)
+            _loaded[binary] = handle
+    address = _compat.lookup_symbol(handle, symbol_name + "_cpu_forward_range")
+    if not address:
+        raise LookupError(f"no range entry for kernel symbol '{symbol_name}' in module '{kernel_module.name}'")
+    return address
+
+
+class _Pool:
+    """Worker threads kept alive across launches: starting a thread per launch costs ~50 us."""
+
+    def __init__(self) -> None:
+        self._workers: list[queue.SimpleQueue] = []
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+
+    def _worker(self, inbox: queue.SimpleQueue) -> None:
+        while True:
+            job = inbox.get()
+            try:
+                job[0](*job[1:])
+                self._done.put(None)
+            except BaseException as exc:  # reported to the launching thread, never lost
+                self._done.put(exc)
+
+    def run(self, jobs: list[tuple]) -> None:
+        """Run ``jobs[1:]`` on workers and ``jobs[0]`` here; return when all are done."""
+        while len(self._workers) < len(jobs) - 1:
+            inbox: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=self._worker, args=(inbox,), daemon=True, name="apic-split").start()
+            self._workers.append(inbox)
+        for inbox, job in zip(self._workers, jobs[1:]):
+            inbox.put(job)
+        first_error = None
+        try:
+            jobs[0][0](*jobs[0][1:])
+        finally:
+            for _ in jobs[1:]:
+                result = self._done.get()
+                first_error = first_error or result
+        if first_error is not None:
+            raise first_error
+
+
+_pool = _Pool()
+_pool_lock = threading.Lock()  # one split launch at a time uses the pool
+
+
+def run_split(address: int, bounds_ptr: int, args_ptr: int, size: int, threads: int, _keep=None) -> None:
+    """Run tasks ``[0, size)`` as ``threads`` contiguous ranges on pooled threads (ctypes drops the GIL).
+
+    The calling thread runs the first range; ``_keep`` holds what owns the pointers alive meanwhile.
+    """
+    fn = RANGE_FN(address)
+    cuts = [size * k // threads for k in range(threads + 1)]
+    jobs = [(fn, bounds_ptr, args_ptr, cuts[k], cuts[k + 1]) for k in range(threads)]
+    with _pool_lock:
+        _pool.run(jobs)

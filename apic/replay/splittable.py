@@ -1,0 +1,176 @@
+"""Which CPU kernels may have their tasks split across threads, proved from the kernel's source.
+
+A parallel replay may run the tasks of one launch on several threads only where the result cannot
+differ from Warp's serial task loop. On the CPU Warp's atomics (``wp.atomic_*`` and ``a[i] += x`` on
+an array) are plain read-modify-writes, and a task may read what another task writes, so the rule is
+conservative: a kernel is splittable only when every write to memory lands at the task's own index and
+every read of a written array reads that same element. Anything this module cannot prove (a call into
+a user ``@wp.func``, a write through a struct field or a local array, an index other than the task id)
+keeps the kernel serial. The answer comes from the kernel's Python AST (``kernel.adj.tree``), which
+Warp 1.12 and 1.19 both keep, so it does not depend on how either version generates code.
+
+A launch is splittable only when its kernel is, and when no array it writes overlaps another array
+argument of the same launch (two arguments viewing one buffer would let tasks see each other's writes):
+see :func:`launch_arrays_disjoint`; and a written array whose strides make two indices share an
+element (a zero stride) is the launch's to refuse too.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+import warp as wp
+
+from apic import _compat
+
+# Builtins with effects beyond the task's own element: atomics are racy read-modify-writes on the CPU,
+# printing interleaves, tile operations cooperate across the tasks of a block.
+_UNSAFE_CALL_PREFIXES = ("atomic_", "tile", "print", "printf", "adjoint")
+# Builtins that write memory the analysis does not see (a volume, a pointer), or stop the program.
+_UNSAFE_CALL_NAMES = ("store", "array_store", "volume_store", "volume_store_f", "volume_store_i", "volume_store_v",
+                      "address", "breakpoint")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a kernel's tasks may run on several threads; ``reason`` says why not."""
+
+    splittable: bool
+    reason: str
+    written: frozenset = frozenset()  # names of the array arguments the kernel writes (when splittable)
+
+
+def _call_name(func: ast.expr) -> str | None:
+    """``wp.sin`` -> ``sin``, ``sin`` -> ``sin``; anything else (a call through an expression) -> None."""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def _is_builtin_call(name: str, func: ast.expr) -> bool:
+    """True when the call resolves to a Warp builtin (not a user ``@wp.func``, which we don't analyse)."""
+    if isinstance(func, ast.Attribute) and func.value.id not in ("wp", "warp"):
+        return False
+    target = getattr(wp, name, None)
+    if target is None:
+        return name in ("range", "int", "float", "bool", "len", "abs", "min", "max", "round")
+    is_builtin = getattr(target, "is_builtin", None)
+    if callable(is_builtin):
+        return bool(is_builtin())
+    # Types used as constructors (wp.vec3(...), wp.float32(...)) are pure.
+    return isinstance(target, type)
+
+
+def _tid_index(kernel_def: ast.Module) -> tuple[str, ...] | None:
+    """The names bound to ``wp.tid()`` (``i = wp.tid()`` or ``i, j = wp.tid()``), if bound exactly once."""
+    bound: list[tuple[str, ...]] = []
+    assigned: dict[str, int] = {}
+    for node in ast.walk(kernel_def):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+            value = node.value
+            if isinstance(value, ast.Call) and _call_name(value.func) == "tid" and len(targets) == 1:
+                t = targets[0]
+                if isinstance(t, ast.Name):
+                    bound.append((t.id,))
+                elif isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts):
+                    bound.append(tuple(e.id for e in t.elts))
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.For):
+            targets = [node.target]
+        for t in targets:
+            for n in ast.walk(t):
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                    assigned[n.id] = assigned.get(n.id, 0) + 1
+    if len(bound) != 1:
+        return None
+    names = bound[0]
+    # A task id reassigned later would no longer be the task's own index.
+    if any(assigned.get(n, 0) != 1 for n in names):
+        return None
+    return names
+
+
+def _index_names(sub: ast.Subscript) -> tuple[str, ...] | None:
+    """``a[i]`` -> ``("i",)``, ``a[i, j]`` -> ``("i", "j")``; any other index -> None."""
+    index = sub.slice
+    if isinstance(index, ast.Name):
+        return (index.id,)
+    if isinstance(index, ast.Tuple) and all(isinstance(e, ast.Name) for e in index.elts):
+        return tuple(e.id for e in index.elts)
+    return None
+
+
+def kernel_verdict(kernel) -> Verdict:
+    """Decide from a ``wp.Kernel``'s source whether its tasks may be split across threads (conservative)."""
+    adj = getattr(kernel, "adj", None)
+    tree = getattr(adj, "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return Verdict(False, "kernel source not available")
+    # Only the body: decorators (``@wp.kernel(...)``) and annotations are not kernel code.
+    kernel_def = ast.Module(body=tree.body[0].body, type_ignores=[])
+    arg_names = {a.arg for a in tree.body[0].args.args}
+    arg_types = {a.label: a.type for a in getattr(adj, "args", ())}
+    tid = _tid_index(kernel_def)
+
+    parents: dict[ast.AST, ast.AST] = {}
+    for node in ast.walk(kernel_def):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+
+    written: set[str] = set()
+    write_nodes: set[int] = set()
+    for node in ast.walk(kernel_def):
+        if isinstance(node, ast.AugAssign) and not isinstance(node.target, ast.Name):
+            return Verdict(False, f"line {node.lineno}: in-place update of memory (an atomic on the CPU)")
+        if isinstance(node, ast.Call):
+            name = _call_name(node.func)
+            if name is None:
+                return Verdict(False, f"line {node.lineno}: call through an expression")
+            if name.startswith(_UNSAFE_CALL_PREFIXES) or name in _UNSAFE_CALL_NAMES:
+                return Verdict(False, f"line {node.lineno}: calls {name} (atomic / cross-task effect)")
+            if name != "tid" and not _is_builtin_call(name, node.func):
+                return Verdict(False, f"line {node.lineno}: calls {name}, not a Warp builtin (not analysed)")
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                        return Verdict(False, f"line {node.lineno}: writes through a field")
+                    if isinstance(sub, ast.Subscript) and isinstance(sub.ctx, ast.Store):
+                        if not (isinstance(sub.value, ast.Name) and sub.value.id in arg_names):
+                            return Verdict(False, f"line {node.lineno}: writes to memory not a kernel argument")
+                        # An indexed or fabric array may map two task ids to one element.
+                        if not _compat.is_plain_array_type(arg_types.get(sub.value.id)):
+                            return Verdict(False, f"line {node.lineno}: writes {sub.value.id}, not a plain wp.array")
+                        if tid is None or _index_names(sub) != tid:
+                            return Verdict(
+                                False, f"line {node.lineno}: writes {sub.value.id} at an index other than the task id"
+                            )
+                        written.add(sub.value.id)
+                        write_nodes.add(id(sub.value))
+
+    # Every read of a written array must read the task's own element.
+    for node in ast.walk(kernel_def):
+        if isinstance(node, ast.Name) and node.id in written and id(node) not in write_nodes:
+            parent = parents.get(node)
+            if not (isinstance(parent, ast.Subscript) and parent.value is node and _index_names(parent) == tid):
+                reason = f"line {node.lineno}: reads {node.id} (which it writes) other than at the task id"
+                return Verdict(False, reason)
+    return Verdict(True, "every write lands at the task id; no atomics", frozenset(written))
+
+
+def launch_arrays_disjoint(written: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
+    """True when no written ``(address, nbytes)`` range overlaps another array argument's range."""
+    for i, (wa, wn) in enumerate(written):
+        for j, (oa, on) in enumerate(written + others):
+            if j == i or wn == 0 or on == 0:
+                continue
+            if wa < oa + on and oa < wa + wn:
+                return False
+    return True
