@@ -6,6 +6,7 @@ import collections
 import hashlib
 import json
 import os
+import unicodedata
 
 
 def add_parser(subparsers):
@@ -135,6 +136,33 @@ def describe(path: str) -> dict:
     }
 
 
+def _escape(text: str) -> str:
+    """``text`` with every character a terminal could act on written as an escape: control and format
+    characters (ESC, CR, LF, NUL, bidi overrides such as U+202E), line/paragraph separators, surrogates,
+    unassigned code points, and the backslash itself (so an escape in the output always means one)."""
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _safe(value):
+    """``value`` (inspect's plain data) with every string, dict keys included, passed through ``_escape``."""
+    if isinstance(value, str):
+        return _escape(value)
+    if isinstance(value, dict):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_safe(v) for v in value]
+    return value
+
+
 def _where(ref: dict) -> str:
     return f"r{ref['region']}+{ref['offset']}"
 
@@ -172,6 +200,8 @@ def _op_line(op: dict) -> str:
 
 
 def _text(info: dict) -> str:
+    """The text view; every string from the file is escaped first (a file cannot forge output lines)."""
+    info = _safe(info)
     w, t = info["writer"], info["target"]
     lines = [
         f"{info['file']} ({info['file_size']:,} bytes)",
@@ -218,5 +248,6 @@ def _text(info: dict) -> str:
 
 def run(args) -> int:
     info = describe(args.path)
-    print(json.dumps(info, indent=2) if args.json else _text(info))
+    # JSON: ensure_ascii (the default) writes every control and non-ASCII character as an escape
+    print(json.dumps(info, indent=2, ensure_ascii=True) if args.json else _text(info))
     return 0
