@@ -67,6 +67,22 @@ def _op(op, kernels) -> dict:
     return {"kind": "alloc", "dst": _ref(op.dst), "nbytes": op.nbytes}
 
 
+def _distinct_ops(sequence, kernels) -> list[dict]:
+    """Each distinct op once, in order of first use, with ``count`` (times it runs in the sequence) and
+    ``first`` (its first position). The reader hands every repeat of a distinct op as the same object,
+    so counting by identity keeps inspect's own working set to the distinct ops, whatever the
+    sequence's length (no per-position entry is ever built)."""
+    counts = collections.Counter(map(id, sequence))
+    first: dict[int, tuple[int, object]] = {}
+    for position, op in enumerate(sequence):
+        if id(op) not in first:
+            first[id(op)] = (position, op)
+            if len(first) == len(counts):
+                break
+    return [{**_op(op, kernels), "count": counts[key], "first": position}
+            for key, (position, op) in first.items()]
+
+
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
     from apic.errors import ApicError
@@ -102,7 +118,7 @@ def describe(path: str) -> dict:
     except ApicError as error:
         loads_here = {"ok": False, "reason": str(error)}
 
-    ops = [_op(op, recording.kernels) for op in recording.ops]
+    ops = _distinct_ops(recording.ops, recording.kernels)
     return {
         "file": wrp_path,
         "file_size": len(data),
@@ -131,7 +147,8 @@ def describe(path: str) -> dict:
              "region": b.region, "offset": b.offset, "nbytes": b.nbytes}
             for b in saved.bindings
         ],
-        "op_counts": dict(collections.Counter(op["kind"] for op in ops)),
+        "op_count": len(recording.ops),
+        "op_counts": dict(sum((collections.Counter({op["kind"]: op["count"]}) for op in ops), collections.Counter())),
         "ops": ops,
     }
 
@@ -240,9 +257,9 @@ def _text(info: dict) -> str:
         lines.append(f"  {b['name']}: {b['kind']} {b['dtype']} {tuple(b['shape'])} "
                      f"at r{b['region']}+{b['offset']} ({b['nbytes']:,} B)")
     counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
-    lines.append(f"ops ({len(info['ops'])}{': ' + counts if counts else ''}):")
+    lines.append(f"ops ({info['op_count']}{': ' + counts if counts else ''}; {len(info['ops'])} distinct):")
     for i, op in enumerate(info["ops"]):
-        lines.append(f"  [{i}] {_op_line(op)}")
+        lines.append(f"  [{i}] x{op['count']} from position {op['first']}: {_op_line(op)}")
     return "\n".join(lines)
 
 
