@@ -143,3 +143,15 @@ def test_fifo_is_refused_without_blocking(saved, tmp_path):
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "FormatError:" in result.stdout and "not a regular file" in result.stdout, result.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_inspect_reports_odd_entries_without_blocking(saved, tmp_path):
+    """``inspect`` reads module files as a load does: a FIFO is reported refused, never read."""
+    stem, module = saved
+    os.unlink(module)
+    os.mkfifo(module)
+    result = subprocess.run([sys.executable, "-m", "apic", "inspect", str(stem)], env=child_env(),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused:" in result.stdout and "not a regular file" in result.stdout, result.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
 import unicodedata
 
 
@@ -85,7 +84,8 @@ def _distinct_ops(sequence, kernels) -> list[dict]:
 
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
-    from apic.errors import ApicError
+    from apic.errors import ApicError, FormatError
+    from apic.format.module_folder import ModuleFolder
     from apic.format import reader, writer
     from apic.replay import loader
 
@@ -96,15 +96,23 @@ def describe(path: str) -> dict:
     recording = saved.recording
 
     modules = []
-    for m in saved.modules:
-        file = os.path.join(modules_dir, m.file)
-        if not os.path.isfile(file):
-            status = "missing"
-        else:
-            with open(file, "rb") as f:
-                status = "ok" if hashlib.sha256(f.read()).hexdigest() == m.sha256 else "checksum mismatch"
-        modules.append({"name": m.name, "file": m.file, "size": m.size, "sha256": m.sha256,
-                        "native_types": list(m.native_types), "status": status})
+    # read as a load reads them: no symlinks, regular files of the recorded size, never blocking
+    folder = ModuleFolder(modules_dir, {m.file: m.size for m in saved.modules})
+    try:
+        for m in saved.modules:
+            try:
+                image = folder.fetch(m.file)
+            except FormatError as error:
+                status = f"refused: {error}"
+            else:
+                if image is None:
+                    status = "missing"
+                else:
+                    status = "ok" if hashlib.sha256(image).hexdigest() == m.sha256 else "checksum mismatch"
+            modules.append({"name": m.name, "file": m.file, "size": m.size, "sha256": m.sha256,
+                            "native_types": list(m.native_types), "status": status})
+    finally:
+        folder.close()
     try:
         if saved.device is not None:  # a CUDA graph: needs cuda-python and a GPU that runs its modules
             from apic.replay.cuda import unavailable_reason
