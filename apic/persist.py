@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
+from apic.format.module_folder import ModuleFolder
 
 
 def _cpu_device(device):
@@ -126,21 +127,22 @@ def capture_load(path, device=None):
             ``OSError`` and a ``RuntimeError``.
     """
     from apic.format import reader, writer
-    from apic.replay import loader
 
     wrp_path, modules_dir = writer.wrp_paths(path)
     shown = os.fspath(path) if os.fspath(path).endswith(".wrp") else f"{os.fspath(path)}.wrp"
     saved = reader.read(_read_graph_file(wrp_path, shown))
 
-    def fetch(name: str):
-        target = os.path.join(modules_dir, name)
-        # reader.read has checked the name (no separators, no leading dot); check again on this path
-        if os.path.dirname(os.path.abspath(target)) != os.path.abspath(modules_dir):
-            return None
-        try:
-            return _read_file(target)
-        except FileNotFoundError:
-            return None
+    folder = ModuleFolder(modules_dir, {module.file: module.size for module in saved.modules})
+    fetch = folder.fetch
+    try:
+        return _load(saved, fetch, modules_dir, device)
+    finally:
+        folder.close()
+
+
+def _load(saved, fetch, modules_dir: str, device):
+    """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
+    from apic.replay import loader
 
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
         from apic.replay import cuda as cuda_replay
