@@ -61,6 +61,9 @@ from dataclasses import dataclass, field
 
 import warp as wp
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/ (the fuzz package), when run as a script
+from fuzz import control_seed, fs_odd  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 for _path in (HERE, REPO):
@@ -68,7 +71,7 @@ for _path in (HERE, REPO):
         sys.path.insert(0, _path)
 
 HEADER = struct.Struct("<8sIIQ32s")  # as apic.format.schema.HEADER (kept here so the worker protocol needs no apic)
-SEEDS = ("memory", "sim", "indexed", "handles")
+SEEDS = ("memory", "sim", "indexed", "handles", "control")
 
 
 # ==================================================================================================
@@ -76,6 +79,12 @@ SEEDS = ("memory", "sim", "indexed", "handles")
 # ==================================================================================================
 @wp.kernel
 def _indexed_gather(src: wp.indexedarray(dtype=float), dst: wp.array(dtype=float), scale: float):
+    i = wp.tid()
+    dst[i] = src[i] * scale
+
+
+@wp.kernel
+def _scaled_copy(src: wp.array(dtype=float), dst: wp.array(dtype=float), scale: float):
     i = wp.tid()
     dst[i] = src[i] * scale
 
@@ -153,6 +162,7 @@ def make_seeds(folder: str) -> dict[str, str]:
         wp.launch(_mesh_and_grid, dim=4, inputs=[mesh.id, grid.id, points, out], device=cpu)
     wp.capture_save(cap.graph, os.path.join(folder, "handles"), inputs={"points": points}, outputs={"out": out})
     paths["handles"] = os.path.join(folder, "handles.wrp")
+    paths["control"] = control_seed.save_control(folder, _scaled_copy)
     return {name: paths[name] for name in SEEDS}
 
 
@@ -821,7 +831,7 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
             for name in graph.params:  # bound views lie inside their regions
                 graph.param_numpy(name).copy()
                 result["params"] += 1
-            if request.get("replay") and replay_safe(graph):
+            if request.get("replay") and (request.get("replay_all") or replay_safe(graph)):
                 wp.capture_launch(graph)
                 graph.launch(2)
                 result["replayed"] = True
@@ -993,8 +1003,13 @@ def run_cli(path: str) -> tuple[str | None, str]:
 
 def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, seed: int = 0,
          seeds: dict[str, str] | None = None, timeout: float = 10.0, cli_every: int = 0, cli_first: int = 0,
-         graph_limit: int = 256 << 20, headroom: int = 4 << 30, log=None) -> Stats:
-    """Fuzz for ``seconds`` or ``inputs`` (whichever ends first); findings are written to ``workdir/findings``."""
+         graph_limit: int = 256 << 20, headroom: int = 4 << 30, log=None, replay_all: bool = False,
+         fs_every: int = 0) -> Stats:
+    """Fuzz for ``seconds`` or ``inputs`` (whichever ends first); findings are written to ``workdir/findings``.
+
+    ``replay_all`` replays every graph that loads (kernel launches and handles included), not only those
+    safe by construction; ``fs_every``: every N-th input is a seed with an odd entry in its modules folder
+    (tests/fuzz/fs_odd.py) instead of a mutated file."""
     os.makedirs(workdir, exist_ok=True)
     if seeds is None:
         seeds = make_seeds(os.path.join(workdir, "seeds"))
@@ -1015,13 +1030,20 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
             if (seconds is not None and elapsed >= seconds) or (inputs is not None and stats.inputs >= inputs):
                 break
             name = names[stats.inputs % len(names)]
-            strategy, data, recipe = mutator.mutate(name)
-            path = os.path.join(inputs_dir, name + ".wrp")
-            with open(path, "wb") as f:
-                f.write(data)
-            request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules",
-                       "mode": "file" if stats.inputs % 2 else "bytes",
-                       "corrupt_modules": rng.random() < 0.05, "replay": True, "inspect": True}
+            if fs_every and stats.inputs % fs_every == fs_every - 1:
+                strategy, path = fs_odd.make(rng, seeds[name], os.path.join(workdir, "odd"), stats.inputs % 8)
+                with open(path, "rb") as f:
+                    data, recipe = f.read(), {"seed": name, "fs": strategy, "edits": []}
+                mode = "file"
+            else:
+                strategy, data, recipe = mutator.mutate(name)
+                path = os.path.join(inputs_dir, name + ".wrp")
+                with open(path, "wb") as f:
+                    f.write(data)
+                mode = "file" if stats.inputs % 2 else "bytes"
+            request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules", "mode": mode,
+                       "corrupt_modules": mode == "bytes" and rng.random() < 0.05, "replay": True,
+                       "replay_all": replay_all, "inspect": True}
             answer = worker.ask(request)
             outcome = answer["outcome"]
             if worker.proc is None:
@@ -1134,6 +1156,10 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=None, help="where inputs, findings and stats.json go (default: a temp folder)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds one input may take (hang detection)")
     parser.add_argument("--cli-every", type=int, default=250, help="run `python -m apic inspect` in a fresh process every N inputs")
+    parser.add_argument("--safe-replay-only", action="store_true",
+                        help="replay only graphs without launches or handles (default: replay every graph that loads)")
+    parser.add_argument("--fs-every", type=int, default=10, help="every N-th input has an odd modules folder (0: never)")
+    parser.add_argument("--memory-gib", type=float, default=2.0, help="address space a child may add after warming up")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -1152,7 +1178,8 @@ def main(argv=None) -> int:
     seconds = None if args.inputs and args.minutes is None else 60 * (args.minutes or 1)
     print(f"fuzzing the .wrp loader (warp-lang {wp.config.version}, seed {seed}, workdir {workdir})", flush=True)
     stats = fuzz(workdir, seconds=seconds, inputs=args.inputs, seed=seed, timeout=args.timeout,
-                 cli_every=args.cli_every, log=lambda line: print(line, flush=True))
+                 cli_every=args.cli_every, log=lambda line: print(line, flush=True),
+                 replay_all=not args.safe_replay_only, fs_every=args.fs_every, headroom=int(args.memory_gib * (1 << 30)))
     print(stats.summary())
     print("most frequent refusals:")
     for message, count in sorted(stats.refusals.items(), key=lambda kv: -kv[1])[:25]:
