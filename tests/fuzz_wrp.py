@@ -1031,6 +1031,7 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                 break
             name = names[stats.inputs % len(names)]
             if fs_every and stats.inputs % fs_every == fs_every - 1:
+                name = rng.choice(names)
                 strategy, path = fs_odd.make(rng, seeds[name], os.path.join(workdir, "odd"), stats.inputs % 8)
                 with open(path, "rb") as f:
                     data, recipe = f.read(), {"seed": name, "fs": strategy, "edits": []}
@@ -1109,6 +1110,9 @@ def corpus_inputs(corpus_dir: str, seeds: dict[str, str]) -> list[tuple[str, str
         if name.endswith(".json"):
             with open(path) as f:
                 recipe = json.load(f)
+            if recipe.get("fs"):  # an odd modules folder: made again by check_inputs
+                entries.append((name, recipe["seed"], b"", recipe))
+                continue
             entries.append((name, recipe["seed"], apply_recipe(recipe, seeds), recipe))
         elif name.endswith(".wrp"):
             with open(path, "rb") as f:
@@ -1124,7 +1128,13 @@ def check_inputs(workdir: str, seeds: dict[str, str], inputs, timeout: float = 3
     worker = Worker(workdir, 256 << 20, 4 << 30, timeout)
     results = {}
     try:
-        for i, (name, seed, data, *_) in enumerate(inputs):
+        for i, (name, seed, data, *rest) in enumerate(inputs):
+            recipe = rest[0] if rest else {}
+            if recipe.get("fs"):
+                _, path = fs_odd.make(random.Random(0), seeds[seed], os.path.join(workdir, "odd"), i, recipe["fs"])
+                results[name] = [worker.ask({"id": 2 * i, "wrp": path, "modules": path[:-4] + "_modules",
+                                             "mode": "file", "replay": True, "replay_all": True, "inspect": True})]
+                continue
             path = os.path.join(inputs_dir, seed + ".wrp")
             with open(path, "wb") as f:
                 f.write(data)

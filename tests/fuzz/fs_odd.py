@@ -17,9 +17,10 @@ STRATEGIES = ("fs-symlink-other", "fs-symlink-devzero", "fs-symlink-dangling", "
               "fs-grow", "fs-shrink", "fs-folder-symlink", "fs-missing")
 
 
-def make(rng: random.Random, seed_wrp: str, dest: str, n: int) -> tuple[str, str]:
-    """Write one odd copy of ``seed_wrp`` under ``dest``; returns (strategy, path of the copied ``.wrp``)."""
-    strategy = rng.choice(STRATEGIES)
+def make(rng: random.Random, seed_wrp: str, dest: str, n: int, strategy: str | None = None) -> tuple[str, str]:
+    """Write one odd copy of ``seed_wrp`` under ``dest``; returns (strategy, path of the copied ``.wrp``).
+    ``strategy`` (default: drawn from ``rng``) replays a corpus entry."""
+    strategy = strategy or rng.choice(STRATEGIES)
     folder = os.path.join(dest, f"odd-{n}")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
