@@ -1139,7 +1139,8 @@ def check_inputs(workdir: str, seeds: dict[str, str], inputs, timeout: float = 3
             with open(path, "wb") as f:
                 f.write(data)
             results[name] = [worker.ask({"id": 2 * i + k, "wrp": path, "modules": path[:-4] + "_modules",
-                                         "mode": mode, "replay": True, "inspect": True})
+                                         "mode": mode, "replay": True, "replay_all": bool(recipe.get("replay_all")),
+                                         "inspect": True})
                              for k, mode in enumerate(("file", "bytes"))]
     finally:
         worker.stop()
