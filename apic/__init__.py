@@ -8,11 +8,12 @@ version, and a captured graph replays in one native call with no Python per oper
 
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
 from apic.errors import ApicError, BindingError, CaptureError, FormatError, GraphMemoryError
-from apic.errors import IncompatibleGraphError
+from apic.errors import IncompatibleGraphError, LoopLimitError
 from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.record.shims import install, is_installed, uninstall
+from apic.replay.program import max_loop_iterations, set_max_loop_iterations
 
 __version__ = "0.1.0"
 
@@ -24,6 +25,7 @@ __all__ = [
     "Graph",
     "GraphMemoryError",
     "IncompatibleGraphError",
+    "LoopLimitError",
     "ScopedCapture",
     "UnsupportedOperationError",
     "__version__",
@@ -35,6 +37,8 @@ __all__ = [
     "capture_save",
     "install",
     "is_installed",
+    "max_loop_iterations",
+    "set_max_loop_iterations",
     "uninstall",
 ]
 

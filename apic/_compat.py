@@ -59,6 +59,8 @@ LAUNCH_KEEPS_ARGS: bool = "fwd_args" in inspect.signature(wp_context.Launch.__in
 
 # Functions that exist only in some versions (None where absent).
 invoke_cpu_blocks = getattr(wp_context, "invoke_cpu_blocks", None)
+# Cooperative CPU blocks (a kernel's block dispatcher, checked through wp_take_cpu_block_error): 1.19+.
+CPU_BLOCKS: bool = invoke_cpu_blocks is not None
 
 # Native `array_t.ndim` is int32 up to 1.12 and int16 (followed by int16 flags) from 1.13; reading
 # the low int16 at offset 48 is right for both on little-endian hosts.

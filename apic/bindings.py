@@ -148,8 +148,11 @@ def binding_view(binding: Binding, region_address: int) -> np.ndarray:
     return raw_view(region_address + binding.offset, binding.elem_size, binding.shape, binding.strides)
 
 
-def typed_view(binding: Binding, region_address: int) -> np.ndarray:
-    """A typed NumPy view (``shape + elem_shape`` of ``np_dtype``) of the binding's memory."""
+def typed_view(binding: Binding, region_address: int, owner=None) -> np.ndarray:
+    """A typed NumPy view (``shape + elem_shape`` of ``np_dtype``) of the binding's memory.
+
+    ``owner`` (the graph) is kept alive by the view, so the view stays valid after the user drops it.
+    """
     if binding.np_dtype is None:
         raise BindingError(f"binding '{binding.name}' has dtype {binding.dtype}, which has no NumPy equivalent")
     dtype = np.dtype(binding.np_dtype)
@@ -163,6 +166,7 @@ def typed_view(binding: Binding, region_address: int) -> np.ndarray:
     if hi == lo:
         return np.zeros(shape, dtype=dtype)
     buffer = (ctypes.c_uint8 * (hi - lo)).from_address(lo)
+    buffer.apic_owner = owner  # the view's .base chain ends at this buffer: it keeps the graph's memory alive
     strides = tuple(binding.strides) + tuple(inner)
     return np.ndarray(shape, dtype=dtype, buffer=buffer, offset=start - lo, strides=strides)
 
@@ -173,3 +177,41 @@ def array_view(arr) -> np.ndarray:
     if not ptr:
         return np.empty(shape, dtype=np.dtype((np.void, elem_size)))
     return raw_view(ptr, elem_size, shape, strides)
+
+
+# --- user arrays: read-only destinations, array-like sources ---------------------------------------
+def check_writable(arr, where: str) -> None:
+    """Refuse a destination whose memory is read-only: a NumPy array with ``writeable=False``, or a
+    Warp array made over one (``wp.array(ro, copy=False)`` and its views, found through ``_ref``)."""
+    seen = arr
+    for _ in range(64):  # a Warp view refers to its parent; the chain ends at the memory's owner
+        if isinstance(seen, np.ndarray):
+            if not seen.flags.writeable:
+                raise BindingError(f"{where}: the destination array is read-only (writeable=False)")
+            return
+        if isinstance(seen, memoryview):
+            if seen.readonly:
+                raise BindingError(f"{where}: the destination array is read-only")
+            return
+        seen = getattr(seen, "_ref", None)
+        if seen is None:
+            return
+
+
+def array_like_copy(binding: Binding, value, where: str) -> np.ndarray:
+    """A new NumPy array holding ``value`` (NumPy, list, memoryview, torch tensor, anything
+    ``np.array`` takes) with the binding's element type and ``shape + elem_shape``; always a copy, so
+    the graph never aliases the caller's memory."""
+    if binding.np_dtype is None:
+        raise BindingError(f"{where}: binding dtype {binding.dtype} has no NumPy equivalent; pass a Warp array")
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor (maybe on a GPU or needing grad)
+        value = value.detach().cpu().numpy()
+    source = np.array(value, copy=True)
+    expected = tuple(binding.shape) + tuple(binding.elem_shape)
+    if source.shape != expected:
+        raise BindingError(f"{where}: shape {source.shape} (expected {expected})")
+    if source.dtype != np.dtype(binding.np_dtype):
+        if not np.can_cast(source.dtype, np.dtype(binding.np_dtype), casting="same_kind"):
+            raise BindingError(f"{where}: dtype {source.dtype} (expected {np.dtype(binding.np_dtype)})")
+        source = source.astype(np.dtype(binding.np_dtype))
+    return source

@@ -42,3 +42,7 @@ class IncompatibleGraphError(ApicError, RuntimeError):
 
 class GraphMemoryError(ApicError, MemoryError):
     """A loaded graph needs more memory than this process may give it (its regions are allocated up front)."""
+
+
+class LoopLimitError(ApicError, RuntimeError):
+    """A replayed ``capture_while`` loop ran more iterations than ``apic.max_loop_iterations()`` allows."""

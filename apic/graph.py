@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from apic import _compat
+from apic.errors import BindingError
 from apic.record.ops import HandleRef
 from apic.record.recorder import active
 from apic.record.recording import Recording
@@ -92,18 +95,35 @@ class Graph:
         return binding
 
     def set_param(self, name: str, arr) -> None:
-        """Copy the Warp array ``arr`` into the named parameter (dtype, shape and size must match)."""
+        """Copy ``arr`` into the named parameter: a Warp array (dtype, shape and size must match) or any
+        array-like NumPy takes (NumPy, list, memoryview, torch tensor; shape ``shape + element shape``).
+        Always a copy: changing ``arr`` later does not change the graph."""
         from apic import bindings as b
 
         binding = self._binding(name, "set_param")
-        b.check_array(binding, arr, "set_param")
-        b.binding_view(binding, self.region_addresses[binding.region])[...] = b.array_view(arr)
+        where = f"set_param('{name}')"
+        if b.is_warp_array(arr):
+            b.check_array(binding, arr, "set_param")
+            b.binding_view(binding, self.region_addresses[binding.region])[...] = b.array_view(arr)
+            return
+        source = b.array_like_copy(binding, arr, where)
+        b.typed_view(binding, self.region_addresses[binding.region], self)[...] = source
 
     def get_param(self, name: str, arr) -> None:
-        """Copy the named parameter into the Warp array ``arr`` (dtype, shape and size must match)."""
+        """Copy the named parameter into ``arr``: a Warp array (dtype, shape and size must match) or a
+        NumPy array of the parameter's element type and ``shape + element shape``. A read-only
+        destination raises ``BindingError``; nothing is written."""
         from apic import bindings as b
 
         binding = self._binding(name, "get_param")
+        where = f"get_param('{name}')"
+        b.check_writable(arr, where)
+        if isinstance(arr, np.ndarray):
+            view = b.typed_view(binding, self.region_addresses[binding.region], self)
+            if arr.shape != view.shape or arr.dtype != view.dtype:
+                raise BindingError(f"{where}: the array is {arr.dtype} {arr.shape}; expected {view.dtype} {view.shape}")
+            arr[...] = view
+            return
         b.check_array(binding, arr, "get_param")
         b.array_view(arr)[...] = b.binding_view(binding, self.region_addresses[binding.region])
 
@@ -119,7 +139,7 @@ class Graph:
         from apic import bindings as b
 
         binding = self._binding(name, "param_numpy")
-        return b.typed_view(binding, self.region_addresses[binding.region])
+        return b.typed_view(binding, self.region_addresses[binding.region], self)  # keeps this graph alive
 
     def __repr__(self) -> str:
         return f"<apic.Graph device={self.device} ops={self.op_count} regions={len(self.recording.regions)}>"

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from apic.errors import CaptureError
+from apic.format.module_folder import ModuleFolder
 
 
 def _cpu_device(device):
@@ -98,20 +99,21 @@ def capture_load(path, device=None):
         OSError: The file cannot be read.
     """
     from apic.format import reader, writer
-    from apic.replay import loader
 
     wrp_path, modules_dir = writer.wrp_paths(path)
     saved = reader.read(_read_file(wrp_path))
 
-    def fetch(name: str):
-        target = os.path.join(modules_dir, name)
-        # reader.read has checked the name (no separators, no leading dot); check again on this path
-        if os.path.dirname(os.path.abspath(target)) != os.path.abspath(modules_dir):
-            return None
-        try:
-            return _read_file(target)
-        except FileNotFoundError:
-            return None
+    folder = ModuleFolder(modules_dir, {module.file: module.size for module in saved.modules})
+    fetch = folder.fetch
+    try:
+        return _load(saved, fetch, modules_dir, device)
+    finally:
+        folder.close()
+
+
+def _load(saved, fetch, modules_dir: str, device):
+    """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
+    from apic.replay import loader
 
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
         from apic.replay import cuda as cuda_replay

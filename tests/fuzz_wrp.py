@@ -1094,10 +1094,7 @@ def _inputs_dir(workdir: str, seeds: dict[str, str]) -> str:
         link = os.path.join(inputs_dir, name + "_modules")
         if not os.path.lexists(link):
             source = path[: -len(".wrp")] + "_modules"
-            try:
-                os.symlink(source, link)
-            except OSError:
-                shutil.copytree(source, link)
+            shutil.copytree(source, link)  # a copy: a load refuses a modules folder that is a symlink
     return inputs_dir
 
 

@@ -115,9 +115,13 @@ def test_wrong_size(graph, method):
         getattr(graph, method)("x", wp.zeros(N + 1, dtype=wp.vec3, device="cpu"))
 
 
-def test_not_a_warp_array(graph):
+def test_not_an_array(graph):
+    """set_param copies from any array-like (tests/test_lifetimes.py); get_param writes only into a
+    Warp or NumPy array."""
     with pytest.raises(TypeError, match="expected a Warp array"):
-        graph.set_param("x", np.zeros((N, 3), np.float32))
+        graph.get_param("x", [0.0] * N)
+    with pytest.raises(apic.BindingError, match="shape"):
+        graph.set_param("x", "not an array")
 
 
 def test_param_numpy_view(graph):

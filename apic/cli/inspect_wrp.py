@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
+import unicodedata
 
 
 def add_parser(subparsers):
@@ -66,9 +66,26 @@ def _op(op, kernels) -> dict:
     return {"kind": "alloc", "dst": _ref(op.dst), "nbytes": op.nbytes}
 
 
+def _distinct_ops(sequence, kernels) -> list[dict]:
+    """Each distinct op once, in order of first use, with ``count`` (times it runs in the sequence) and
+    ``first`` (its first position). The reader hands every repeat of a distinct op as the same object,
+    so counting by identity keeps inspect's own working set to the distinct ops, whatever the
+    sequence's length (no per-position entry is ever built)."""
+    counts = collections.Counter(map(id, sequence))
+    first: dict[int, tuple[int, object]] = {}
+    for position, op in enumerate(sequence):
+        if id(op) not in first:
+            first[id(op)] = (position, op)
+            if len(first) == len(counts):
+                break
+    return [{**_op(op, kernels), "count": counts[key], "first": position}
+            for key, (position, op) in first.items()]
+
+
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
-    from apic.errors import ApicError
+    from apic.errors import ApicError, FormatError
+    from apic.format.module_folder import ModuleFolder
     from apic.format import reader, writer
     from apic.replay import loader
 
@@ -79,15 +96,23 @@ def describe(path: str) -> dict:
     recording = saved.recording
 
     modules = []
-    for m in saved.modules:
-        file = os.path.join(modules_dir, m.file)
-        if not os.path.isfile(file):
-            status = "missing"
-        else:
-            with open(file, "rb") as f:
-                status = "ok" if hashlib.sha256(f.read()).hexdigest() == m.sha256 else "checksum mismatch"
-        modules.append({"name": m.name, "file": m.file, "size": m.size, "sha256": m.sha256,
-                        "native_types": list(m.native_types), "status": status})
+    # read as a load reads them: no symlinks, regular files of the recorded size, never blocking
+    folder = ModuleFolder(modules_dir, {m.file: m.size for m in saved.modules})
+    try:
+        for m in saved.modules:
+            try:
+                image = folder.fetch(m.file)
+            except FormatError as error:
+                status = f"refused: {error}"
+            else:
+                if image is None:
+                    status = "missing"
+                else:
+                    status = "ok" if hashlib.sha256(image).hexdigest() == m.sha256 else "checksum mismatch"
+            modules.append({"name": m.name, "file": m.file, "size": m.size, "sha256": m.sha256,
+                            "native_types": list(m.native_types), "status": status})
+    finally:
+        folder.close()
     try:
         if saved.device is not None:  # a CUDA graph: needs cuda-python and a GPU that runs its modules
             from apic.replay.cuda import unavailable_reason
@@ -101,7 +126,7 @@ def describe(path: str) -> dict:
     except ApicError as error:
         loads_here = {"ok": False, "reason": str(error)}
 
-    ops = [_op(op, recording.kernels) for op in recording.ops]
+    ops = _distinct_ops(recording.ops, recording.kernels)
     return {
         "file": wrp_path,
         "file_size": len(data),
@@ -130,9 +155,37 @@ def describe(path: str) -> dict:
              "region": b.region, "offset": b.offset, "nbytes": b.nbytes}
             for b in saved.bindings
         ],
-        "op_counts": dict(collections.Counter(op["kind"] for op in ops)),
+        "op_count": len(recording.ops),
+        "op_counts": dict(sum((collections.Counter({op["kind"]: op["count"]}) for op in ops), collections.Counter())),
         "ops": ops,
     }
+
+
+def _escape(text: str) -> str:
+    """``text`` with every character a terminal could act on written as an escape: control and format
+    characters (ESC, CR, LF, NUL, bidi overrides such as U+202E), line/paragraph separators, surrogates,
+    unassigned code points, and the backslash itself (so an escape in the output always means one)."""
+    out = []
+    for char in text:
+        if char == "\\":
+            out.append("\\\\")
+        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _safe(value):
+    """``value`` (inspect's plain data) with every string, dict keys included, passed through ``_escape``."""
+    if isinstance(value, str):
+        return _escape(value)
+    if isinstance(value, dict):
+        return {_safe(k): _safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_safe(v) for v in value]
+    return value
 
 
 def _where(ref: dict) -> str:
@@ -172,6 +225,8 @@ def _op_line(op: dict) -> str:
 
 
 def _text(info: dict) -> str:
+    """The text view; every string from the file is escaped first (a file cannot forge output lines)."""
+    info = _safe(info)
     w, t = info["writer"], info["target"]
     lines = [
         f"{info['file']} ({info['file_size']:,} bytes)",
@@ -210,13 +265,14 @@ def _text(info: dict) -> str:
         lines.append(f"  {b['name']}: {b['kind']} {b['dtype']} {tuple(b['shape'])} "
                      f"at r{b['region']}+{b['offset']} ({b['nbytes']:,} B)")
     counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
-    lines.append(f"ops ({len(info['ops'])}{': ' + counts if counts else ''}):")
+    lines.append(f"ops ({info['op_count']}{': ' + counts if counts else ''}; {len(info['ops'])} distinct):")
     for i, op in enumerate(info["ops"]):
-        lines.append(f"  [{i}] {_op_line(op)}")
+        lines.append(f"  [{i}] x{op['count']} from position {op['first']}: {_op_line(op)}")
     return "\n".join(lines)
 
 
 def run(args) -> int:
     info = describe(args.path)
-    print(json.dumps(info, indent=2) if args.json else _text(info))
+    # JSON: ensure_ascii (the default) writes every control and non-ASCII character as an escape
+    print(json.dumps(info, indent=2, ensure_ascii=True) if args.json else _text(info))
     return 0

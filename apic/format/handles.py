@@ -167,3 +167,44 @@ def read_slots(value, ctx, handle_count: int) -> tuple[tuple[int, int, int], ...
             _fail(w, "the graph has no handles")
         slots.append((ref.region, ref.offset, reader._int(item[2], f"{w}[2]", 0, handle_count - 1)))
     return tuple(slots)
+
+
+# --- the data a native builder will read (checked at load, before Warp builds anything) -----------------
+_NUMPY = {"vec3h": np.float16, "vec3f": np.float32, "vec3d": np.float64, "int32": np.int32}
+CUBQL = _CONSTRUCTORS.index("cubql")  # Warp's BvhConstructor.CUBQL: its builder crashes on some inputs
+
+
+def _values(array: rec_handles.HandleArray, views) -> np.ndarray:
+    start = array.start.offset
+    count = 3 * array.length if array.dtype.startswith("vec3") else array.length
+    raw = views[array.start.region][start : start + count * np.dtype(_NUMPY[array.dtype]).itemsize]
+    return raw.view(_NUMPY[array.dtype])
+
+
+def check_handle_data(index: int, handle: rec_handles.Handle, views) -> None:
+    """Refuse (FormatError naming the handle and field) data Warp's native builders must not see.
+
+    ``views``: the loaded regions' bytes. Points and bounds must be finite (warp 1.19's cuBQL builder
+    crashes on all-NaN mesh points), a Bvh's lower bounds must not exceed its upper bounds (cuBQL
+    crashes on lower > upper), and a mesh's triangle indices must be whole triangles of its points
+    (every builder trusts them).
+    """
+    arrays = dict(handle.arrays)
+    where = f"handles[{index}]"
+    for name in ("points", "lowers", "uppers", "velocities"):
+        if name in arrays and not np.isfinite(_values(arrays[name], views)).all():
+            _fail(f"{where}.arrays.{name}", f"a wp.{handle.kind}'s {name} must be finite (NaN or infinity found)")
+    if handle.kind == "Bvh":
+        lowers = _values(arrays["lowers"], views)
+        uppers = _values(arrays["uppers"], views)
+        if len(lowers) != len(uppers) or (lowers > uppers).any():
+            _fail(f"{where}.arrays.lowers", "a wp.Bvh's lower bounds must not exceed its upper bounds "
+                                            "(and lowers and uppers must have one entry each per item)")
+    if handle.kind == "Mesh":
+        points, indices = arrays["points"], arrays["indices"]
+        if "velocities" in arrays and arrays["velocities"].length != points.length:
+            _fail(f"{where}.arrays.velocities", f"{arrays['velocities'].length} velocities for {points.length} points")
+        values = _values(indices, views)
+        if indices.length % 3 or (len(values) and (values.min() < 0 or values.max() >= points.length)):
+            _fail(f"{where}.arrays.indices", f"mesh triangle indices must be whole triangles of the mesh's "
+                                             f"{points.length} points")

@@ -33,6 +33,7 @@ from apic.record import ops as rec
 from apic.record.handles import GRID_POINT_SIZES
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
+from apic.replay.program import control_flow_problem
 from apic.record.regions import ArrayInfo, Region
 
 KERNEL_ABIS = ("bounds-by-pointer-v1", "bounds-by-value-v1")
@@ -195,6 +196,9 @@ class _Context:
         # kernel-argument descriptors found valid (bytes, relocations, type, element size): the same array
         # passed to many launches is checked once; the result depends only on these and the regions
         self.checked_descriptors: set = set()
+        self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
+        self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)
+        self.launch_layouts: dict = {}  # kernel -> the argument layout its first launch in the file has
 
     def region(self, value, where: str) -> Region:
         if not self.regions:
@@ -331,6 +335,23 @@ class _Context:
 
 
 # --- the body ---------------------------------------------------------------------------------------
+class _DuplicateKey(Exception):
+    """A msgpack map with a repeated key (raised out of the unpacker, turned into a FormatError)."""
+
+
+def _unique_map(pairs: list) -> dict:
+    """A msgpack map as a dict, refusing a repeated key: one reader keeps the first value, another the last,
+    so a file with one could mean two graphs (one checked, another run)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
 def read(data) -> SavedGraph:
     """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
     view = as_bytes(data)
@@ -341,7 +362,10 @@ def read(data) -> SavedGraph:
         # bytes do not back), extension types are refused, map keys must be strings or bytes; nesting
         # is bounded by msgpack's own stack (StackError).
         doc = msgpack.unpackb(body, strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n,
-                              max_array_len=n, max_map_len=n // 2, max_ext_len=0)
+                              max_array_len=n, max_map_len=n // 2, max_ext_len=0, object_pairs_hook=_unique_map)
+    except _DuplicateKey as error:
+        _fail("body", f"a map has the key {error.args[0]!r} more than once (readers that keep the first or the "
+                      "last value would read different graphs)")
     except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
         raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
     doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
@@ -379,12 +403,19 @@ def read(data) -> SavedGraph:
     handle_slots = wire_handles.read_slots(doc.get("handle_slots", []), ctx, len(handles))
     modules = _modules(doc["modules"], device)
     kernels = _kernels(doc["kernels"], len(modules), device)
+    # by value: warp <= 1.12's one bounds layout; by pointer: 1.13's (32 bytes) or 1.14+'s templated ones
+    ctx.legacy_bounds = abi == "bounds-by-value-v1"
+    if device is None:
+        ctx.args_sizes = _args_sizes(doc["kernels"])
     distinct = [_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops"))]
     sequence = _sequence(doc["sequence"], len(distinct))
     for i, op in enumerate(distinct):
         if isinstance(op, rec.CONTROL_TYPES) and op.target > len(sequence):
             _fail(f"ops[{i}].target", f"position {op.target} is past the end of the {len(sequence)}-op sequence")
     ops = tuple(distinct[i] for i in sequence.tolist())
+    problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
+    if problem is not None:
+        _fail("sequence", problem)
     bindings = _bindings(doc["bindings"], ctx)
 
     recording = Recording(
@@ -397,6 +428,18 @@ def read(data) -> SavedGraph:
     )
     return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body),
                       device, tuple(volume_data), handle_slots)
+
+
+def _args_sizes(entries: list) -> dict:
+    """kernel -> (args_size, adj_args_size): the recorded argument struct sizes (None where the entry has none,
+    as in files written before they were recorded: those launches are then checked only against each other)."""
+    sizes = {}
+    for i, entry in enumerate(entries):
+        sizes[i] = tuple(
+            None if entry.get(key) is None else _int(entry[key], f"kernels[{i}].{key}", 0, 1 << 24)
+            for key in ("args_size", "adj_args_size")
+        )
+    return sizes
 
 
 def _sequence(value, op_count: int) -> np.ndarray:
@@ -516,11 +559,14 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
+        _check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
+        bounds = rec.Blob(_padded_with_ones(bounds.data, ctx.legacy_bounds))
         args = ctx.kernel_args(entry["args"], f"{where}.args")
         adj = entry.get("adj_args")
         adj_args = None if adj is None else ctx.kernel_args(adj, f"{where}.adj_args")
         if (adj_args is not None) != kernels[kernel].adjoint:
             _fail(where, "adjoint arguments must be present exactly for a backward (adjoint) kernel")
+        _check_args_layout(ctx, kernel, args, adj_args, where)
         return rec.Launch(kernel, dim, bounds, args, adj_args)
     if kind == schema.WireOp.MEMCPY:
         nbytes = _int(entry["nbytes"], f"{where}.nbytes")
@@ -569,6 +615,81 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
     raise AssertionError(kind)  # pragma: no cover - every WireOp is handled above
 
 
+_LEGACY_BOUNDS = struct.Struct("<4iiIQ")  # warp <= 1.13: int shape[4], int ndim, (padding), size_t size
+
+
+def _templated_bounds(dim: tuple, rank: int) -> bytes:
+    """Warp 1.14+'s ``launch_bounds_<rank>d_t`` for a launch of ``dim`` (as ``wp.launch`` builds it: missing
+    dimensions are 1, extra ones fold into ``coord_mult``)."""
+    padded = tuple(dim) + (1,) * max(0, rank - len(dim))
+    kept, folded = padded[:rank], math.prod(padded[rank:])
+    shape = struct.pack(f"<{rank}I", *kept).ljust(-(-4 * rank // 8) * 8, b"\0")
+    return shape + struct.pack("<QQ", math.prod(kept) * folded, folded)
+
+
+def _check_bounds(data: bytes, dim: tuple, legacy: bool, where: str) -> None:
+    """The launch bounds must be exactly what Warp builds for the op's ``dim``: the kernel runs as many
+    threads as the bounds say, so bounds that disagree with ``dim`` would run past what was recorded."""
+    if not dim:
+        _fail(where, "a launch with an empty dim")
+    if len(data) == _LEGACY_BOUNDS.size:
+        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
+        if ndim == len(dim) and tuple(shape[:ndim]) == tuple(dim) and size == math.prod(dim) and not pad:
+            return
+    if legacy:  # warp <= 1.12 (bounds by value) has only this layout
+        _fail(where, f"launch bounds {data.hex()} (warp <= 1.13's shape[4], ndim, size) do not agree with the "
+                     f"op's dim {list(dim)}")
+    ranks = (1, 2) if len(data) == 24 else (3, 4)
+    # A block launch (tile kernels, CPU blocks) runs block_dim threads per coordinate: Warp folds the
+    # block size into coord_mult as a trailing dimension (at most 1024, Warp's largest block)
+    coord_mult = struct.unpack_from("<Q", data, len(data) - 8)[0]
+
+    def block(rank: int) -> tuple:  # the block size a coord_mult beyond dim's own folded dimensions says
+        folded = math.prod(dim[rank:])
+        extra = coord_mult // folded if folded and coord_mult % folded == 0 else 1
+        return (extra,) if 1 < extra <= 1024 else ()
+
+    if not any(data == _templated_bounds(tuple(dim) + (1,) * max(0, rank - len(dim)) + block(rank), rank)
+               for rank in ranks):
+        _fail(where, f"launch bounds {data.hex()} are not what warp-lang builds for the op's dim {list(dim)}")
+
+
+def _padded_with_ones(data: bytes, legacy: bool) -> bytes:
+    """The bounds with every shape slot a kernel of another rank could read set to 1, never 0.
+
+    Which rank a kernel unravels its thread index with is compiled into it, not in the file: a 2-d
+    kernel handed 1-d bounds would read the padding after ``shape[0]`` as ``shape[1]`` and divide by
+    it. With 1 there, any rank reads coordinates inside the launch's own ``dim``. A kernel of the rank
+    the bounds were built for never reads these slots."""
+    out = bytearray(data)
+    if len(out) == _LEGACY_BOUNDS.size and (legacy or _LEGACY_BOUNDS.unpack(data)[4] in (1, 2, 3, 4)):
+        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
+        if 1 <= ndim <= 4 and not pad and tuple(shape[:ndim]) and size == math.prod(shape[:ndim]):
+            for slot in range(ndim, 4):
+                struct.pack_into("<i", out, 4 * slot, 1)
+            return bytes(out)
+    if len(out) == 24 and not any(out[4:8]):  # launch_bounds_1d_t: the padding after shape[0]
+        struct.pack_into("<I", out, 4, 1)
+    if len(out) == 32 and not any(out[12:16]):  # launch_bounds_3d_t: the padding after shape[2]
+        struct.pack_into("<I", out, 12, 1)
+    return bytes(out)
+
+
+def _check_args_layout(ctx: _Context, kernel: int, args: rec.Blob, adj_args, where: str) -> None:
+    """Every launch of a kernel passes an argument struct of the size its kernel entry records (Warp's
+    packed struct for that kernel), with the same array descriptors at the same places."""
+    layout = (len(args.data), args.arrays, None if adj_args is None else (len(adj_args.data), adj_args.arrays))
+    sizes = ctx.args_sizes.get(kernel, (None, None))
+    for size, blob, name in ((sizes[0], args, "args"), (sizes[1], adj_args, "adj_args")):
+        if size is not None and blob is not None and len(blob.data) != size:
+            _fail(f"{where}.{name}", f"{len(blob.data)} bytes, but kernel {kernel}'s argument struct has {size} "
+                                     f"(kernels[{kernel}].{name}_size)")
+    first = ctx.launch_layouts.setdefault(kernel, layout)
+    if first != layout:
+        _fail(f"{where}.args", f"the arguments of kernel {kernel} are laid out differently from its first launch "
+                               "(size or array descriptors): one kernel has one argument struct")
+
+
 def _native_call(entry: dict, where: str, ctx: _Context) -> rec.NativeCall:
     """A call of an allowed native utility whose every pointer stays inside its region."""
     name = _str(entry["fn"], f"{where}.fn", max_len=64)
@@ -615,6 +736,11 @@ def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     if not len(ranges) - optional <= len(ints) <= len(ranges):
         _fail(f"{where}.ints", f"wp_{name} takes {len(ranges)} integers after the handle, found {len(ints)}")
     ints = tuple(_int(v, f"{where}.ints[{i}]", lo, hi) for i, (v, (lo, hi)) in enumerate(zip(ints, ranges)))
+    if name == "bvh_rebuild_host" and ints[0] == wire_handles.CUBQL:
+        # cuBQL crashes on bounds with lower > upper, and a rebuild at replay reads bounds kernels may have
+        # written since the load: they cannot be checked, so the rebuild is refused
+        _fail(f"{where}.ints[0]", "a Bvh rebuild with the cubql constructor at replay (its native builder crashes "
+                                  "on bounds a kernel can write); rebuild with sah, median or lbvh")
     if name != "hash_grid_update_host":
         return rec.HandleCall(name, handle, ints)
     radius = entry.get("radius")

@@ -21,6 +21,12 @@ Changelog (one entry per format version; never change the meaning of a written v
   Also added before the first release, still version 1: CUDA graphs (an optional ``device`` map,
   ABI ``"cuda-params-v1"``, ``.cubin``/``.ptx`` modules with ``arch``, kernels with ``params``,
   op kind 11 ``cuda_launch``; see ``apic.format.cuda``). CPU files are unchanged.
+* 2 (2026-11-22): native handles (``handles``, ``handle_slots``, blob ``handles``, op kind 12).
+  2026-11-25, still version 2: optional kernel keys ``args_size`` / ``adj_args_size`` (the packed
+  argument struct's size; files without them still read, their launches checked against each other).
+  Every version is read more strictly since: repeated map keys, launch bounds that are not Warp's for
+  the op's ``dim``, backward jumps that do not return to a loop's branch, and a cuBQL Bvh rebuild at
+  replay are refused.
 """
 
 from __future__ import annotations

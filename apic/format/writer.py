@@ -15,8 +15,9 @@ so that a save that fails at any point leaves an earlier artifact at that path i
 5. the new ``.wrp`` is renamed over the old one (or, for a first save, linked into place): this is
    the commit point. Replacing needs a named source, so on Linux the ``.wrp`` is linked at
    ``.<stem>.wrp.apic-tmp`` for the two system calls before the rename;
-6. only then is everything in ``<stem>_modules/`` that the new ``.wrp`` does not name removed, with
-   the ``.wrp``'s temporary name, whoever left them.
+6. only then are the files apic wrote in ``<stem>_modules/`` that the new ``.wrp`` does not name
+   removed (a module file whose contents match the hash in its name, or a temporary name of one;
+   ``ownership``), with the ``.wrp``'s temporary name. The user's own files there are never removed.
 
 An exception before the commit removes every file this save created. A killed process leaves the
 old or the new artifact, complete. Killed between the first publication and the end of step 6 (a
@@ -42,6 +43,7 @@ from apic import _compat
 from apic.bindings import Binding, make_binding
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.format import handles as wire_handles
+from apic.format import ownership
 from apic.format import schema
 from apic.record import handles as rec_handles
 from apic.record import ops as rec
@@ -170,6 +172,19 @@ def _op(op) -> dict:
     raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
 
 
+def _args_sizes(ops, kernel: int) -> dict:
+    """``args_size`` (and ``adj_args_size``) of a CPU kernel: the byte size of Warp's packed argument
+    struct (``ctypes.sizeof`` of the ctypes struct its launches were packed with), which every launch's
+    blob must then match exactly; empty for a kernel no CPU launch uses."""
+    launch = next((op for op in ops if isinstance(op, rec.Launch) and op.kernel == kernel), None)
+    if launch is None:
+        return {}
+    sizes = {"args_size": len(launch.args.data)}
+    if launch.adj_args is not None:
+        sizes["adj_args_size"] = len(launch.adj_args.data)
+    return sizes
+
+
 def _binding(binding: Binding) -> dict:
     return {
         "name": binding.name, "kind": binding.kind, "region": binding.region, "offset": binding.offset,
@@ -264,8 +279,8 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         "modules": modules,
         "kernels": [
             {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint),
-             **({"cpu_blocks": True} if k.cpu_blocks else {})}
-            for k in recording.kernels
+             **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i)}
+            for i, k in enumerate(recording.kernels)
         ],
         **_ops_and_sequence(recording.ops),
         "bindings": [_binding(b) for b in bindings],
@@ -488,9 +503,11 @@ def _lock(folder: str) -> int | None:
     except ImportError:
         return None
     try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:  # a folder this user may write but not read, say
-        return None
+        fd = ownership.open_folder(folder)  # never through a symlink swapped in after the caller resolved it
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        return None  # a folder this user may write but not read, say
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError as error:
@@ -505,8 +522,11 @@ def _lock(folder: str) -> int | None:
 
 def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, bytes]) -> None:
     """Write ``data`` to ``wrp_path`` and exactly ``images`` into ``modules_dir``, atomically (see above)."""
-    out_dir = os.path.dirname(wrp_path)
-    os.makedirs(out_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(wrp_path), exist_ok=True)
+    # resolved once: the lock and the cleanup then open the folders with O_NOFOLLOW
+    out_dir = os.path.realpath(os.path.dirname(wrp_path))
+    wrp_path = os.path.join(out_dir, os.path.basename(wrp_path))
+    modules_dir = os.path.join(out_dir, os.path.basename(modules_dir))
     if os.path.isdir(wrp_path):
         raise IsADirectoryError(errno.EISDIR, "cannot save a graph over a directory", wrp_path)
     if os.path.islink(modules_dir) or (os.path.lexists(modules_dir) and not os.path.isdir(modules_dir)):
@@ -570,31 +590,30 @@ def publish(wrp_path: str, modules_dir: str, data: bytes, images: dict[str, byte
             _fsync_dir(out_dir)
         except OSError:
             pass
-        _collect_garbage(wrp_path, modules_dir, set(images))
+        _collect_garbage(wrp_path, modules_dir, set(images), lock)
     finally:
         if lock is not None:
             os.close(lock)
 
 
-def _collect_garbage(wrp_path: str, modules_dir: str, keep: set[str]) -> None:
-    """After a commit: remove what the committed ``.wrp`` does not use, whoever left it: module files
-    not in ``keep`` (an earlier graph's, a killed save's, named temporaries) and the ``.wrp``'s
-    temporary name."""
+def _collect_garbage(wrp_path: str, modules_dir: str, keep: set[str], out_fd: int | None) -> None:
+    """After a commit: remove the ``.wrp``'s temporary name and, in ``<stem>_modules/``, every file
+    apic wrote (an earlier graph's, a killed save's) that the committed ``.wrp`` does not use
+    (``keep``). A file apic cannot show it wrote is never removed (``ownership``). Works relative to
+    ``out_fd`` (the locked folder) where there is one, never through a symlink."""
+    base = None if out_fd is None else os.path.basename
     try:
-        _unlink_quiet(_temp_path(wrp_path))
+        os.unlink(base(_temp_path(wrp_path)) if base else _temp_path(wrp_path), dir_fd=out_fd)
     except OSError:
         pass
     try:
-        with os.scandir(modules_dir) as entries:
-            stale = [entry.path for entry in entries
-                     if entry.name not in keep and (entry.is_symlink() or entry.is_file())]
+        folder = ownership.open_folder(base(modules_dir) if base else modules_dir, dir_fd=out_fd)
     except OSError:
-        return
-    for path in stale:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        return  # gone, or a symlink swapped in: nothing is removed
+    try:
+        ownership.remove_stale(folder, keep)
+    finally:
+        os.close(folder)
 
 
 def save(graph, path, inputs=None, outputs=None) -> str:

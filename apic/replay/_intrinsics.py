@@ -34,6 +34,25 @@ def _typed_call(*arg_types):
 
 
 @intrinsic
+def call1(typingctx, fn, a0):
+    return _typed_call(fn, a0)
+
+
+@intrinsic
+def call0_i32(typingctx, fn):
+    """Call ``int fn(void)`` and return its result (``PyGILState_Ensure``, ``PyOS_InterruptOccurred``)."""
+    if not isinstance(fn, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        fnty = ir.FunctionType(ir.IntType(32), [])
+        target = builder.inttoptr(context.cast(builder, llargs[0], signature.args[0], types.int64), fnty.as_pointer())
+        return builder.call(target, [])
+
+    return types.int32(fn), codegen
+
+
+@intrinsic
 def call2(typingctx, fn, a0, a1):
     return _typed_call(fn, a0, a1)
 

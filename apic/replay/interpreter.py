@@ -5,26 +5,63 @@ opcode being the number of integer arguments of the native function, or a jump. 
 ``program.py`` has already turned every recorded operation (kernel launch, memcpy, memset, memtile,
 strided copy and fill, native utility call, branch) into such a row with every pointer resolved, so
 the loop below never sees a Python object and makes no Python call per operation.
+
+Two guards keep a replay finite and interruptible (see ``table.py`` for the ``limits`` layout):
+
+* a loop head (a branch that a backward jump returns to) counts the iterations of its loop; past
+  ``limits[LIMIT_ITERATIONS]`` the replay stops and returns ``STATUS_LOOP_CAP`` (the caller raises);
+* every ``SIGNAL_PERIOD`` control transfers (branches, jumps, repeats) it asks Python, with the GIL
+  taken for that moment, whether Ctrl-C arrived (``PyOS_InterruptOccurred``), and stops with
+  ``STATUS_INTERRUPTED`` if so. Only where ``limits`` holds the three C-API addresses (the main
+  thread: signals are only ever handled there); elsewhere the poll is skipped.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from apic.replay import table as _table
-from apic.replay._intrinsics import call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32
+from apic.replay._intrinsics import (
+    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32,
+)
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
 # spelled out below and checked against table.py here.
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.ARGV_ARGS, _table.OP_CALL5_D2) == (
     16, 17, 18, 20, 19
 )
+assert (_table.COL_LOOP, _table.STATUS_DONE, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP) == (4, 0, 1, 2)
+assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPTED, _table.LIMIT_GIL_RELEASE) == (
+    0, 1, 2, 3
+)
+assert _table.SIGNAL_PERIOD == 256
 
 
 @njit(cache=True, nogil=True)
-def run_table(table, repeats):
-    """Execute ``table`` from its first row to its end, ``repeats`` times."""
+def _interrupted(limits):
+    """Whether Ctrl-C arrived since the last poll (takes the GIL for the question; main thread only)."""
+    if limits[1] == 0:
+        return False
+    state = call0_i32(limits[1])  # PyGILState_Ensure
+    hit = call0_i32(limits[2])  # PyOS_InterruptOccurred: also clears the flag; the caller re-raises
+    call1(limits[3], state)  # PyGILState_Release
+    return hit != 0
+
+
+@njit(cache=True, nogil=True)
+def run_table(table, repeats, limits=None, loops=0):
+    """Execute ``table`` from its first row to its end, ``repeats`` times; returns a ``STATUS_*`` code.
+
+    ``limits`` (int64, see ``table.py``) caps each loop's iterations and enables the Ctrl-C poll;
+    ``loops`` is the number of loop heads (their slot numbers are ``1 .. loops`` in ``COL_LOOP``).
+    Without ``limits`` (the old two-argument call) loops run uncapped and unpolled.
+    """
     n = table.shape[0]
+    cap = limits[0] if limits is not None else 0
+    poll = limits is not None and limits[1] != 0
+    counts = np.zeros(max(loops, 1), dtype=np.int64)
+    ticks = 0
     for _ in range(repeats):
         i = 0
         while i < n:
@@ -44,14 +81,31 @@ def run_table(table, repeats):
                     table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
                 )
             elif op == 16:  # OP_JUMP
+                ticks += 1
+                if poll and (ticks & 255) == 0 and _interrupted(limits):
+                    return 1  # STATUS_INTERRUPTED
                 i = table[i, 2]
                 continue
             elif op == 17:  # OP_BRANCH_IF_ZERO
+                ticks += 1
+                if poll and (ticks & 255) == 0 and _interrupted(limits):
+                    return 1  # STATUS_INTERRUPTED
+                slot = table[i, 4]  # COL_LOOP: 0, or 1 + the loop's slot when this branch heads a loop
                 if load_i32(table[i, 2]) == 0:
+                    if slot:
+                        counts[slot - 1] = 0  # the loop ends: its next entry counts from zero
                     i = table[i, 3]
                     continue
+                if slot and cap:
+                    counts[slot - 1] += 1
+                    if counts[slot - 1] > cap:
+                        return 2  # STATUS_LOOP_CAP
             elif op == 18:  # OP_CALL_ARGV: arguments in the arena
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
             i += 1
+        ticks += 1
+        if poll and (ticks & 255) == 0 and _interrupted(limits):
+            return 1  # STATUS_INTERRUPTED
+    return 0

@@ -30,15 +30,18 @@ from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
+from apic.format import handles as wire_handles
+from apic.replay import budget
 
 _ALIGN = 64
 _load_ids = itertools.count()
 _loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloaded yet
 
-#: The most memory the regions of one loaded graph may take, in bytes; ``None`` (the default) means
-#: this machine's physical memory. A graph needing more is refused with ``apic.GraphMemoryError``
-#: before anything is allocated.
-max_graph_bytes: int | None = None
+#: The most memory one load may allocate, in bytes: its regions, its handles' native memory and its
+#: replay program (``apic.replay.budget``). A graph needing more is refused with ``apic.GraphMemoryError``
+#: before anything is allocated. ``None`` means this machine's physical memory.
+DEFAULT_MAX_GRAPH_BYTES = 1 << 30
+max_graph_bytes: int | None = DEFAULT_MAX_GRAPH_BYTES
 
 
 def memory_limit() -> int | None:
@@ -102,6 +105,12 @@ def check_compatible(saved: SavedGraph) -> None:
             f"instruction-set features this CPU ({host['cpu']}) lacks: {', '.join(missing)}. Running them could "
             "crash with an illegal instruction; capture and save the graph again on this kind of CPU"
         )
+    for kernel in saved.recording.kernels:  # a feature this warp-lang lacks is refused now, not at replay
+        if kernel.cpu_blocks and not _compat.CPU_BLOCKS:
+            raise IncompatibleGraphError(
+                f"kernel '{kernel.key}' runs as cooperative CPU blocks (kernels[].cpu_blocks), which warp-lang "
+                f"{wp.config.version} does not have; load this graph with the warp-lang that saved it"
+            )
     saved_warp = saved.writer.get("warp")
     if saved_warp != wp.config.version:
         for module in saved.modules:
@@ -134,14 +143,18 @@ def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
 
 
 def check_memory(saved: SavedGraph) -> None:
-    """Refuse a graph whose regions need more memory than ``memory_limit()``, before allocating any."""
+    """Refuse a graph whose load needs more memory than ``memory_limit()``, before allocating any."""
     limit = memory_limit()
-    needed = sum(region.nbytes + _ALIGN for region in saved.recording.regions)
+    parts = budget.needs(saved)
+    needed = sum(nbytes for _, nbytes in parts)
     if limit is not None and needed > limit:
-        where = "apic.replay.loader.max_graph_bytes" if max_graph_bytes is not None else "this machine's memory"
+        where = ("apic.replay.loader.max_graph_bytes" if max_graph_bytes is not None
+                 else "this machine's memory, apic.replay.loader.max_graph_bytes = None")
+        detail = ", ".join(f"{what} {nbytes:,}" for what, nbytes in parts if nbytes)
         raise GraphMemoryError(
-            f"this graph's {len(saved.recording.regions)} memory regions need {needed:,} bytes, more than a "
-            f"loaded graph may use here ({limit:,} bytes, {where})"
+            f"loading this graph needs {needed:,} bytes ({detail}), more than a load may allocate here "
+            f"({limit:,} bytes, {where}); to allow it, set apic.replay.loader.max_graph_bytes to a larger number "
+            "of bytes (None: this machine's memory)"
         )
 
 
@@ -200,22 +213,13 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
 def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.ndarray]) -> tuple:
     """Build every native handle again over the loaded regions; write the new ids into saved memory.
 
-    A mesh's triangle indices are checked first: Warp's native build trusts them.
+    What the native builders read is checked first (``apic.format.handles.check_handle_data``).
     """
     from apic.record import handles
 
     rebuilt = []
     for index, (handle, data) in enumerate(zip(saved.recording.handles, saved.volume_data)):
-        arrays = dict(handle.arrays)
-        if handle.kind == "Mesh":
-            points, indices = arrays["points"], arrays["indices"]
-            start = indices.start.offset
-            values = views[indices.start.region][start : start + 4 * indices.length].view(np.int32)
-            if indices.length % 3 or (len(values) and (values.min() < 0 or values.max() >= points.length)):
-                raise FormatError(
-                    f"corrupt apic graph file: handles[{index}]: mesh triangle indices must be whole triangles "
-                    f"of the mesh's {points.length} points"
-                )
+        wire_handles.check_handle_data(index, handle, views)  # before Warp's native builder reads it
         try:
             obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
         except (RuntimeError, ValueError, TypeError) as error:  # Warp's own checks of what the file holds

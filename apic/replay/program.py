@@ -8,12 +8,16 @@ and loaded ones (regions freshly allocated).
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import struct
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 
 from apic import _compat
+from apic.errors import LoopLimitError
 from apic.record import natives
 from apic.record import ops as rec
 from apic.replay import table as tbl
@@ -29,18 +33,67 @@ ABI_BY_VALUE = "bounds-by-value-v1"
 SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)
 
 
+def _c_api(name: str) -> int:
+    return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value or 0
+
+
+# run_table's limits (table.LIMIT_*): the main thread's also polls for Ctrl-C, a worker thread's does
+# not (Python handles signals only in the main thread). Both are updated in place by the setter below.
+_MAIN_THREAD = threading.main_thread().ident
+_get_ident = threading.get_ident
+_LIMITS_MAIN = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, _c_api("PyGILState_Ensure"),
+                         _c_api("PyOS_InterruptOccurred"), _c_api("PyGILState_Release")], dtype=np.int64)
+_LIMITS_THREAD = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, 0, 0, 0], dtype=np.int64)
+
+
+def set_max_loop_iterations(count: int) -> None:
+    """Cap the iterations of each replayed ``capture_while`` loop (per entry of the loop; default 2**24,
+    as upstream Warp's CPU replay). A replay whose loop goes past it stops there and raises
+    ``LoopLimitError``. ``0`` removes the cap (a loop whose condition never clears then runs until Ctrl-C)."""
+    if type(count) is not int or not 0 <= count < 1 << 62:
+        raise ValueError(f"the loop iteration cap must be an integer in [0, 2**62), got {count!r}")
+    _LIMITS_MAIN[tbl.LIMIT_ITERATIONS] = count
+    _LIMITS_THREAD[tbl.LIMIT_ITERATIONS] = count
+
+
+def max_loop_iterations() -> int:
+    """The iteration cap of each replayed loop (``set_max_loop_iterations``; 0: no cap)."""
+    return int(_LIMITS_MAIN[tbl.LIMIT_ITERATIONS])
+
+
 @dataclass
 class Program:
     """What the interpreter runs. ``arena`` must stay alive as long as ``table`` (it points into it)."""
 
     table: np.ndarray
     arena: np.ndarray
+    loops: int = 0  # loop heads in the table (branches a backward jump returns to)
 
     def run(self, repeats: int = 1) -> None:
-        """Run every op once (``repeats`` times) in one call into the jitted interpreter."""
-        if len(self.table):
-            (_run_table or _load_interpreter())(self.table, repeats)
+        """Run every op once (``repeats`` times) in one call into the jitted interpreter.
 
+        Raises ``KeyboardInterrupt`` (through the SIGINT handler) when Ctrl-C stopped the replay, and
+        ``LoopLimitError`` when a loop went past the iteration cap; the graph's memory is then as the
+        replay left it.
+        """
+        if not len(self.table):
+            return
+        # kept to one thread check and one status test: this is on every capture_launch's path
+        limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
+        status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+        if status:
+            _raise_status(status, limits)
+
+
+def _raise_status(status: int, limits: np.ndarray) -> None:
+    if status == tbl.STATUS_INTERRUPTED:
+        # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
+        signal.raise_signal(signal.SIGINT)
+    elif status == tbl.STATUS_LOOP_CAP:
+        raise LoopLimitError(
+            f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
+            "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
+        )
 
 _run_table = None  # the jitted interpreter, bound on first replay
 
@@ -111,11 +164,19 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
             rows_before.extend(np.cumsum([0] + [not isinstance(op, _NO_ROW) for op in recording.ops]).tolist())
         return rows_before[position]
 
+    heads = loop_heads(recording.ops)  # position -> slot of each loop head
     # Lower each distinct op once (the recording shares equal ops), then gather the table's rows.
     row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
     distinct = []
     sequence = []
-    for op in recording.ops:
+    for position, op in enumerate(recording.ops):
+        if position in heads:  # a loop head has a row of its own: it carries its loop's slot
+            sequence.append(len(distinct))
+            row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+            row = row + [0] * (tbl.OP_COLUMNS - len(row))
+            row[tbl.COL_LOOP] = 1 + heads[position]
+            distinct.append(row)
+            continue
         row = row_of.get(id(op))
         if row is None:
             argv = argvs.get(id(op))
@@ -130,7 +191,38 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
         if row >= 0:
             sequence.append(row)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
-    return Program(np.ascontiguousarray(table), arena.buffer)
+    return Program(np.ascontiguousarray(table), arena.buffer, len(heads))
+
+
+def control_flow_problem(ops) -> str | None:
+    """Why the branches and jumps of an op sequence could loop without a loop head, or None.
+
+    Every loop must pass a branch that counts it (a loop head): a branch only goes forward, and a
+    jump goes forward or back to a branch whose forward target lies past the jump (the jump is
+    inside the code that branch skips), as ``capture_while`` writes ``L0: branch(-> L2); body;
+    jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
+    """
+    for position, op in enumerate(ops):
+        if isinstance(op, rec.Branch) and op.target <= position:
+            return f"the branch at position {position} goes back to position {op.target} (branches only go forward)"
+        if isinstance(op, rec.Jump) and op.target <= position:
+            head = ops[op.target]
+            if not isinstance(head, rec.Branch) or head.target <= position:
+                return (f"the jump at position {position} goes back to position {op.target}, which is not the "
+                        f"branch that ends a loop around it: it could loop forever without a condition")
+    return None
+
+
+def loop_heads(ops) -> dict[int, int]:
+    """Position -> slot (0, 1, ...) of every branch that a backward jump returns to."""
+    problem = control_flow_problem(ops)
+    if problem is not None:
+        raise ValueError(f"cannot replay this op sequence: {problem}")
+    heads: dict[int, int] = {}
+    for position, op in enumerate(ops):
+        if isinstance(op, rec.Jump) and op.target <= position:
+            heads.setdefault(op.target, len(heads))
+    return heads
 
 
 def _argv_blob(op: rec.NativeCall) -> rec.Blob:

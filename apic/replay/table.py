@@ -38,3 +38,22 @@ OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): 
 OP_CALL_ARGV = 18
 ARGV_ARGS = 20
 
+
+# A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
+# The interpreter counts each loop's iterations in its slot and resets the count when the loop exits.
+COL_LOOP = 4
+
+# What run_table returns.
+STATUS_DONE = 0
+STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
+STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
+
+# run_table's ``limits`` (int64 array): the iteration cap per loop entry (0: no cap), then the
+# addresses of PyGILState_Ensure, PyOS_InterruptOccurred and PyGILState_Release (0: no Ctrl-C poll).
+LIMIT_ITERATIONS = 0
+LIMIT_GIL_ENSURE = 1
+LIMIT_INTERRUPTED = 2
+LIMIT_GIL_RELEASE = 3
+LIMITS_SIZE = 4
+SIGNAL_PERIOD = 256  # control transfers between two Ctrl-C polls (a power of two)
+DEFAULT_MAX_LOOP_ITERATIONS = 1 << 24  # as upstream Warp's CPU replay of a conditional loop
