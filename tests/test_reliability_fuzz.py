@@ -50,9 +50,13 @@ def test_corpus(seeds, tmp_path):
     entries = fuzz_wrp.corpus_inputs(CORPUS, seeds)
     assert len(entries) >= 8
     results = fuzz_wrp.check_inputs(str(tmp_path), seeds, entries)
+    still_open = []  # entries marked "open": a known bug not fixed yet; the test xfails while one still breaks
     for name, _, _, recipe in entries:
         for answer in results[name]:
             outcome = answer["outcome"]
+            if recipe.get("open") and outcome not in ("loaded", "refused"):
+                still_open.append(f"{name}: {outcome}: {recipe['open']}")
+                continue
             assert outcome in ("loaded", "refused"), f"{name}: {answer}"
             expect = recipe.get("expect", "clean")
             assert expect == "clean" or outcome == expect, f"{name}: expected {expect}, got {answer}"
@@ -62,6 +66,8 @@ def test_corpus(seeds, tmp_path):
                 assert not answer["stderr_bytes"], f"{name}: native code printed something"
             if outcome == "loaded":
                 assert answer.get("inspect_rc") == 0
+    if still_open:  # every other entry was checked above; this reports the known bugs, it does not pass them
+        pytest.xfail("known bugs, not fixed yet: " + "; ".join(still_open))
 
 
 def test_corpus_entries_document_their_finding():
@@ -69,7 +75,7 @@ def test_corpus_entries_document_their_finding():
         if name.endswith(".json"):
             with open(os.path.join(CORPUS, name)) as f:
                 recipe = json.load(f)
-            assert recipe["seed"] in fuzz_wrp.SEEDS and recipe["edits"] and recipe["finding"] and recipe["found"]
+            assert recipe["seed"] in fuzz_wrp.SEEDS and (recipe["edits"] or recipe.get("fs")) and recipe["finding"] and recipe["found"]
 
 
 _mutators = {}
