@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import apic
 import fuzz_wrp
+from fuzz import fs_odd
 from apic.cli import inspect_wrp
 from apic.format import reader, schema
 from apic.record import ops as rec
@@ -43,6 +44,16 @@ def test_fuzz_smoke(seeds, tmp_path):
     assert stats.replayed > 20 and stats.cli_runs >= 2
     assert len(stats.by_strategy) == len(fuzz_wrp.Mutator.BYTE_STRATEGIES + fuzz_wrp.Mutator.SEALED_STRATEGIES
                                          + fuzz_wrp.Mutator.TREE_STRATEGIES)
+
+
+def test_fuzz_odd_modules_folder(seeds, tmp_path):
+    """Only odd ``<stem>_modules/`` entries (symlinks, FIFOs, directories, wrong sizes, a symlinked folder),
+    every seed: each load ends in a clean refusal or a correct load, never a hang, crash or stray exception."""
+    stats = fuzz_wrp.fuzz(str(tmp_path), inputs=60, seed=11, seeds=seeds, fs_every=1, timeout=20.0)
+    print(stats.summary())
+    assert not stats.findings, stats.summary()
+    assert set(stats.by_strategy) == set(fs_odd.STRATEGIES), stats.by_strategy
+    assert stats.outcomes.get("refused", 0) >= 30, stats.outcomes
 
 
 def test_corpus(seeds, tmp_path):
