@@ -19,9 +19,9 @@ The parent process saves a few real graphs (the *seeds*), then mutates them, one
   int32/int64 values (array descriptors: shape, strides, ndim), relocations retargeted.
 
 A child process (``--worker``) loads each input with ``wp.capture_load`` or
-``wp.capture_load_from_bytes`` (alternately; sometimes with corrupted module binaries), replays it
-when that is safe by construction (no kernel launches and no indexed arrays: every byte native code
-then touches is described by validated fields), and runs ``python -m apic inspect`` (text and
+``wp.capture_load_from_bytes`` (alternately; sometimes with corrupted module binaries), replays every
+graph that loads (from the command line; ``fuzz(replay_all=False)``, as the smoke test uses, replays
+only graphs without kernel launches and indexed arrays), and runs ``python -m apic inspect`` (text and
 ``--json``) on it in-process; a sample also runs the real ``python -m apic inspect`` in a fresh
 process. Every input must end in an ``apic.ApicError`` or a correct load. Anything else is a
 finding: another exception type (a traceback), a crash of the child (a signal), a hang (no answer
@@ -29,6 +29,9 @@ within ``--timeout`` seconds), output on the child's stderr (native code printin
 allocation the child's address-space limit refuses outside the regions the file declares. The child
 runs under an address-space limit a few GiB above its warmed-up size, with apic's graph-memory limit
 set lower, so an allocation larger than the validated regions permit fails visibly.
+
+Every ``--fs-every``-th input is instead a seed with one odd entry in its modules folder
+(``tests/fuzz/fs_odd.py``: symlinks, a FIFO, a directory, a wrong size, a symlinked folder).
 
 The seeds' module binaries are compiled for this machine and warp-lang version, so inputs are made
 afresh each run; findings are written as the raw bytes (``finding-N.wrp``) and, for field-level
