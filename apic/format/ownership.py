@@ -17,7 +17,6 @@ a check and the use is never followed.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
@@ -84,8 +83,7 @@ def remove_stale(dir_fd: int, keep: set[str]) -> list[str]:
             continue
         try:
             os.unlink(name, dir_fd=dir_fd)
-            removed.append(name)
-        except OSError as error:
-            if error.errno != errno.ENOENT:
-                continue
+        except OSError:  # gone meanwhile, or not removable here: a later save tries again
+            continue
+        removed.append(name)
     return removed

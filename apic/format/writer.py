@@ -601,13 +601,15 @@ def _collect_garbage(wrp_path: str, modules_dir: str, keep: set[str], out_fd: in
     apic wrote (an earlier graph's, a killed save's) that the committed ``.wrp`` does not use
     (``keep``). A file apic cannot show it wrote is never removed (``ownership``). Works relative to
     ``out_fd`` (the locked folder) where there is one, never through a symlink."""
-    base = None if out_fd is None else os.path.basename
+    def name(path: str) -> str:  # relative to the locked folder where there is one
+        return path if out_fd is None else os.path.basename(path)
+
     try:
-        os.unlink(base(_temp_path(wrp_path)) if base else _temp_path(wrp_path), dir_fd=out_fd)
+        os.unlink(name(_temp_path(wrp_path)), dir_fd=out_fd)
     except OSError:
         pass
     try:
-        folder = ownership.open_folder(base(modules_dir) if base else modules_dir, dir_fd=out_fd)
+        folder = ownership.open_folder(name(modules_dir), dir_fd=out_fd)
     except OSError:
         return  # gone, or a symlink swapped in: nothing is removed
     try:
