@@ -19,9 +19,9 @@ The parent process saves a few real graphs (the *seeds*), then mutates them, one
   int32/int64 values (array descriptors: shape, strides, ndim), relocations retargeted.
 
 A child process (``--worker``) loads each input with ``wp.capture_load`` or
-``wp.capture_load_from_bytes`` (alternately; sometimes with corrupted module binaries), replays it
-when that is safe by construction (no kernel launches and no indexed arrays: every byte native code
-then touches is described by validated fields), and runs ``python -m apic inspect`` (text and
+``wp.capture_load_from_bytes`` (alternately; sometimes with corrupted module binaries), replays every
+graph that loads (from the command line; ``fuzz(replay_all=False)``, as the smoke test uses, replays
+only graphs without kernel launches and indexed arrays), and runs ``python -m apic inspect`` (text and
 ``--json``) on it in-process; a sample also runs the real ``python -m apic inspect`` in a fresh
 process. Every input must end in an ``apic.ApicError`` or a correct load. Anything else is a
 finding: another exception type (a traceback), a crash of the child (a signal), a hang (no answer
@@ -29,6 +29,9 @@ within ``--timeout`` seconds), output on the child's stderr (native code printin
 allocation the child's address-space limit refuses outside the regions the file declares. The child
 runs under an address-space limit a few GiB above its warmed-up size, with apic's graph-memory limit
 set lower, so an allocation larger than the validated regions permit fails visibly.
+
+Every ``--fs-every``-th input is instead a seed with one odd entry in its modules folder
+(``tests/fuzz/fs_odd.py``: symlinks, a FIFO, a directory, a wrong size, a symlinked folder).
 
 The seeds' module binaries are compiled for this machine and warp-lang version, so inputs are made
 afresh each run; findings are written as the raw bytes (``finding-N.wrp``) and, for field-level
@@ -61,6 +64,9 @@ from dataclasses import dataclass, field
 
 import warp as wp
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/ (the fuzz package), when run as a script
+from fuzz import control_seed, fs_odd  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 for _path in (HERE, REPO):
@@ -68,7 +74,7 @@ for _path in (HERE, REPO):
         sys.path.insert(0, _path)
 
 HEADER = struct.Struct("<8sIIQ32s")  # as apic.format.schema.HEADER (kept here so the worker protocol needs no apic)
-SEEDS = ("memory", "sim", "indexed", "handles")
+SEEDS = ("memory", "sim", "indexed", "handles", "control")
 
 
 # ==================================================================================================
@@ -76,6 +82,12 @@ SEEDS = ("memory", "sim", "indexed", "handles")
 # ==================================================================================================
 @wp.kernel
 def _indexed_gather(src: wp.indexedarray(dtype=float), dst: wp.array(dtype=float), scale: float):
+    i = wp.tid()
+    dst[i] = src[i] * scale
+
+
+@wp.kernel
+def _scaled_copy(src: wp.array(dtype=float), dst: wp.array(dtype=float), scale: float):
     i = wp.tid()
     dst[i] = src[i] * scale
 
@@ -153,6 +165,7 @@ def make_seeds(folder: str) -> dict[str, str]:
         wp.launch(_mesh_and_grid, dim=4, inputs=[mesh.id, grid.id, points, out], device=cpu)
     wp.capture_save(cap.graph, os.path.join(folder, "handles"), inputs={"points": points}, outputs={"out": out})
     paths["handles"] = os.path.join(folder, "handles.wrp")
+    paths["control"] = control_seed.save_control(folder, _scaled_copy)
     return {name: paths[name] for name in SEEDS}
 
 
@@ -821,7 +834,7 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
             for name in graph.params:  # bound views lie inside their regions
                 graph.param_numpy(name).copy()
                 result["params"] += 1
-            if request.get("replay") and replay_safe(graph):
+            if request.get("replay") and (request.get("replay_all") or replay_safe(graph)):
                 wp.capture_launch(graph)
                 graph.launch(2)
                 result["replayed"] = True
@@ -993,8 +1006,13 @@ def run_cli(path: str) -> tuple[str | None, str]:
 
 def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, seed: int = 0,
          seeds: dict[str, str] | None = None, timeout: float = 10.0, cli_every: int = 0, cli_first: int = 0,
-         graph_limit: int = 256 << 20, headroom: int = 4 << 30, log=None) -> Stats:
-    """Fuzz for ``seconds`` or ``inputs`` (whichever ends first); findings are written to ``workdir/findings``."""
+         graph_limit: int = 256 << 20, headroom: int = 4 << 30, log=None, replay_all: bool = False,
+         fs_every: int = 0) -> Stats:
+    """Fuzz for ``seconds`` or ``inputs`` (whichever ends first); findings are written to ``workdir/findings``.
+
+    ``replay_all`` replays every graph that loads (kernel launches and handles included), not only those
+    safe by construction; ``fs_every``: every N-th input is a seed with an odd entry in its modules folder
+    (tests/fuzz/fs_odd.py) instead of a mutated file."""
     os.makedirs(workdir, exist_ok=True)
     if seeds is None:
         seeds = make_seeds(os.path.join(workdir, "seeds"))
@@ -1015,13 +1033,21 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
             if (seconds is not None and elapsed >= seconds) or (inputs is not None and stats.inputs >= inputs):
                 break
             name = names[stats.inputs % len(names)]
-            strategy, data, recipe = mutator.mutate(name)
-            path = os.path.join(inputs_dir, name + ".wrp")
-            with open(path, "wb") as f:
-                f.write(data)
-            request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules",
-                       "mode": "file" if stats.inputs % 2 else "bytes",
-                       "corrupt_modules": rng.random() < 0.05, "replay": True, "inspect": True}
+            if fs_every and stats.inputs % fs_every == fs_every - 1:
+                name = rng.choice(names)
+                strategy, path = fs_odd.make(rng, seeds[name], os.path.join(workdir, "odd"), stats.inputs % 8)
+                with open(path, "rb") as f:
+                    data, recipe = f.read(), {"seed": name, "fs": strategy, "edits": []}
+                mode = "file"
+            else:
+                strategy, data, recipe = mutator.mutate(name)
+                path = os.path.join(inputs_dir, name + ".wrp")
+                with open(path, "wb") as f:
+                    f.write(data)
+                mode = "file" if stats.inputs % 2 else "bytes"
+            request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules", "mode": mode,
+                       "corrupt_modules": mode == "bytes" and rng.random() < 0.05, "replay": True,
+                       "replay_all": replay_all, "inspect": True}
             answer = worker.ask(request)
             outcome = answer["outcome"]
             if worker.proc is None:
@@ -1084,6 +1110,9 @@ def corpus_inputs(corpus_dir: str, seeds: dict[str, str]) -> list[tuple[str, str
         if name.endswith(".json"):
             with open(path) as f:
                 recipe = json.load(f)
+            if recipe.get("fs"):  # an odd modules folder: made again by check_inputs
+                entries.append((name, recipe["seed"], b"", recipe))
+                continue
             entries.append((name, recipe["seed"], apply_recipe(recipe, seeds), recipe))
         elif name.endswith(".wrp"):
             with open(path, "rb") as f:
@@ -1099,12 +1128,19 @@ def check_inputs(workdir: str, seeds: dict[str, str], inputs, timeout: float = 3
     worker = Worker(workdir, 256 << 20, 4 << 30, timeout)
     results = {}
     try:
-        for i, (name, seed, data, *_) in enumerate(inputs):
+        for i, (name, seed, data, *rest) in enumerate(inputs):
+            recipe = rest[0] if rest else {}
+            if recipe.get("fs"):
+                _, path = fs_odd.make(random.Random(0), seeds[seed], os.path.join(workdir, "odd"), i, recipe["fs"])
+                results[name] = [worker.ask({"id": 2 * i, "wrp": path, "modules": path[:-4] + "_modules",
+                                             "mode": "file", "replay": True, "replay_all": True, "inspect": True})]
+                continue
             path = os.path.join(inputs_dir, seed + ".wrp")
             with open(path, "wb") as f:
                 f.write(data)
             results[name] = [worker.ask({"id": 2 * i + k, "wrp": path, "modules": path[:-4] + "_modules",
-                                         "mode": mode, "replay": True, "inspect": True})
+                                         "mode": mode, "replay": True, "replay_all": bool(recipe.get("replay_all")),
+                                         "inspect": True})
                              for k, mode in enumerate(("file", "bytes"))]
     finally:
         worker.stop()
@@ -1131,6 +1167,10 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=None, help="where inputs, findings and stats.json go (default: a temp folder)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds one input may take (hang detection)")
     parser.add_argument("--cli-every", type=int, default=250, help="run `python -m apic inspect` in a fresh process every N inputs")
+    parser.add_argument("--safe-replay-only", action="store_true",
+                        help="replay only graphs without launches or handles (default: replay every graph that loads)")
+    parser.add_argument("--fs-every", type=int, default=10, help="every N-th input has an odd modules folder (0: never)")
+    parser.add_argument("--memory-gib", type=float, default=2.0, help="address space a child may add after warming up")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -1149,7 +1189,8 @@ def main(argv=None) -> int:
     seconds = None if args.inputs and args.minutes is None else 60 * (args.minutes or 1)
     print(f"fuzzing the .wrp loader (warp-lang {wp.config.version}, seed {seed}, workdir {workdir})", flush=True)
     stats = fuzz(workdir, seconds=seconds, inputs=args.inputs, seed=seed, timeout=args.timeout,
-                 cli_every=args.cli_every, log=lambda line: print(line, flush=True))
+                 cli_every=args.cli_every, log=lambda line: print(line, flush=True),
+                 replay_all=not args.safe_replay_only, fs_every=args.fs_every, headroom=int(args.memory_gib * (1 << 30)))
     print(stats.summary())
     print("most frequent refusals:")
     for message, count in sorted(stats.refusals.items(), key=lambda kv: -kv[1])[:25]:

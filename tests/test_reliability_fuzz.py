@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import apic
 import fuzz_wrp
+from fuzz import fs_odd
 from apic.cli import inspect_wrp
 from apic.format import reader, schema
 from apic.record import ops as rec
@@ -45,14 +46,28 @@ def test_fuzz_smoke(seeds, tmp_path):
                                          + fuzz_wrp.Mutator.TREE_STRATEGIES)
 
 
+def test_fuzz_odd_modules_folder(seeds, tmp_path):
+    """Only odd ``<stem>_modules/`` entries (symlinks, FIFOs, directories, wrong sizes, a symlinked folder),
+    every seed: each load ends in a clean refusal or a correct load, never a hang, crash or stray exception."""
+    stats = fuzz_wrp.fuzz(str(tmp_path), inputs=60, seed=11, seeds=seeds, fs_every=1, timeout=20.0)
+    print(stats.summary())
+    assert not stats.findings, stats.summary()
+    assert set(stats.by_strategy) == set(fs_odd.STRATEGIES), stats.by_strategy
+    assert stats.outcomes.get("refused", 0) >= 30, stats.outcomes
+
+
 def test_corpus(seeds, tmp_path):
     """Each input that once found a bug now loads or is refused cleanly, as its entry expects."""
     entries = fuzz_wrp.corpus_inputs(CORPUS, seeds)
     assert len(entries) >= 8
     results = fuzz_wrp.check_inputs(str(tmp_path), seeds, entries)
+    still_open = []  # entries marked "open": a known bug not fixed yet; the test xfails while one still breaks
     for name, _, _, recipe in entries:
         for answer in results[name]:
             outcome = answer["outcome"]
+            if recipe.get("open") and outcome not in ("loaded", "refused"):
+                still_open.append(f"{name}: {outcome}: {recipe['open']}")
+                continue
             assert outcome in ("loaded", "refused"), f"{name}: {answer}"
             expect = recipe.get("expect", "clean")
             assert expect == "clean" or outcome == expect, f"{name}: expected {expect}, got {answer}"
@@ -62,6 +77,8 @@ def test_corpus(seeds, tmp_path):
                 assert not answer["stderr_bytes"], f"{name}: native code printed something"
             if outcome == "loaded":
                 assert answer.get("inspect_rc") == 0
+    if still_open:  # every other entry was checked above; this reports the known bugs, it does not pass them
+        pytest.xfail("known bugs, not fixed yet: " + "; ".join(still_open))
 
 
 def test_corpus_entries_document_their_finding():
@@ -69,7 +86,7 @@ def test_corpus_entries_document_their_finding():
         if name.endswith(".json"):
             with open(os.path.join(CORPUS, name)) as f:
                 recipe = json.load(f)
-            assert recipe["seed"] in fuzz_wrp.SEEDS and recipe["edits"] and recipe["finding"] and recipe["found"]
+            assert recipe["seed"] in fuzz_wrp.SEEDS and (recipe["edits"] or recipe.get("fs")) and recipe["finding"] and recipe["found"]
 
 
 _mutators = {}

@@ -1,0 +1,1 @@
+"""Parts of the ``.wrp`` fuzzer (tests/fuzz_wrp.py is the entry point)."""
