@@ -622,7 +622,8 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
     raise AssertionError(kind)  # pragma: no cover - every WireOp is handled above
 
 
-_LEGACY_BOUNDS = struct.Struct("<4iiIQ")  # warp <= 1.13: int shape[4], int ndim, (padding), size_t size
+_LEGACY_BOUNDS = struct.Struct("<4IiIQ")  # warp <= 1.13: int shape[4] (read unsigned, as the recorder reads an
+# extent past 2^31 that Warp stored in a C int), int ndim, (padding), size_t size
 
 
 def _templated_bounds(dim: tuple, rank: int) -> bytes:
