@@ -96,7 +96,6 @@ class CudaRecorder:
         self._kernel_infos: list[KernelInfo] = []
         self._functions: dict[tuple[int, int], tuple] = {}  # (id(kernel), CUfunction) -> resolved entry
         self._layouts: dict[tuple[int, bool], tuple] = {}
-        self._word_slot_cache: dict[tuple[int, bool], tuple] = {}
         self._words: dict[tuple[str, str, int], None] = {}  # (kernel, argument, value): nonzero 64-bit ints
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -214,7 +213,7 @@ class CudaRecorder:
                 f"a launch of '{kernel.key}' with entry_point_abi={_compat.cuda_entry_abi(kernel)!r}",
                 "apic records kernels with Warp's own entry point only",
             )
-        types, params_layout, slots = self._layout(kernel, adjoint)
+        types, params_layout, slots, words = self._layout(kernel, adjoint)
         args = call["args"]
         count = len(args) if isinstance(args, ctypes.Array) else None
         if count != len(params_layout):
@@ -231,7 +230,7 @@ class CudaRecorder:
         )
         if grid is None:
             return  # an empty launch runs nothing (Warp launches nothing either)
-        for at, label in self._word_slots(kernel, adjoint):
+        for at, label in words:
             value = int.from_bytes(blob[at : at + 8], "little")
             if value:
                 self._words[(str(kernel.key), label, value)] = None
@@ -277,15 +276,8 @@ class CudaRecorder:
             types = cuda_params.param_types(kernel, adjoint)
             params_layout = cuda_params.param_layout(types)
             slots = cuda_params.array_slots(kernel, types, params_layout, adjoint)
-            found = self._layouts[key] = (types, params_layout, slots)
-        return found
-
-    def _word_slots(self, kernel, adjoint: bool):
-        key = (id(kernel), adjoint)
-        found = self._word_slot_cache.get(key)
-        if found is None:
-            types, params_layout, _ = self._layout(kernel, adjoint)
-            found = self._word_slot_cache[key] = cuda_params.word_slots(kernel, types, params_layout)
+            words = cuda_params.word_slots(kernel, types, params_layout)  # where an id or pointer may hide
+            found = self._layouts[key] = (types, params_layout, slots, words)
         return found
 
     def _kernel_index(self, kernel, module_exec, adjoint: bool, fn: int, params_layout) -> int:
