@@ -132,9 +132,7 @@ def capture_load(path, device=None):
     shown = os.fspath(path) if os.fspath(path).endswith(".wrp") else f"{os.fspath(path)}.wrp"
     saved = reader.read(_read_graph_file(wrp_path, shown))
 
-    sizes = {module.file: module.size for module in saved.modules}
-    sizes.update({m.source.file: m.source.size for m in saved.modules if m.source is not None})  # source_fallback
-    folder = ModuleFolder(modules_dir, sizes)
+    folder = ModuleFolder.of(modules_dir, saved)
     fetch = folder.fetch
     try:
         return _load(saved, fetch, modules_dir, device)

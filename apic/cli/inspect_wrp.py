@@ -100,7 +100,7 @@ def describe(path: str) -> dict:
 
     modules = []
     # read as a load reads them: no symlinks, regular files of the recorded size, never blocking
-    folder = ModuleFolder(modules_dir, {m.file: m.size for m in saved.modules})
+    folder = ModuleFolder.of(modules_dir, saved)
     try:
         for m in saved.modules:
             try:

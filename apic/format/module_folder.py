@@ -31,6 +31,14 @@ class ModuleFolder:
         self._fd: int | None = None
         self._missing = False
 
+    @classmethod
+    def of(cls, modules_dir: str, saved) -> "ModuleFolder":
+        """The folder of a read graph: its module files and, saved with ``source_fallback=True``, their
+        generated sources, each readable only at the size the ``.wrp`` records."""
+        sizes = {module.file: module.size for module in saved.modules}
+        sizes.update({m.source.file: m.source.size for m in saved.modules if m.source is not None})
+        return cls(modules_dir, sizes)
+
     def _folder(self) -> int | None:
         if self._fd is None and not self._missing:
             try:
