@@ -243,7 +243,7 @@ def unload_object(name: str) -> None:
 def host_target() -> dict:
     """The CPU this process runs on: OS, machine, CPU name and the instruction-set features it has."""
     try:
-        from llvmlite import binding as llvm_binding  # numba's dependency, so always present
+        from llvmlite import binding as llvm_binding  # lazy, numba's dependency: loading LLVM costs time
 
         cpu = llvm_binding.get_host_cpu_name()
         features = sorted(k for k, v in llvm_binding.get_host_cpu_features().items() if v)
@@ -343,7 +343,7 @@ def cuda_driver():
     """cuda-python's driver bindings: ``cuda.bindings.driver`` (cuda-python 11.8.4+/12.6+; the only
     name from 13.0, which removed ``cuda.cuda``), else ``cuda.cuda`` (older releases)."""
     try:
-        from cuda.bindings import driver
+        from cuda.bindings import driver  # lazy: cuda-python is optional (the cuda extra)
     except ImportError:
         try:
             from cuda import cuda as driver  # cuda-python before 12.6 / 11.8.4
