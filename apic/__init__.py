@@ -12,11 +12,11 @@ from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
 from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
-from apic.record.shims import install, is_installed, uninstall
+from apic.installation import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
 from apic.replay.profile import ProfileReport, profile
 
-__version__ = "0.1.0"
+from apic._version import __version__
 
 __all__ = [
     "ApicError",

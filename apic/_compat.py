@@ -9,24 +9,34 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import os
 import platform
 import re
 import sys
+import tempfile
 
 import warp as wp
+
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
 
 try:  # warp-lang 1.10 and later keep the internals in warp._src
     from warp._src import build as wp_build
     from warp._src import codegen as wp_codegen
     from warp._src import context as wp_context
     from warp._src import types as wp_types
+    from warp._src import utils as wp_utils
 except ImportError:  # pragma: no cover - warp-lang <= 1.9, outside the supported range
     from warp import build as wp_build  # type: ignore[no-redef]
     from warp import codegen as wp_codegen  # type: ignore[no-redef]
     from warp import context as wp_context  # type: ignore[no-redef]
     from warp import types as wp_types  # type: ignore[no-redef]
+    from warp import utils as wp_utils  # type: ignore[no-redef]
+import warp.utils  # noqa: E402,F401  (the public module: apic's shims also replace the names it holds)
 
 WARP_VERSION: str = wp.config.version
+
+# Where Warp keeps its internals (warp._src from 1.10), and so its warp.fem temporaries' store.
+FEM_CACHE_MODULE: str = wp_context.__name__.rsplit(".", 1)[0] + ".fem.cache"
 
 # --- CPU kernel entry ABI -------------------------------------------------------------------------
 # warp 1.9-1.12 export `f(launch_bounds_t dim, args*)` with the 32-byte bounds struct *by value*;
@@ -52,7 +62,7 @@ BOUNDS_BY_VALUE: bool = _probe_bounds_by_value()
 SYSV_X86_64: bool = platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32"
 
 # Name of the ABI, written into saved files so a loader can refuse an incompatible one.
-KERNEL_ABI: str = "bounds-by-value-v1" if BOUNDS_BY_VALUE else "bounds-by-pointer-v1"
+KERNEL_ABI: str = ABI_BY_VALUE if BOUNDS_BY_VALUE else ABI_BY_POINTER
 
 # A ``Launch`` made by ``wp.launch(record_cmd=True)`` keeps the original Python arguments
 # (``fwd_args``/``adj_args``) from warp 1.15 on; before, it keeps only their packed ctypes values,
@@ -115,8 +125,6 @@ def quiet_warp() -> None:
 # --- Saved graphs: module binaries, native object loading, host target -----------------------------
 def _cache_folders(module_name: str, module_exec) -> list[tuple[str, str]]:
     """``(stem, folder)`` where warp < 1.19 may keep a module's binaries: hashed name first, then ``strip_hash``."""
-    import os
-
     digest = getattr(module_exec, "module_hash", None)
     stems = [f"wp_{module_name}_{digest.hex()[:7]}"] if digest else []
     stems.append(f"wp_{module_name}")
@@ -129,8 +137,6 @@ def module_binary_path(module_name: str, module_exec) -> str:
     warp 1.19 records it as ``module_exec.binary_path``. Earlier versions keep it at
     ``<kernel cache>/wp_<name>_<hash7>/<same>[.cpu<isa>].o`` (``wp_<name>`` with ``strip_hash``).
     """
-    import os
-
     path = getattr(module_exec, "binary_path", None)
     if path:
         return os.fspath(path)
@@ -152,8 +158,6 @@ def module_binary_path(module_name: str, module_exec) -> str:
 
 def module_source_path(binary_path: str) -> str | None:
     """The generated C++ source next to a module binary in the cache, if it is there."""
-    import os
-
     folder = os.path.dirname(binary_path)
     stem = os.path.basename(folder)
     path = os.path.join(folder, stem + ".cpp")
@@ -191,9 +195,6 @@ def load_object(data: bytes, name: str) -> None:
     Uses ``wp_load_obj_from_bytes`` where Warp has it (1.19+), else a private unnamed (or temporary) file.
     ``name`` must be unique in the process: loading a name twice returns the old module's code.
     """
-    import os
-    import tempfile
-
     llvm = _llvm()
     flag = _legacy_linker_arg()
     from_bytes = getattr(llvm, "wp_load_obj_from_bytes", None) if flag else None
@@ -311,8 +312,6 @@ def cuda_module_binary_path(module, module_exec) -> str:
     warp 1.19 records it as ``module_exec.binary_path``; earlier versions keep it at
     ``<kernel cache>/wp_<name>_<hash7>/wp_<name>_<hash7>.sm<arch>[a].{cubin,ptx}``.
     """
-    import os
-
     path = getattr(module_exec, "binary_path", None)
     if path:
         return os.fspath(path)
@@ -402,9 +401,6 @@ def compile_cpu_source(source: bytes, options: dict) -> bytes:
     Options this warp-lang's ``build_cpu`` does not take are left out (1.12 takes mode, verify_fp,
     fast_math and fuse_fp only, and reads the tile setting from its config).
     """
-    import os
-    import tempfile
-
     if getattr(wp_context, "runtime", None) is None:
         wp.init()
     _llvm()

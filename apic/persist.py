@@ -10,14 +10,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+import warp as wp
+
+from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
+from apic.format import cuda as cuda_format
+from apic.format import reader, untouched, writer
 from apic.format.module_folder import ModuleFolder
+from apic.graph import Graph
+from apic.replay import cuda as cuda_replay
+from apic.replay import loader
 
 
 def _cpu_device(device):
     """The CPU device for a loaded graph: ``None`` means the CPU (apic graphs are CPU graphs)."""
-    import warp as wp
-
     dev = wp.get_device("cpu" if device is None else device)
     if not dev.is_cpu:
         raise ValueError(f"this is a CPU graph and replays on the CPU; cannot load it onto {dev}")
@@ -60,13 +66,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
-    from apic.cuda_graph import CudaGraph
-    from apic.format import untouched, writer
-    from apic.graph import Graph
-
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
-        from apic.format import cuda as cuda_format
-
         if source_fallback:
             raise NotImplementedError("capture_save(source_fallback=True) of a CUDA graph: apic keeps the generated "
                                       "source of CPU modules only, for now")
@@ -126,8 +126,6 @@ def capture_load(path, device=None):
         apic.GraphLoadError: The file cannot be read ("Failed to load APIC graph from <path>.wrp"); an
             ``OSError`` and a ``RuntimeError``.
     """
-    from apic.format import reader, writer
-
     wrp_path, modules_dir = writer.wrp_paths(path)
     shown = os.fspath(path) if os.fspath(path).endswith(".wrp") else f"{os.fspath(path)}.wrp"
     saved = reader.read(_read_graph_file(wrp_path, shown))
@@ -142,11 +140,7 @@ def capture_load(path, device=None):
 
 def _load(saved, fetch, modules_dir: str, device):
     """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
-    from apic.replay import loader
-
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
-        from apic.replay import cuda as cuda_replay
-
         return cuda_replay.load(saved, fetch, f"{modules_dir}", device)
     return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device))
 
@@ -169,9 +163,6 @@ def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
         apic.FormatError: The data is malformed, or a needed module is missing or does not match
             its checksum.
     """
-    from apic.format import reader
-    from apic.replay import loader
-
     if modules is None:
         modules = {}
     elif not isinstance(modules, Mapping):
@@ -183,7 +174,5 @@ def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
         views[name] = reader.as_bytes(contents, f"Module '{name}'")
     saved = reader.read(reader.as_bytes(data))
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
-        from apic.replay import cuda as cuda_replay
-
         return cuda_replay.load(saved, views.get, "the provided modules", device)
     return loader.load(saved, views.get, "the provided modules", _cpu_device(device))

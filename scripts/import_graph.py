@@ -7,8 +7,9 @@ Uses only the standard library (``ast``), so it runs without warp or numba insta
 
 A module-level import is one that runs when the module is imported (at the top, or in a module-level
 ``try``/``if``); a function-local import runs only when its function is called. Imports under
-``if TYPE_CHECKING:`` never run and are left out. The implicit import of a parent package (importing
-``apic.format.reader`` first imports ``apic``) is left out too: only the imports a module writes count.
+``if TYPE_CHECKING:`` never run and are left out. Importing ``apic.format.reader`` first imports its
+parent package ``apic.format``: that implicit import counts as an edge, except to the root ``apic``
+(the public API, which imports the rest and is always imported first).
 
 ``tests/test_layering.py`` imports this file and asserts the layering rules on what it returns.
 """
@@ -144,6 +145,9 @@ def build(root: str = ROOT, package: str = PACKAGE) -> Graph:
                     visit(child, function)
 
         visit(ast.parse(source, path), None)
+        parent = module.rsplit(".", 1)[0] if "." in module else None
+        if parent is not None and parent != package and parent in modules:
+            graph.edges[module].add(parent)
     return graph
 
 

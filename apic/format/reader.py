@@ -26,6 +26,7 @@ import numpy as np
 from apic.bindings import Binding
 from apic.errors import FormatError
 from apic.format import cuda as cuda_format
+from apic.format import fields
 from apic.format import source as source_format
 from apic.format import handles as wire_handles
 from apic.format import schema
@@ -36,17 +37,18 @@ from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.replay.program import control_flow_problem
 from apic.record.regions import ArrayInfo, Region
+from apic.targets import cpu as cpu_target
+from apic.targets.cpu import INDEXED_TAIL as _INDEXED_TAIL
+from apic.targets.cpu import KERNEL_ABIS
+from apic.targets.cpu import KERNEL_SUFFIX as _KERNEL_SUFFIX
+from apic.targets.cpu import MODULE_FILE as _MODULE_FILE
 
-KERNEL_ABIS = ("bounds-by-pointer-v1", "bounds-by-value-v1")
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,1023}")
-_KERNEL_SUFFIX = {False: "_cpu_forward", True: "_cpu_backward"}  # of every Warp CPU kernel entry point
-_MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A NumPy scalar type as ``dtype.str`` writes it ("<f4", "|b1"); checked before NumPy parses it, whose
 # parser for other strings (comma lists, sub-array shapes) raises SyntaxError and more.
 _NP_DTYPE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 _DESCRIPTOR = struct.Struct("<QQ4i4ii")  # data, grad, shape[4], strides[4], ndim (int32: the writer zeroes the flags)
-_INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
 
 
 @dataclass(frozen=True)
@@ -133,60 +135,9 @@ def check_header(data: memoryview) -> tuple[int, memoryview]:
     return version, body
 
 
-# --- field checks -----------------------------------------------------------------------------------
-def _fail(where: str, message: str):
-    raise FormatError(f"invalid apic graph file: {where}: {message}")
-
-
-def _map(value, where: str, required: tuple[str, ...]) -> dict:
-    if not isinstance(value, dict):
-        _fail(where, f"expected a map, found {type(value).__name__}")
-    missing = [k for k in required if k not in value]
-    if missing:
-        _fail(where, f"missing field(s) {', '.join(missing)}")
-    return value
-
-
-def _list(value, where: str, max_len: int | None = None) -> list:
-    if not isinstance(value, list):
-        _fail(where, f"expected a list, found {type(value).__name__}")
-    if max_len is not None and len(value) > max_len:
-        _fail(where, f"{len(value)} entries, at most {max_len} allowed")
-    return value
-
-
-def _int(value, where: str, lo: int = 0, hi: int = schema.MAX_INT) -> int:
-    if type(value) is not int:
-        _fail(where, f"expected an integer, found {type(value).__name__}")
-    if not lo <= value <= hi:
-        _fail(where, f"{value} is outside [{lo}, {hi}]")
-    return value
-
-
-def _ints(value, where: str, lo: int = 0, hi: int = schema.MAX_INT, max_len: int = schema.MAX_DIMS) -> tuple:
-    return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(_list(value, where, max_len)))
-
-
-def _str(value, where: str, pattern: re.Pattern | None = None, max_len: int = 4096) -> str:
-    if not isinstance(value, str):
-        _fail(where, f"expected a string, found {type(value).__name__}")
-    if len(value) > max_len:
-        _fail(where, f"string of {len(value)} characters, at most {max_len} allowed")
-    if pattern is not None and not pattern.fullmatch(value):
-        _fail(where, f"{value!r} is not a valid value here")
-    return value
-
-
-def _bool(value, where: str) -> bool:
-    if type(value) is not bool:
-        _fail(where, f"expected a boolean, found {type(value).__name__}")
-    return value
-
-
-def _bin(value, where: str) -> bytes:
-    if not isinstance(value, bytes):
-        _fail(where, f"expected binary data, found {type(value).__name__}")
-    return value
+# --- field checks (apic.format.fields) ------------------------------------------------------------
+_fail, _map, _list, _int, _ints = fields.fail, fields.check_map, fields.check_list, fields.check_int, fields.check_ints
+_str, _bool, _bin = fields.check_str, fields.check_bool, fields.check_bin
 
 
 class _Context:
@@ -406,7 +357,7 @@ def read(data) -> SavedGraph:
     modules = _modules(doc["modules"], device)
     kernels = _kernels(doc["kernels"], len(modules), device)
     # by value: warp <= 1.12's one bounds layout; by pointer: 1.13's (32 bytes) or 1.14+'s templated ones
-    ctx.legacy_bounds = abi == "bounds-by-value-v1"
+    ctx.legacy_bounds = abi == cpu_target.ABI_BY_VALUE
     if device is None:
         ctx.args_sizes = _args_sizes(doc["kernels"])
     distinct = [_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops"))]
@@ -562,7 +513,7 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
         dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 32) - 1)
         bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
-        sizes = (32,) if abi == "bounds-by-value-v1" else (24, 32)
+        sizes = (32,) if abi == cpu_target.ABI_BY_VALUE else (24, 32)
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")

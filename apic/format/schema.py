@@ -91,12 +91,8 @@ OP_FIELDS: dict[WireOp, dict[str, str]] = {
 }
 
 # Warp's array type ids in ArrayCopy / ArrayFill descriptors.
-ARRAY_TYPE_REGULAR = 0
-ARRAY_TYPE_INDEXED = 1
-ARRAY_T_SIZE = 56  # wp::array_t, every supported version
-INDEXEDARRAY_T_SIZE = 104  # wp::indexedarray_t
-ARRAY_T_POINTER_SLOTS = (0, 8)  # data, grad
-INDEXEDARRAY_T_POINTER_SLOTS = (0, 8, 56, 64, 72, 80)  # data, grad, indices[4]
+from apic.targets.cpu import ARRAY_T_POINTER_SLOTS, ARRAY_T_SIZE, ARRAY_TYPE_INDEXED, ARRAY_TYPE_REGULAR  # noqa: E402,F401
+from apic.targets.cpu import INDEXEDARRAY_T_POINTER_SLOTS, INDEXEDARRAY_T_SIZE  # noqa: E402,F401
 
 # Binding kinds.
 BINDING_KINDS = ("input", "output")

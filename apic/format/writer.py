@@ -46,8 +46,9 @@ from apic.format import handles as wire_handles
 from apic.format import ownership
 from apic.format import schema
 from apic.format import source as source_format
-from apic.record import handles as rec_handles
+from apic.record import words as rec_words
 from apic.record import ops as rec
+from apic.targets.cpu import module_file_name
 
 _TEMP_TAG = ".apic-tmp"
 
@@ -63,12 +64,6 @@ def wrp_paths(path) -> tuple[str, str]:
     path = os.fspath(path)
     wrp = os.path.abspath(path if path.endswith(schema.EXTENSION) else path + schema.EXTENSION)
     return wrp, wrp[: -len(schema.EXTENSION)] + schema.MODULES_SUFFIX
-
-
-def module_file_name(name: str, sha256: str) -> str:
-    """The content-addressed file name of a module binary inside ``<stem>_modules/``."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")[:96] or "module"
-    return f"{safe}.{sha256[:16]}.o"
 
 
 def _module_image(info) -> tuple[bytes, tuple[str, ...]]:
@@ -104,7 +99,7 @@ def _live_handle_ids() -> np.ndarray:
 
 
 def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
-    return bool(len(rec_handles.id_words(rec_handles.as_words(data), handle_ids)))
+    return bool(len(rec_words.id_words(rec_words.as_words(data), handle_ids)))
 
 
 def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:
@@ -225,7 +220,7 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
     """The msgpack body of ``graph`` and its module binaries (file name -> bytes)."""
     import warp as wp
 
-    import apic
+    from apic._version import __version__
 
     recording = graph.recording
     # ids of the graph's own handles are saved as relocations; any other live one cannot be
@@ -273,7 +268,7 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
     doc = {
         "format": schema.FORMAT_NAME,
         "format_version": schema.BASE_VERSION,  # raised below for a graph with handles
-        "writer": {"apic": apic.__version__, "warp": wp.config.version, "numpy": np.__version__},
+        "writer": {"apic": __version__, "warp": wp.config.version, "numpy": np.__version__},
         "target": target,
         "abi": recording.abi,
         "regions": regions,

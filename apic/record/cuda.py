@@ -28,14 +28,13 @@ import warp as wp
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError
-from apic.format.cuda import CUDA_ABI  # by-value params after the launch bounds
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import handles, layout
 from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, intern_op, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
-from apic.record.shims import LAUNCH_ARRAY_ARGS, launch_arg
-from apic.replay import cuda_params
+from apic.record.launch_args import LAUNCH_ARRAY_ARGS, launch_arg, launch_arguments
+from apic.targets import cuda as cuda_target
 
 WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
 
@@ -115,7 +114,7 @@ class CudaRecorder:
         self.abort()
         regions, resolve = self._ranges.build()
         ops = resolve_ops(self.ops, resolve)
-        return Recording(abi=CUDA_ABI, regions=tuple(regions), modules=tuple(self._module_infos),
+        return Recording(abi=cuda_target.ABI, regions=tuple(regions), modules=tuple(self._module_infos),
                          kernels=tuple(self._kernel_infos), ops=ops, unsaveable=self._dangling_words())
 
     def _dangling_words(self) -> tuple[str, ...]:
@@ -222,9 +221,9 @@ class CudaRecorder:
                 "deterministic-mode and other special launches are not recorded",
             )
         addresses = [_as_int(a) for a in args]
-        blob = cuda_params.pack(params_layout, addresses)
+        blob = cuda_target.pack(params_layout, addresses)
         dim = int(call["dim"])
-        grid = cuda_params.launch_grid(
+        grid = cuda_target.launch_grid(
             dim, int(call["block_dim"]), int(call["max_blocks"]), bool(call.get("grid_stride", 1)),
             int(call.get("cluster_dim", 1)), self.arch or None,
         )
@@ -273,10 +272,10 @@ class CudaRecorder:
         key = (id(kernel), adjoint)
         found = self._layouts.get(key)
         if found is None:
-            types = cuda_params.param_types(kernel, adjoint)
-            params_layout = cuda_params.param_layout(types)
-            slots = cuda_params.array_slots(kernel, types, params_layout, adjoint)
-            words = cuda_params.word_slots(kernel, types, params_layout)  # where an id or pointer may hide
+            types = cuda_target.param_types(kernel, adjoint)
+            params_layout = cuda_target.param_layout(types)
+            slots = array_slots(kernel, types, params_layout, adjoint)
+            words = word_slots(kernel, types, params_layout)  # where an id or pointer may hide
             found = self._layouts[key] = (types, params_layout, slots, words)
         return found
 
@@ -313,6 +312,28 @@ class CudaRecorder:
             self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
 
 
+def array_slots(kernel, types: list, params_layout: cuda_target.ParamLayout, adjoint: bool) -> tuple:
+    """The array descriptors (``ArraySlot``) inside a param blob: pointers that need relocating."""
+    args = kernel.adj.args
+    found = []
+    entries = [(a, False) for a in args] + ([(a, True) for a in args] if adjoint else [])
+    for i, (arg, adj) in enumerate(entries, start=1):
+        label = f"adj_{arg.label}" if adj else arg.label
+        found += layout.array_slots(arg.type, types[i], params_layout.offsets[i], label)
+    return tuple(found)
+
+
+def word_slots(kernel, types: list, params_layout: cuda_target.ParamLayout) -> tuple[tuple[int, str], ...]:
+    """``(offset, argument label)`` of every 64-bit integer (``uint64``, ``int64``, ``wp.handle``) among the
+    forward arguments in a param blob: where a native handle's id or a raw pointer may hide."""
+    found = []
+    for i, arg in enumerate(kernel.adj.args, start=1):
+        found += [(at, arg.label) for at in layout.word_slots(arg.type, types[i], params_layout.offsets[i])]
+    return tuple(found)
+
+
+
+
 # --- Python-level wrappers -------------------------------------------------------------------------
 def _wrap_launch(inner):
     @functools.wraps(inner)
@@ -341,10 +362,8 @@ def _wrap_launch_object(inner):
         recorder = active()
         if recorder is None or not recorder.owns(self.device):
             return inner(self, *args, **kwargs)
-        from apic.record.shims import _launch_arguments
-
         recorder.keepalive.append(self)
-        recorder.note_values(_launch_arguments(self), f"Launch.launch('{self.kernel.key}')")
+        recorder.note_values(launch_arguments(self), f"Launch.launch('{self.kernel.key}')")
         recorder.pending.append(self.kernel)
         try:
             return inner(self, *args, **kwargs)
@@ -387,7 +406,7 @@ def _wrap_init_new(inner):
     return _init_new
 
 
-def install(patches) -> None:
+def patch(patches) -> None:
     """Layer the Python-level wrappers over Warp (and apic's CPU shims); ``patches`` undoes them."""
     for owner in (wp, wp_context):
         patches.set(owner, "launch", _wrap_launch(getattr(owner, "launch")))
@@ -444,17 +463,8 @@ _REFUSED = ("memcpy_h2d", "memcpy_d2h", "memcpy_p2p", "memcpy_peer", "memcpy_bat
             "cuda_graph_update_memcpy")
 
 
-_native_patches = None  # apic.record.shims._Patches of the CUDA natives, while installed
-
-
-def ensure_native_sinks() -> None:
-    """Patch Warp's CUDA launch and device memory natives (once; needs an initialised runtime)."""
-    global _native_patches
-    if _native_patches:
-        return
-    from apic.record.shims import _Patches
-
-    patches = _Patches()
+def patch_natives(patches) -> None:
+    """Patch Warp's CUDA launch and device memory natives into ``patches`` (needs an initialised runtime)."""
     core = _compat.runtime().core
     names = _compat.cuda_launch_params()
     patches.set(core, "wp_cuda_launch_kernel", _launch_sink(core.wp_cuda_launch_kernel, names))
@@ -469,15 +479,10 @@ def ensure_native_sinks() -> None:
             and not name.endswith("_destroy_device")
         ):
             patches.set(core, attr, _refusing_sink(attr, value))
-    _native_patches = patches
 
 
-def uninstall() -> None:
-    """Abandon this thread's CUDA recording and restore the CUDA natives (``apic.uninstall``)."""
-    global _native_patches
+def abort() -> None:
+    """Abandon this thread's CUDA recording, if any (``apic.uninstall``)."""
     recorder = active()
     if recorder is not None:
         recorder.abort()
-    if _native_patches is not None:
-        _native_patches.restore()
-        _native_patches = None

@@ -26,8 +26,8 @@ from apic.record.regions import ArrayInfo, RegionTableBuilder
 _local = threading.local()
 
 # Warp's array type ids for the strided/indexed native copy and fill helpers.
-_ARRAY_TYPE_REGULAR = 0
-_ARRAY_TYPE_INDEXED = 1
+from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # noqa: E402
+from apic.targets.cpu import ARRAY_TYPE_REGULAR as _ARRAY_TYPE_REGULAR  # noqa: E402
 
 
 def active() -> "Recorder | None":

@@ -15,7 +15,7 @@ host read of a result, ``BsrMatrix.nnz_sync()`` (and ``status_sync()``) on a mat
 used, is refused with an error naming the warp.sparse function and the argument that avoids it; on
 a matrix the capture never touched it reads the current value, as upstream Warp's CPU capture does.
 
-The shims are installed with the others (``apic.record.shims.install``), which imports warp.sparse:
+The shims are installed with the others (``apic.installation.install``), which imports warp.sparse:
 code that takes ``from warp.sparse import bsr_mm`` after ``import apic`` gets them. Warp's own
 modules that imported warp.sparse names earlier (warp.fem) are pointed at them too.
 """

@@ -2,9 +2,9 @@
 
 Loading (``capture_load`` of a file whose ``device`` is CUDA) does, in order:
 
-1. check that the GPU can run the modules (a ``.cubin`` runs only on the architecture it was built
-   for; a ``.ptx`` on that architecture or a newer one, which the driver JIT-compiles), and that the
-   regions fit in the GPU's free memory;
+1. check that the GPU can run the modules (a ``.cubin`` on its major version with an equal or higher
+   minor version; a ``.ptx`` on its architecture or a newer one, which the driver JIT-compiles), and
+   that the regions fit in the GPU's free memory;
 2. ``cuModuleLoadData`` each module, ``cuModuleGetFunction`` each kernel, check each kernel's
    parameter layout against the driver's (``cuFuncGetParamInfo``, where the driver has it), and
    raise its dynamic shared memory limit where a launch needs more than the default;
@@ -24,11 +24,17 @@ import ctypes
 import weakref
 
 import numpy as np
+import warp as wp
 
+from apic import bindings as b
+from apic import _compat
 from apic._compat import cuda_graph_instantiate_call
 from apic.cuda_graph import CudaGraph
 from apic.errors import ApicError, BindingError, GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
+from apic.replay.loader import verified_images
+from apic.targets import cuda as cuda_target
+from apic.targets.cuda import DEFAULT_SMEM
 
 # The fill kernel for fills memset nodes cannot do: dst[i] = src[i % size] for each byte i < total.
 # Hand-written PTX (ISA 6.0, sm_50) so that every driver apic can meet JIT-compiles it.
@@ -82,7 +88,6 @@ $L__done:
 \x00"""
 FILL_BLOCK = 256
 FILL_MAX_BLOCKS = 4096
-DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without opting in
 MODES = ("graph", "launch")
 
 
@@ -92,9 +97,7 @@ class CudaReplayError(ApicError, RuntimeError):
 
 def driver_module():
     """cuda-python's driver bindings (``cuda.bindings.driver``, or ``cuda.cuda`` in older releases)."""
-    from apic._compat import cuda_driver
-
-    return cuda_driver()
+    return _compat.cuda_driver()  # looked up per call: the offline tests stand a driver in there
 
 
 def unavailable_reason() -> str | None:
@@ -164,40 +167,27 @@ def device_ordinal(device) -> int:
 
 
 def check_arch(saved, arch: int) -> None:
-    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run.
-
-    A CUBIN for ``sm_XY`` runs on GPUs of the same major version ``X`` and a minor version ``>= Y``;
-    an architecture-specific one (``sm_90a``) only on ``sm_XY`` itself; a family-specific one
-    (``sm_100f``) within its major version from ``Y`` up. PTX runs on its own architecture or any newer
-    one (the driver compiles it), except architecture-specific PTX, which runs only on its own.
-    """
-    major, minor = divmod(arch, 10)
+    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run (the rules: ``apic.targets.cuda.arch_problem``)."""
     for module in saved.modules:
+        kind = module.file.rsplit(".", 1)[-1]
+        problem = cuda_target.arch_problem(kind, module.arch, module.arch_suffix, arch)
+        if problem is None:
+            continue
         built = f"sm_{module.arch}{module.arch_suffix}"
-        saved_major, saved_minor = divmod(module.arch, 10)
-        if module.file.endswith(".cubin"):
-            exact = module.arch_suffix == "a"
-            runs = module.arch == arch if exact else (saved_major == major and saved_minor <= minor)
-            if not runs:
-                rule = ("an architecture-specific CUBIN runs only on that architecture" if exact else
-                        f"a CUBIN runs only on GPUs of its major version (sm_{saved_major}x) with an equal or "
-                        "higher minor version")
-                raise IncompatibleGraphError(
-                    f"module '{module.name}' is a CUBIN built for {built}, and this GPU is sm_{arch}: {rule}. "
-                    "Capture and save the graph again on this kind of GPU, or save PTX, which the driver "
-                    "compiles for newer GPUs (wp.config.cuda_output = 'ptx' before the capture)"
-                )
-        if module.file.endswith(".ptx") and (module.arch > arch or module.arch_suffix and module.arch != arch):
+        if kind == "cubin":
             raise IncompatibleGraphError(
-                f"module '{module.name}' is PTX for {built}, which this GPU (sm_{arch}) cannot run: PTX runs on its "
-                "own architecture or a newer one. Capture and save the graph again on this kind of GPU"
+                f"module '{module.name}' is a CUBIN built for {built}, and this GPU is sm_{arch}: {problem}. "
+                "Capture and save the graph again on this kind of GPU, or save PTX, which the driver "
+                "compiles for newer GPUs (wp.config.cuda_output = 'ptx' before the capture)"
             )
+        raise IncompatibleGraphError(
+            f"module '{module.name}' is PTX for {built}, which this GPU (sm_{arch}) cannot run: {problem}. "
+            "Capture and save the graph again on this kind of GPU"
+        )
 
 
 def load(saved, fetch, origin: str, device):
     """Check and build a :class:`LoadedCudaGraph`: ``fetch(file name)`` returns a module's bytes or None."""
-    from apic.replay.loader import verified_images
-
     ordinal = device_ordinal(device)
     images = verified_images(saved, fetch, origin)
     return LoadedCudaGraph(saved, images, ordinal)
@@ -582,8 +572,6 @@ class LoadedCudaGraph(CudaGraph):
         return binding
 
     def _check(self, binding, arr, method: str) -> None:
-        from apic import bindings as b
-
         where = f"{method}('{binding.name}')"
         if not b.is_warp_array(arr):
             raise TypeError(f"{where}: expected a Warp array, got {type(arr).__name__}")
@@ -605,8 +593,6 @@ class LoadedCudaGraph(CudaGraph):
 
     def set_param(self, name: str, arr) -> None:
         """Copy the Warp array ``arr`` (CPU or CUDA; dtype and shape must match) into the named parameter."""
-        from apic import bindings as b
-
         binding = self._binding(name, "set_param")
         self._check(binding, arr, "set_param")
         if not binding.nbytes:
@@ -623,10 +609,6 @@ class LoadedCudaGraph(CudaGraph):
 
     def get_param(self, name: str, arr) -> None:
         """Copy the named parameter into the Warp array ``arr`` (CPU or CUDA; dtype and shape must match)."""
-        import warp as wp
-
-        from apic import bindings as b
-
         binding = self._binding(name, "get_param")
         self._check(binding, arr, "get_param")
         if not binding.nbytes:
@@ -670,8 +652,6 @@ class LoadedCudaGraph(CudaGraph):
 def _warp_device(ordinal: int):
     """Warp's device object for ``cuda:<ordinal>`` where Warp sees it, else the name."""
     try:
-        import warp as wp
-
         return wp.get_device(f"cuda:{ordinal}")
     except Exception:
         return f"cuda:{ordinal}"

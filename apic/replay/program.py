@@ -29,8 +29,7 @@ _BOUNDS_QWORDS = struct.Struct("<4q")
 _I64 = struct.Struct("<q")  # signed: the table holds int64 (same bits)
 
 # The ABI tags a lowering can call (see apic._compat.KERNEL_ABI).
-ABI_BY_POINTER = "bounds-by-pointer-v1"
-ABI_BY_VALUE = "bounds-by-value-v1"
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE  # noqa: E402
 SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)
 
 
