@@ -34,6 +34,7 @@ from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob,
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
 from apic.record.launch_args import LAUNCH_ARRAY_ARGS, launch_arg, launch_arguments
+from apic.record.launch_args import pointer_value as _as_int
 from apic.targets import cuda as cuda_target
 
 WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
@@ -48,20 +49,6 @@ def _unsupported(operation: str, hint: str = "") -> _Unsupported:
 def active() -> "CudaRecorder | None":
     """The CUDA recording running on this thread, if any."""
     return getattr(_local, "recorder", None)
-
-
-def _as_int(value) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, ctypes._SimpleCData):
-        return value.value or 0
-    if isinstance(value, ctypes._Pointer):
-        return ctypes.addressof(value.contents)
-    if isinstance(value, (ctypes.Array, ctypes.Structure)):
-        return ctypes.addressof(value)
-    raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
 
 
 class CudaModule:

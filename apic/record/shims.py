@@ -29,6 +29,7 @@ from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record import handles, native_layer, natives
 from apic.record.ops import Launch
 from apic.record.launch_args import LAUNCH_ARRAY_ARGS, LAUNCH_OTHER_ARGS, launch_arg, launch_arguments
+from apic.record.launch_args import pointer_value as _as_int
 from apic.record.recorder import active, paused
 from apic.record.repeats import repeat_key
 
@@ -243,23 +244,6 @@ def _invoke_sink(original, cpu_blocks: bool = False):
         recorder.record_launch(kernel, hooks, params, adjoint, cpu_blocks)
 
     return sink
-
-
-def _as_int(value) -> int:
-    """An argument as ctypes code passes it (int, c_void_p, pointer(...), array) as an int."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, ctypes._SimpleCData):  # c_void_p, c_size_t, c_int, ...
-        return value.value or 0
-    if isinstance(value, ctypes._Pointer):
-        return ctypes.addressof(value.contents)
-    if isinstance(value, (ctypes.Array, ctypes.Structure)):
-        return ctypes.addressof(value)
-    if type(value).__name__ == "CArgObject":  # ctypes.byref(x)
-        return ctypes.addressof(value._obj) + getattr(value, "_offset", 0)
-    raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
 
 
 def _as_number(value):

@@ -20,6 +20,7 @@ import warp as wp
 from apic import _compat
 from apic.replay import range_entry
 from apic.replay.splittable import kernel_verdict, launch_arrays_disjoint
+from apic.targets import cpu as cpu_target
 
 # Below this many tasks per thread, starting threads costs more than the tasks (tens of microseconds).
 MIN_TASKS_PER_THREAD = 4096
@@ -83,7 +84,7 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
         for m in kernel.module.execs.values()
         if m is not None and any(h is record.hooks for h in m.kernel_hooks.values())
     )
-    symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len("_cpu_forward")]
+    symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len(cpu_target.KERNEL_SUFFIX[False])]
     address = range_entry.range_entry(kernel.module, module_exec, symbol)
     bounds_ptr, args_ptr = ctypes.addressof(params[0]), ctypes.addressof(args)
 
