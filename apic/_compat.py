@@ -18,6 +18,7 @@ import tempfile
 import warp as wp
 
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
+from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
 try:  # warp-lang 1.10 and later keep the internals in warp._src
     from warp._src import build as wp_build
@@ -36,7 +37,9 @@ import warp.utils  # noqa: E402,F401  (the public module: apic's shims also repl
 WARP_VERSION: str = wp.config.version
 
 # Where Warp keeps its internals (warp._src from 1.10), and so its warp.fem temporaries' store.
-FEM_CACHE_MODULE: str = wp_context.__name__.rsplit(".", 1)[0] + ".fem.cache"
+_INTERNALS = wp_context.__name__.rsplit(".", 1)[0]
+FEM_CACHE_MODULE: str = _INTERNALS + ".fem.cache"
+SPARSE_MODULE: str = _INTERNALS + ".sparse"  # where warp.sparse's functions and BsrMatrix are defined
 
 # --- CPU kernel entry ABI -------------------------------------------------------------------------
 # warp 1.9-1.12 export `f(launch_bounds_t dim, args*)` with the 32-byte bounds struct *by value*;
@@ -106,7 +109,7 @@ def kernel_symbol(module_exec, kernel, adjoint: bool) -> str:
     """The exported symbol name of a kernel's CPU entry point."""
     getter = getattr(module_exec, "get_kernel_mangled_name", None)  # 1.18+
     mangled = getter(kernel) if getter is not None else kernel.get_mangled_name()
-    return f"{mangled}_cpu_{'backward' if adjoint else 'forward'}"
+    return mangled + CPU_KERNEL_SUFFIX[bool(adjoint)]
 
 
 def allocator_alloc_name() -> str:
@@ -304,6 +307,18 @@ def launch_bounds_type(kernel_dim: int) -> type:
     One 32-byte struct up to 1.13; ``launch_bounds_<N>d_t`` from 1.14 (built the way ``wp.launch`` does).
     """
     return type(wp_types.launch_bounds_t((1,) * max(1, int(kernel_dim))))
+
+
+def kernel_bounds_type(kernel) -> type:
+    """The ctypes type of the launch bounds ``kernel`` receives (``Adjoint.kernel_dim`` exists from 1.14)."""
+    return launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))
+
+
+def bounds_shape(bounds) -> tuple:
+    """The launch shape a ``launch_bounds`` struct holds: ``shape[:ndim]`` up to 1.13; from 1.14 the struct is
+    templated on the rank, has no ``ndim`` and its whole ``shape`` is the launch's."""
+    ndim = getattr(bounds, "ndim", None)
+    return tuple(bounds.shape[:ndim] if ndim is not None else bounds.shape)
 
 
 def cuda_module_binary_path(module, module_exec) -> str:

@@ -116,9 +116,8 @@ def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
 
 def launch_dim(bounds) -> tuple[int, ...]:
     """The launch shape held by a ``launch_bounds`` struct (its layout varies by version)."""
-    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
     # An extent above 2^31 (a kernel that never reads wp.tid()) sits in a C int: read it as unsigned.
-    return tuple(int(n) & 0xFFFFFFFF for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
+    return tuple(int(n) & 0xFFFFFFFF for n in _compat.bounds_shape(bounds))
 
 
 def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:

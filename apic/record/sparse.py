@@ -28,11 +28,12 @@ import sys
 import threading
 import weakref
 
+from apic import _compat
 from apic._compat import wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record.recorder import active, paused
 
-_MODULE = "warp._src.sparse"
+_MODULE = _compat.SPARSE_MODULE
 
 # The warp.sparse functions that may call a native BSR export or read a block count back.
 _FUNCTIONS = (

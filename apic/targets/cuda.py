@@ -24,7 +24,7 @@ import ctypes
 import re
 from dataclasses import dataclass
 
-from apic._compat import launch_bounds_type, wp_codegen, wp_types
+from apic._compat import kernel_bounds_type, wp_codegen, wp_types
 from apic.errors import UnsupportedOperationError
 
 NAME = "cuda"
@@ -78,7 +78,7 @@ def arg_ctype(arg_type, adjoint: bool = False) -> type:
 def param_types(kernel, adjoint: bool) -> list[type]:
     """ctypes types of every parameter of a kernel's CUDA entry point: bounds, args[, adjoints]."""
     args = kernel.adj.args
-    types = [launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))]  # no kernel_dim before 1.14
+    types = [kernel_bounds_type(kernel)]
     types += [arg_ctype(a.type) for a in args]
     if adjoint:
         types += [arg_ctype(a.type, adjoint=True) for a in args]
