@@ -513,7 +513,7 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
         dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 32) - 1)
         bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
-        sizes = (32,) if abi == cpu_target.ABI_BY_VALUE else (24, 32)
+        sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if abi == cpu_target.ABI_BY_VALUE else cpu_target.BOUNDS_SIZES
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")

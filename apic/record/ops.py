@@ -242,11 +242,6 @@ class HandleCall:
 
 
 Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch, HandleCall]
-OP_TYPES: dict[OpKind, type] = {
-    t.kind: t
-    for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch,
-              HandleCall)
-}
 CONTROL_TYPES = (Branch, Jump)
 
 

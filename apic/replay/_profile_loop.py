@@ -18,6 +18,7 @@ from apic.replay.interpreter import _interrupted
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.OP_CALL5_D2) == (16, 17, 18, 19)
 assert (_table.COL_LOOP, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP) == (4, 1, 2)
+assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
 
 _I64 = ir.IntType(64)
 
