@@ -6,7 +6,7 @@ patch in reverse order and leaves warp exactly as it was. What is patched where:
 * at install, the Python-level shims (``apic.record.shims``), the Mesh/Bvh/HashGrid methods
   (``apic.record.handle_shims``), warp.sparse (``apic.record.sparse``), the capture API
   (``apic.capture``), saving and loading (``apic.persist``), and the CUDA recording's wrappers
-  (``apic.record.cuda``), layered on top of the CPU shims;
+  (``apic.record.cuda_shims``), layered on top of the CPU shims;
 * at the first CPU capture, Warp's native host functions (they need an initialised runtime) and warp.fem's
   temporaries (once warp.fem is imported); at the first ``apic=True`` CUDA capture, the CUDA natives.
 
@@ -20,7 +20,7 @@ import warp as wp
 from apic import _compat, capture, patches, persist
 from apic._compat import wp_context
 from apic.errors import CaptureError
-from apic.record import cuda, fem, handle_shims, shims, sparse
+from apic.record import cuda_shims, fem, handle_shims, shims, sparse
 
 _python = patches.Patches()  # Python-level patches, from install on
 _native = patches.Patches()  # Warp's native host functions, from the first CPU capture on
@@ -42,7 +42,7 @@ def install() -> None:
         for name in _PERSIST:
             _python.set(owner, name, getattr(persist, name))
     sparse.install(_python)  # warp.sparse functions (their native BSR calls) and BsrMatrix read-backs
-    cuda.patch(_python)  # recording alongside Warp's CUDA capture (apic=True), layered on top
+    cuda_shims.patch(_python)  # recording alongside Warp's CUDA capture (apic=True), layered on top
     patches.set_before_capture(_before_capture)
 
 
@@ -50,7 +50,7 @@ def uninstall() -> None:
     """Remove every patch and leave warp exactly as it was before ``import apic``."""
     patches.set_before_capture(None)
     capture.abort_all()
-    cuda.abort()
+    cuda_shims.abort()
     _cuda_native.restore()
     _native.restore()
     _python.restore()
@@ -76,7 +76,7 @@ def ensure_cuda_native_sinks() -> None:
     if not _python:
         raise CaptureError("apic is uninstalled; call apic.install() first")
     if not _cuda_native:
-        cuda.patch_natives(_cuda_native)
+        cuda_shims.patch_natives(_cuda_native)
 
 
 def _before_capture(cuda_capture: bool) -> None:

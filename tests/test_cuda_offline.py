@@ -510,7 +510,7 @@ def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
 
 
 def test_fill_kernel_ptx_declares_its_entry():
-    from apic.replay.cuda import FILL_PTX, FILL_SYMBOL
+    from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL
 
     entries = cp.ptx_entries(FILL_PTX.decode().rstrip("\0"))
     assert entries == {FILL_SYMBOL: [(8, 8)] * 4}

@@ -29,7 +29,8 @@ from apic.format import fields, schema, writer
 from apic.record import ops as rec
 from apic.targets import cpu as cpu_target
 from apic.targets.cuda import ABI as CUDA_ABI
-from apic.targets.cuda import ARCH_SUFFIXES, BOUNDS_SIZES, DEVICE_KIND, KERNEL_SUFFIX, MAX_PARAM_BYTES, MAX_SMEM
+from apic.targets.cuda import ARCH_SUFFIXES, BOUNDS_SIZES, DEVICE_KIND, MAX_PARAM_BYTES, MAX_SMEM
+from apic.targets.cuda import KERNEL_SUFFIX  # noqa: F401  (the reader reads it here with the rest)
 from apic.targets.cuda import MODULE_FILE
 
 # Op kinds a CUDA graph file may hold (host-only kinds, control flow and native calls are CPU-only).
