@@ -130,3 +130,10 @@ def test_the_script_prints_the_graph():
     assert done.returncode == 0, done.stderr
     assert "# cycles among module-level imports: 0" in done.stdout
     assert "apic.capture:" in done.stdout
+
+
+def test_only_the_package_imports_the_installation(graph):
+    """The patch logs have one owner: nothing in apic but ``apic/__init__`` imports ``apic.installation``."""
+    importers = {m for m, targets in graph.edges.items() if "apic.installation" in targets}
+    importers |= {i.module for i in graph.local if i.target == "apic.installation"}
+    assert importers == {"apic"}
