@@ -118,6 +118,13 @@ def allocator_alloc_name() -> str:
     return "allocate" if hasattr(alloc, "allocate") else "alloc"
 
 
+@functools.lru_cache(maxsize=None)
+def parameters_of(function) -> frozenset:
+    """The parameter names this warp-lang's ``function`` takes (keyword arguments come and go between
+    releases: ``capture_begin``'s ``capture_mode`` and ``apic``, the handle constructors' options)."""
+    return frozenset(inspect.signature(function).parameters)
+
+
 def quiet_warp() -> None:
     """Silence Warp's informational output (``config.quiet`` up to 1.18, ``config.log_level`` from 1.19)."""
     if hasattr(wp.config, "log_level") and hasattr(wp, "LOG_WARNING"):

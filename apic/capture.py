@@ -9,10 +9,10 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 from __future__ import annotations
 
 import ctypes
-import inspect
 
 import warp as wp
 
+from apic import _compat
 from apic import dot as _dot
 from apic import patches as _patches
 from apic._compat import wp_context, wp_types, wp_utils
@@ -34,7 +34,7 @@ def _warp_kwargs(name: str, **kwargs) -> dict:
 
     Dropping ``apic`` keeps Warp's native APIC recorder off under apic on warp 1.13+.
     """
-    accepted = inspect.signature(_originals[name]).parameters
+    accepted = _compat.parameters_of(_originals[name])
     return {k: v for k, v in kwargs.items() if k in accepted and k != "apic"}
 
 

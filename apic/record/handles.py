@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import enum
 import gc
-import inspect
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -220,7 +219,7 @@ def rebuild(handle: Handle, address_of, volume_data: bytes | None = None):
 
 def _accepted(function, kwargs: dict, required: tuple = ()) -> dict:
     """``kwargs`` less None values; refuse a set option this warp-lang's ``function`` does not take."""
-    parameters = inspect.signature(function).parameters
+    parameters = _compat.parameters_of(function)
     out = {}
     for name, value in kwargs.items():
         if value is None:
