@@ -4,6 +4,7 @@ Uses only the standard library (``ast``), so it runs without warp or numba insta
 
     python scripts/import_graph.py            # edges, cycles, local-import counts
     python scripts/import_graph.py --local    # also list every function-local import
+    python scripts/import_graph.py --root DIR # the apic package of another checkout (a before/after)
 
 A module-level import is one that runs when the module is imported (at the top, or in a module-level
 ``try``/``if``); a function-local import runs only when its function is called. Imports under
@@ -195,7 +196,8 @@ def cycles_with_local(graph: Graph) -> list:
 
 
 def main(argv: list) -> int:
-    graph = build()
+    root = argv[argv.index("--root") + 1] if "--root" in argv else ROOT
+    graph = build(root)
     print("# module-level imports (apic modules only)")
     for module in graph.modules:
         targets = sorted(graph.edges[module])
