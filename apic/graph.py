@@ -9,7 +9,16 @@ from apic.errors import BindingError
 from apic.record.ops import HandleRef
 from apic.record.recorder import active
 from apic.record.recording import Recording
+from apic.replay import range_entry
+from apic.replay import table as tbl
+from apic.replay.parallel import MIN_TASKS_PER_THREAD
 from apic.replay.program import Program, lower
+
+
+def _check_threads(value) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {value!r}")
+    return value
 
 
 class Graph:
@@ -41,6 +50,76 @@ class Graph:
         self.handle_ids = [int(h.obj.id) for h in recording.handles]
         self.program: Program = lower(recording, self.address_of, list(kernel_addresses))
         self._checks_blocks = any(k.cpu_blocks for k in recording.kernels)
+        self._threads = 1
+        self._min_tasks = MIN_TASKS_PER_THREAD
+        self._parallel: dict[tuple[int, int], Program] = {}  # (threads, min tasks) -> parallel program
+        self._range_entries: dict[int, int] = {}  # kernel -> range entry address (0: none)
+        self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
+
+    # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        """Threads a plain ``wp.capture_launch(graph)`` splits launches over (1, the default: serial)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, value: int) -> None:
+        self._threads = _check_threads(value)
+
+    @property
+    def min_tasks_per_thread(self) -> int:
+        """A launch splits only into ranges of at least this many tasks (default 4096): smaller launches
+        cost less than waking a thread, so they run serially."""
+        return self._min_tasks
+
+    @min_tasks_per_thread.setter
+    def min_tasks_per_thread(self, value: int) -> None:
+        if type(value) is not int or value < 1:
+            raise ValueError(f"min_tasks_per_thread must be an integer >= 1, got {value!r}")
+        self._min_tasks = value
+
+    def _range_entry(self, kernel: int) -> int:
+        found = self._range_entries.get(kernel)
+        if found is None:
+            info = self.recording.kernels[kernel]
+            module = self.recording.modules[info.module]
+            try:
+                found = range_entry.range_entry(module.name, module.module_exec, info.symbol[: -len("_cpu_forward")])
+            except (FileNotFoundError, LookupError) as error:  # no source to build it from: serial
+                self._range_missing[kernel] = str(error)
+                found = 0
+            self._range_entries[kernel] = found
+        return found
+
+    def parallel_program(self, threads: int) -> Program:
+        """The program a replay on ``threads`` threads runs (built once per thread count)."""
+        key = (_check_threads(threads), self._min_tasks)
+        program = self._parallel.get(key)
+        if program is None:
+            program = self._parallel[key] = self.program.parallel(threads, self._min_tasks, self._range_entry)
+        return program
+
+    def parallel_report(self, threads: int | None = None) -> list[dict]:
+        """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per launch of a
+        kernel proved splittable, ``{"kernel", "tasks", "ranges", "count", "why"}`` (``ranges`` 1 and
+        ``why`` the reason when it runs serially; ``count`` its executions per replay). Launches of
+        other kernels always run serially and are not listed."""
+        threads = self._threads if threads is None else threads
+        program = self.parallel_program(threads)
+        report = []
+        for split in self.program.splits:
+            row = program.table[split.rows[0]]
+            ranges = int(row[6]) if row[0] == tbl.OP_SPLIT else 1
+            why = ""
+            if ranges == 1:
+                why = self._range_missing.get(split.kernel) or (
+                    f"fewer than 2 x {self._min_tasks} tasks" if threads > 1 else "threads=1")
+            report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
+                           "ranges": ranges, "count": len(split.rows), "why": why})
+        for kernel, why in self.program.refusals:
+            report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "ranges": 1, "count": 0,
+                           "why": why})
+        return report
 
     def address_of(self, target) -> int:
         """The live address of a region reference, or the id of a ``HandleRef``'s object."""
@@ -53,9 +132,11 @@ class Graph:
         """Number of recorded ops (allocations included)."""
         return len(self.recording.ops)
 
-    def launch(self, repeats: int = 1) -> None:
+    def launch(self, repeats: int = 1, threads: int | None = None) -> None:
         """Replay the graph ``repeats`` times with one call into the native interpreter.
 
+        ``threads`` (default :attr:`threads`) > 1 splits each launch proved splittable and large enough
+        over that many threads (docs/PARALLEL.md); the results are the serial replay's, bit for bit.
         During a CPU capture on this thread, record its operations ``repeats`` times instead.
         """
         recorder = active()
@@ -65,12 +146,15 @@ class Graph:
             for _ in range(repeats):
                 recorder.record_graph(self)
             return
+        if threads is None:
+            threads = self._threads
+        program = self.program if threads == 1 else self.parallel_program(threads)
         if not self._checks_blocks:
-            self.program.run(repeats)
+            program.run(repeats)
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
-        self.program.run(repeats)
+        program.run(repeats)
         error = take_error()
         if error:
             # Reported after the replay, not at the failing launch (the interpreter does not stop).

@@ -20,7 +20,7 @@ import warp as wp
 
 import apic  # noqa: F401  (quiet Warp, install the capture API)
 from apic.replay import parallel
-from benchmarks.workloads import heavy, tiny_blend, tiny_max, tiny_norm
+from apic.bench.workloads import heavy, tiny_blend, tiny_max, tiny_norm
 
 
 def _w2(threads):

@@ -22,6 +22,7 @@ from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, RawBlob, RawHan
 from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.replay.splittable import written_offsets
 
 _local = threading.local()
 
@@ -359,7 +360,7 @@ class Recorder:
         """
         entry = self._entry_points.get((id(hooks), adjoint))
         if entry is None:
-            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks)
+            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks, params)
         if params[0].size == 0:
             return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
         kernel_index, nargs = entry
@@ -407,7 +408,7 @@ class Recorder:
             self.keepalive.append(kernel)
         return found
 
-    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool) -> tuple[int, int]:
+    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool, params) -> tuple[int, int]:
         """The first launch of an entry point in this capture: its kernel table index and arity."""
         fn = hooks.backward if adjoint else hooks.forward
         if fn is None:
@@ -416,7 +417,14 @@ class Recorder:
         index = self._new_kernel_index(kernel, hooks, fn, adjoint)
         if cpu_blocks and not self._kernel_infos[index].cpu_blocks:
             self._kernel_infos[index] = dataclasses.replace(self._kernel_infos[index], cpu_blocks=True)
-        entry = self._entry_points[(id(hooks), adjoint)] = (index, len(kernel.adj.args))
+        nargs = len(kernel.adj.args)
+        info = self._kernel_infos[index]
+        if not adjoint and not info.cpu_blocks and info.split_writes is None:
+            # decided once per entry point, from the kernel's source and its argument struct
+            writes = written_offsets(kernel, self._args_layout(kernel, params[1 : 1 + nargs]))
+            if writes is not None:
+                self._kernel_infos[index] = dataclasses.replace(info, split_writes=writes)
+        entry = self._entry_points[(id(hooks), adjoint)] = (index, nargs)
         return entry
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:

@@ -17,6 +17,7 @@ from apic.replay.interpreter import _interrupted
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.OP_CALL5_D2) == (16, 17, 18, 19)
+assert _table.OP_SPLIT == 20
 assert (_table.COL_LOOP, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP) == (4, 1, 2)
 
 _I64 = ir.IntType(64)
@@ -108,6 +109,8 @@ def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            elif op == 20:  # OP_SPLIT (a parallel program's split launch)
+                call5(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
             after = now_ns(fn_clock, clock_id)
             row_ns[i] += after - before
             row_calls[i] += 1

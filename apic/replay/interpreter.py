@@ -36,6 +36,7 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
     0, 1, 2, 3
 )
 assert _table.SIGNAL_PERIOD == 256
+assert _table.OP_SPLIT == 20
 
 
 @njit(cache=True, nogil=True)
@@ -104,6 +105,8 @@ def run_table(table, repeats, limits=None, loops=0):
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            elif op == 20:  # OP_SPLIT: the splitter runs the launch's task ranges on worker threads
+                call5(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
             i += 1
         ticks += 1
         if poll and (ticks & 255) == 0 and _interrupted(limits):

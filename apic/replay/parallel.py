@@ -84,7 +84,7 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
         if m is not None and any(h is record.hooks for h in m.kernel_hooks.values())
     )
     symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len("_cpu_forward")]
-    address = range_entry.range_entry(kernel.module, module_exec, symbol)
+    address = range_entry.range_entry(kernel.module.name, module_exec, symbol)
     bounds_ptr, args_ptr = ctypes.addressof(params[0]), ctypes.addressof(args)
 
     def run() -> None:

@@ -62,6 +62,17 @@ def max_loop_iterations() -> int:
     return int(_LIMITS_MAIN[tbl.LIMIT_ITERATIONS])
 
 
+@dataclass(frozen=True)
+class Split:
+    """A launch the parallel replay may split: its table rows and what an ``OP_SPLIT`` row needs."""
+
+    rows: np.ndarray  # the table rows (positions in the op sequence) that run this launch
+    kernel: int  # index into the recording's kernels
+    bounds: int  # address of the launch bounds in the arena
+    args: int  # address of the packed arguments in the arena
+    tasks: int
+
+
 @dataclass
 class Program:
     """What the interpreter runs. ``arena`` must stay alive as long as ``table`` (it points into it)."""
@@ -69,6 +80,31 @@ class Program:
     table: np.ndarray
     arena: np.ndarray
     loops: int = 0  # loop heads in the table (branches a backward jump returns to)
+    splits: tuple[Split, ...] = ()  # launches proved splittable (docs/PARALLEL.md)
+    refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
+    threads: int = 1  # > 1: the table has OP_SPLIT rows, run on this many threads
+
+    def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
+        """This program with every split launch of at least two ranges of ``min_tasks_per_thread`` tasks
+        turned into an ``OP_SPLIT`` row of up to ``threads`` ranges (sharing this arena); ``self`` if none.
+
+        ``range_entry_of(kernel)`` is the address of a kernel's range entry, or None (it stays serial).
+        """
+        table = None
+        for split in self.splits:
+            ranges = min(threads, split.tasks // max(min_tasks_per_thread, 1))
+            if ranges < 2:
+                continue  # a small launch: fanning out would cost more than its tasks
+            entry = range_entry_of(split.kernel)
+            if not entry:
+                continue
+            if table is None:
+                table = self.table.copy()
+            row = [tbl.OP_SPLIT, _splitter_address(), entry, split.bounds, split.args, split.tasks, ranges]
+            table[split.rows] = row + [0] * (tbl.OP_COLUMNS - len(row))
+        if table is None:
+            return self
+        return Program(table, self.arena, self.loops, self.splits, self.refusals, threads)
 
     def run(self, repeats: int = 1) -> None:
         """Run every op once (``repeats`` times) in one call into the jitted interpreter.
@@ -81,7 +117,13 @@ class Program:
             return
         # kept to one thread check and one status test: this is on every capture_launch's path
         limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
-        status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+        if self.threads > 1:
+            from apic.replay.split import workers  # imported already: _splitter_address made the table
+
+            with workers(self.threads):
+                status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+        else:
+            status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
         if status:
             raise_status(status, limits)
 
@@ -103,6 +145,13 @@ def raise_status(status: int, limits: np.ndarray) -> None:
         )
 
 _run_table = None  # the jitted interpreter, bound on first replay
+
+
+def _splitter_address() -> int:
+    """The native splitter of ``OP_SPLIT`` rows (imports Numba: only a parallel program needs it)."""
+    from apic.replay.split import splitter_address
+
+    return splitter_address()
 
 
 def _load_interpreter():
@@ -181,6 +230,7 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
         return rows_before[position]
 
     heads = loop_heads(recording.ops)  # position -> slot of each loop head
+    launch_rows: dict[int, rec.Launch] = {}  # distinct row -> the launch of a splittable kernel it runs
     # Lower each distinct op once (the recording shares equal ops), then gather the table's rows.
     row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
     distinct = []
@@ -202,12 +252,47 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
             else:
                 lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
+            if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
+                launch_rows[row] = op
             if lowered is not None:
                 distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
         if row >= 0:
             sequence.append(row)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
-    return Program(np.ascontiguousarray(table), arena.buffer, len(heads))
+    splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
+    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), splits, refusals)
+
+
+def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: list[int]):
+    """The launches of splittable kernels that may run split (``Split``), and why the others may not."""
+    if not launch_rows:
+        return (), ()
+    from apic.replay.splittable import graph_launch_refusal  # imports Warp: only for graphs that need it
+
+    def region_span(ref) -> tuple[int, int]:
+        region = recording.regions[ref.region]
+        return address_of(rec.Ref(ref.region, 0)), region.nbytes
+
+    positions: dict[int, list[int]] = {row: [] for row in launch_rows}
+    for position, row in enumerate(sequence):
+        if row in positions:
+            positions[row].append(position)
+    splits, refusals = [], []
+    for row, op in launch_rows.items():
+        kernel = recording.kernels[op.kernel]
+        at = arena.address(op.args) - arena.base
+        data = arena.buffer[at : at + len(op.args.data)].tobytes()
+        why = "backward launch" if op.adj_args is not None else None
+        if why is None and kernel.cpu_blocks:
+            why = "runs as cooperative CPU blocks"
+        why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
+        if why is not None:
+            refusals.append((op.kernel, why))
+            continue
+        tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
+        rows = np.array(positions[row], dtype=np.intp)
+        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks))
+    return tuple(splits), tuple(refusals)
 
 
 def control_flow_problem(ops) -> str | None:

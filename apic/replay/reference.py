@@ -25,6 +25,7 @@ _I64 = ctypes.c_int64
 _CALL = {arity: ctypes.CFUNCTYPE(None, *[_I64] * arity) for arity in tbl.CALL_OPCODES}
 _CALL_ARGV = ctypes.CFUNCTYPE(None, *[_I64] * tbl.ARGV_ARGS)
 _CALL5_D2 = ctypes.CFUNCTYPE(None, _I64, _I64, ctypes.c_double, _I64, _I64)
+_RANGE = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64)  # a range entry: (bounds, args, begin, end)
 
 
 def _as_double(bits: int) -> float:
@@ -75,6 +76,13 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
             elif opcode == tbl.OP_CALL5_D2:
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
+            elif opcode == tbl.OP_SPLIT:
+                # The cut of apic.replay.split, the ranges run here one after the other, last first:
+                # a split launch's tasks must not depend on their order, and this order is not Warp's.
+                entry, bounds, args_ptr, tasks, ranges = args[:5]
+                run_range = function(opcode, entry, _RANGE)
+                for k in reversed(range(ranges)):
+                    run_range(bounds, args_ptr, tasks * k // ranges, tasks * (k + 1) // ranges)
             elif opcode != tbl.OP_NOP:
                 raise ValueError(f"op table row {i}: unknown opcode {opcode}")
             i += 1

@@ -18,6 +18,7 @@ element (a zero stride) is the launch's to refuse too.
 from __future__ import annotations
 
 import ast
+import struct
 from dataclasses import dataclass
 
 import warp as wp
@@ -163,6 +164,81 @@ def kernel_verdict(kernel) -> Verdict:
                 reason = f"line {node.lineno}: reads {node.id} (which it writes) other than at the task id"
                 return Verdict(False, reason)
     return Verdict(True, "every write lands at the task id; no atomics", frozenset(written))
+
+
+def written_offsets(kernel, args_layout) -> tuple[int, ...] | None:
+    """For a graph launch: where, in ``kernel``'s packed arguments, lie the arrays it writes (sorted byte
+    offsets of their ``array_t``), or None when its launches must stay serial.
+
+    On top of :func:`kernel_verdict`, refused: a ``@wp.struct`` argument (arrays inside it are not
+    analysed) and a 64-bit integer argument (it may be the id of a Mesh, Bvh, HashGrid or Volume,
+    whose memory the kernel reads behind the analysis' back). ``args_layout`` is the
+    ``apic.record.layout.ArgsLayout`` of the launch's parameters.
+    """
+    verdict = kernel_verdict(kernel)
+    if not verdict.splittable or args_layout.words:
+        return None
+    plain = {slot.at for slot in args_layout.slots if not slot.indexed}
+    offsets = []
+    for i, arg in enumerate(kernel.adj.args):
+        if isinstance(arg.type, _compat.wp_codegen.Struct):
+            return None
+        if arg.label in verdict.written:
+            at = getattr(args_layout.struct_type, f"a{i}").offset
+            if at not in plain:
+                return None
+            offsets.append(at)
+    return tuple(sorted(offsets))
+
+
+_ARRAY_T = struct.Struct("<QQ4i4i")  # array_t: data, grad, shape[4], strides[4] (ndim follows)
+
+
+def graph_launch_refusal(data: bytes, blob, writes: tuple[int, ...], region_span) -> str | None:
+    """Why one recorded launch of a splittable kernel must stay serial, or None when it may be split.
+
+    ``data`` is the launch's packed arguments with every pointer relocated (as the kernel receives
+    them), ``blob`` the recorded ``Blob`` (its array slots and relocations), ``writes`` the kernel's
+    ``KernelInfo.split_writes`` and ``region_span(ref)`` the ``(address, nbytes)`` of the region a
+    relocation points into. Each written array must be a plain, C-contiguous ``array_t`` (distinct task
+    ids reach distinct elements) overlapping no other memory the launch reaches: a plain array by its
+    exact extent, anything else (an indexed array, a gradient) by its whole region. A native handle id
+    among the arguments is refused (its objects' memory is not in the arguments).
+    """
+    from apic.record.layout import extent
+    from apic.record.ops import HandleRef
+
+    slots = {slot.at: slot for slot in blob.arrays}
+    written, others, exact = [], [], set()
+    for slot in blob.arrays:
+        if slot.indexed:
+            continue
+        ptr, _, *dims = _ARRAY_T.unpack_from(data, slot.at)
+        ndim = int.from_bytes(data[slot.at + _ARRAY_T.size : slot.at + _ARRAY_T.size + 2], "little")
+        shape, strides = dims[:4][:ndim], dims[4:][:ndim]
+        lo, hi = extent(ptr, slot.elem_size, shape, strides)
+        exact.add(slot.at)
+        if slot.at in writes:
+            step = slot.elem_size
+            for n, stride in zip(reversed(shape), reversed(strides)):
+                if n > 1 and stride != step:
+                    return f"the written array at byte {slot.at} of the arguments is not contiguous"
+                step *= n
+            written.append((lo, hi - lo))
+        elif hi > lo:
+            others.append((lo, hi - lo))
+    for at in writes:
+        slot = slots.get(at)
+        if slot is None or slot.indexed:
+            return f"the written argument at byte {at} is not a plain array"
+    for reloc in blob.relocs:
+        if isinstance(reloc.target, HandleRef):
+            return "an argument holds a native handle id"
+        if reloc.at not in exact:  # a gradient, an indexed array's data or indices: its whole region
+            others.append(region_span(reloc.target))
+    if not launch_arrays_disjoint(written, others):
+        return "a written array overlaps other memory the launch reaches"
+    return None
 
 
 def launch_arrays_disjoint(written: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
