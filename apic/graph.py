@@ -148,7 +148,7 @@ class Graph:
             return
         if threads is None:
             threads = self._threads
-        program = self.program if threads == 1 else self.parallel_program(threads)
+        program = self.program if threads == 1 and type(threads) is int else self.parallel_program(threads)
         if not self._checks_blocks:
             program.run(repeats)
             return

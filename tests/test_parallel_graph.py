@@ -1,0 +1,335 @@
+"""Parallel graph replay (``wp.capture_launch(graph, threads=N)``), bit for bit against eager Warp.
+
+Every kernel shape of the suite (``kernels.py``, ``persist_kernels.py``) is captured, launched twice
+per replay (the second launch reads what the first wrote), and replayed split over 2 threads and over
+more threads than the launch has tasks, by the Numba interpreter (the native splitter) and by the
+reference interpreter (the same ``OP_SPLIT`` rows, ranges run last first). Each case also states
+whether its launches must split: kernels with atomics, cross-task writes, structs, 64-bit integer
+arguments, aliased or strided written arrays stay serial, and are checked to. ``min_tasks_per_thread``
+is 1 here so that small launches split; the default keeps them serial (tested too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import warp as wp
+
+import apic
+import kernels as K
+import persist_kernels as P
+import test_control_flow as cf
+from apic.replay import reference
+from apic.replay import table as tbl
+from conftest import CPU, assert_same, snapshot
+from persist_helpers import child_env
+
+_RNG = np.random.default_rng(1515)
+
+
+def _values(dtype, shape, rng):
+    """Random contents for an array (or one value, ``shape == ()``) of a Warp dtype."""
+    scalar = getattr(dtype, "_wp_scalar_type_", dtype)
+    full = tuple(shape) + tuple(getattr(dtype, "_shape_", ()))
+    np_type = wp.dtype_to_numpy(scalar)
+    if scalar is wp.bool:
+        return rng.integers(0, 2, size=full).astype(np.bool_)
+    if np.issubdtype(np_type, np.integer):
+        low = 0 if np.issubdtype(np_type, np.unsignedinteger) else -50
+        return rng.integers(low, 50, size=full).astype(np_type)
+    return rng.standard_normal(full).astype(np_type)
+
+
+def _generic(kernel, shape):
+    """Inputs for a kernel of plain arrays (all of the launch's shape) and values, from its signature."""
+
+    def make(seed):
+        rng = np.random.default_rng(seed)
+        inputs = []
+        for arg in kernel.adj.args:
+            if wp.types.is_array(arg.type):
+                inputs.append(wp.array(_values(arg.type.dtype, shape, rng), dtype=arg.type.dtype, device=CPU))
+            else:
+                value = _values(arg.type, (), rng)
+                inputs.append(arg.type(*value.reshape(-1).tolist()) if value.shape else arg.type(value.item()))
+        return inputs
+
+    return make
+
+
+def _indexed_2d(seed):
+    rng = np.random.default_rng(seed)
+    data = wp.array(rng.standard_normal((6, 5)).astype(np.float32), device=CPU)
+    rows = wp.array(np.array([5, 0, 3, 1], dtype=np.int32), device=CPU)
+    src = wp.indexedarray2d(data, [rows, None])
+    return [src, wp.array(rng.standard_normal((4, 5)).astype(np.float32), device=CPU)]
+
+
+def _indexed_1d(seed):
+    rng = np.random.default_rng(seed)
+    data = wp.array(rng.standard_normal(12).astype(np.float32), device=CPU)
+    idx = wp.array(np.array([3, 1, 4, 0, 9, 2, 6, 5], dtype=np.int32), device=CPU)
+    out = wp.array(rng.standard_normal(12).astype(np.float32), device=CPU)
+    return [wp.indexedarray(data, [idx]), wp.indexedarray(out, [idx])]
+
+
+def _struct_args(seed):
+    rng = np.random.default_rng(seed)
+    s = P.Scaled()
+    s.data, s.scale = wp.array(rng.standard_normal(37).astype(np.float32), device=CPU), 0.5
+    return [s, wp.array(rng.standard_normal(37).astype(np.float32), device=CPU)]
+
+
+def _pod(seed):
+    rng = np.random.default_rng(seed)
+
+    def pod():
+        p = K.Pod()
+        p.a, p.b, p.v = float(rng.standard_normal()), int(rng.integers(-9, 9)), wp.vec2(*rng.standard_normal(2))
+        return p
+
+    return [wp.array([pod() for _ in range(37)], dtype=K.Pod, device=CPU),
+            wp.array([pod() for _ in range(37)], dtype=K.Pod, device=CPU), pod()]
+
+
+def _aliased(seed):
+    a = wp.array(np.random.default_rng(seed).standard_normal(37).astype(np.float32), device=CPU)
+    return [a, a]
+
+
+def _strided(seed):
+    rng = np.random.default_rng(seed)
+    dst = wp.array(rng.standard_normal(74).astype(np.float32), device=CPU)
+    return [wp.array(rng.standard_normal(37).astype(np.float32), device=CPU), dst[::2]]
+
+
+def _two_views(seed):
+    """Reads one half of an allocation, writes the other: disjoint, so it splits."""
+    a = wp.array(np.random.default_rng(seed).standard_normal(74).astype(np.float32), device=CPU)
+    return [a[:37], a[37:]]
+
+
+def _overlapping_views(seed):
+    a = wp.array(np.random.default_rng(seed).standard_normal(74).astype(np.float32), device=CPU)
+    return [a[:37], a[1:38]]
+
+
+F32 = K.ARRAY_ACCUM[wp.float32]
+# (id, kernel, launch dim, make(seed) -> inputs, whether its launches split)
+CASES = [(f"array_accum-{t.__name__}", k, 37, _generic(k, (37,)), True) for t, k in K.ARRAY_ACCUM.items()]
+CASES += [(f"scalar_accum-{t.__name__}", k, 37, _generic(k, (37,)), t not in (wp.int64, wp.uint64))
+          for t, k in K.SCALAR_ACCUM.items()]  # a 64-bit integer argument may be a handle id: serial
+CASES += [(f"accum_{n}d-{t.__name__}", k, (5, 4, 3, 2)[:n], _generic(k, (5, 4, 3, 2)[:n]), True)
+          for n in (2, 3, 4) for t, k in K.ACCUM_ND[n].items()]
+CASES += [(f"stamp_{n}d", k, (6, 5, 4, 3)[:n], _generic(k, (6, 5, 4, 3)[:n]), True) for n, k in K.STAMP.items()]
+CASES += [(k.key, k, 37, _generic(k, (37,)), True) for k in (
+    K.bool_toggle, K.bool_xor, K.transform_compose, K.mad_u32, K.square_scale, P.gravity, P.integrate, P.square)]
+CASES += [
+    ("diffuse", P.diffuse, (9, 7), _generic(P.diffuse, (9, 7)), True),  # a stencil over a read-only array
+    ("indexed_accum_2d", K.indexed_accum_2d, (4, 5), _indexed_2d, True),  # an indexed read, a plain write
+    ("two_views", F32, 37, _two_views, True),
+    # stay serial
+    ("kinetic-atomic", P.kinetic, 37, lambda s: [_generic(P.kinetic, (37,))(s)[0], wp.zeros(1, device=CPU)], False),
+    ("tick", K.tick, 5, _generic(K.tick, (1,)), False),
+    ("values_kernel", K.values_kernel, 1, _generic(K.values_kernel, (K.VALUES_OUT,)), False),
+    ("indexed_accum", K.indexed_accum, 8, _indexed_1d, False),
+    ("pod_accum", K.pod_accum, 37, _pod, False),
+    ("apply_scaled-struct", P.apply_scaled, 37, _struct_args, False),
+    ("aliased", F32, 37, _aliased, False),
+    ("strided-write", F32, 37, _strided, False),
+    ("overlapping-views", F32, 37, _overlapping_views, False),
+]
+
+
+def _arrays(inputs) -> dict:
+    found = {}
+    for i, value in enumerate(inputs):
+        if isinstance(value, wp.indexedarray):
+            found[f"arg{i}"] = value.data
+        elif isinstance(value, wp.array):
+            found[f"arg{i}"] = value
+        elif hasattr(type(value), "_constructors"):  # a struct: its arrays
+            for name, _ in type(value)._constructors:
+                if isinstance(getattr(value, name), wp.array):
+                    found[f"arg{i}.{name}"] = getattr(value, name)
+    return found
+
+
+def _launch_twice(kernel, dim, inputs):
+    for _ in range(2):
+        wp.launch(kernel, dim=dim, inputs=inputs, device=CPU)
+
+
+def _replay(graph, threads, interpreter):
+    if interpreter == "numba":
+        wp.capture_launch(graph, threads=threads)
+    else:
+        program = graph.parallel_program(threads)
+        reference.run_table(program.table, 1, None, program.loops)
+
+
+@pytest.mark.parametrize("interpreter", ["numba", "reference"])
+@pytest.mark.parametrize("threads", [2, 64])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_every_kernel_shape_split_as_eager(case, threads, interpreter):
+    _, kernel, dim, make, splits = case
+    eager, replayed = make(7), make(7)
+    with wp.ScopedCapture(device=CPU) as capture:
+        _launch_twice(kernel, dim, replayed)
+    graph = capture.graph
+    graph.min_tasks_per_thread = 1
+    tasks = int(np.prod(dim))
+    split_rows = graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT
+    assert split_rows.sum() == (2 if splits and tasks > 1 else 0), graph.parallel_report(threads)
+    if splits and tasks > 1:
+        ranges = graph.parallel_program(threads).table[split_rows, 6]
+        assert (ranges == min(threads, tasks)).all()  # more threads than tasks: one range per task
+    for run in range(2):
+        _launch_twice(kernel, dim, eager)
+        _replay(graph, threads, interpreter)
+        assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), f"replay {run + 1}")
+
+
+def test_atomic_kernel_reported_serial():
+    v = wp.array(_RNG.standard_normal((50_000, 3)).astype(np.float32), dtype=wp.vec3, device=CPU)
+    out = wp.zeros(1, device=CPU)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.kinetic, dim=50_000, inputs=[v, out], device=CPU)
+        wp.launch(P.square, dim=50_000, inputs=[out, out], device=CPU)  # aliased: refused per launch
+    graph = capture.graph
+    assert graph.recording.kernels[0].split_writes is None  # atomics: never proved splittable
+    assert (graph.parallel_program(2).table[:, 0] != tbl.OP_SPLIT).all()
+    (entry,) = graph.parallel_report(2)
+    assert entry["kernel"] == "square" and "overlaps" in entry["why"]
+
+
+def test_small_launches_stay_serial_by_default():
+    """The default min_tasks_per_thread (4096) keeps a 37-task launch on one thread: the same table."""
+    make = _generic(P.square, (37,))
+    inputs = make(1)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.square, dim=37, inputs=inputs, device=CPU)
+    graph = capture.graph
+    assert graph.parallel_program(8) is graph.program
+    assert graph.parallel_report(8)[0]["why"].startswith("fewer than")
+
+
+def test_large_launch_splits_by_default_and_graph_threads_attribute():
+    n = 3 * 4096
+    make = _generic(P.integrate, (n,))
+    eager, replayed = make(3), make(3)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
+    graph = capture.graph
+    assert graph.threads == 1
+    assert (graph.program.table[:, 0] != tbl.OP_SPLIT).all()  # the serial program is untouched
+    graph.threads = 4
+    (entry,) = graph.parallel_report()
+    assert entry["ranges"] == 3 and entry["kernel"] == "integrate"  # 3 ranges of 4096 tasks
+    for _ in range(3):
+        wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
+        wp.capture_launch(graph)  # graph.threads
+        assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), "graph.threads = 4")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_threads_validated(bad):
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.square, dim=4, inputs=_generic(P.square, (4,))(0), device=CPU)
+    with pytest.raises(ValueError, match="threads"):
+        wp.capture_launch(capture.graph, threads=bad)
+    with pytest.raises(ValueError, match="threads"):
+        capture.graph.threads = bad
+
+
+@pytest.mark.parametrize("program", cf.PROGRAMS, ids=lambda p: p.__name__)
+@pytest.mark.parametrize("interpreter", ["numba", "reference"])
+def test_control_flow_bodies_split_as_eager(program, interpreter):
+    eager, replayed = cf.make_state(), cf.make_state()
+    with wp.ScopedCapture(device=CPU) as capture:
+        program(replayed)
+    graph = capture.graph
+    graph.min_tasks_per_thread = 1
+    table = graph.parallel_program(3).table
+    assert (table[:, 0] == tbl.OP_SPLIT).any() or program in (cf.only_false, cf.nested)
+    assert (table[:, 0] == tbl.OP_BRANCH_IF_ZERO).any()
+    for run in range(4):
+        program(eager)
+        _replay(graph, 3, interpreter)
+        assert_same(snapshot(eager), snapshot(replayed), f"replay {run + 1}")
+
+
+# --- loaded graphs, replayed split in a fresh process ----------------------------------------------
+_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import warp as wp
+    wp.config.quiet = True
+    import apic
+    from apic.replay import table as tbl
+
+    job = json.loads(sys.argv[1])
+    graph = wp.capture_load(job["path"])
+    graph.min_tasks_per_thread = 1
+    splits = int((graph.parallel_program(job["threads"]).table[:, 0] == tbl.OP_SPLIT).sum())
+    for _ in range(job["iters"]):
+        wp.capture_launch(graph, threads=job["threads"])
+    out = {}
+    for name in graph.params:
+        p = graph.params[name]
+        arr = wp.empty(shape=p["shape"], dtype=getattr(wp, p["dtype"]), device="cpu")
+        graph.get_param(name, arr)
+        np.save(job["out"] + name + ".npy", arr.numpy())
+    print(json.dumps({"splits": splits, "report": graph.parallel_report(job["threads"])}))
+    """
+)
+
+
+def _diffuse_graph_state():
+    rng = np.random.default_rng(5)
+    return {"src": wp.array(rng.standard_normal((64, 33)).astype(np.float32), device=CPU),
+            "dst": wp.array(rng.standard_normal((64, 33)).astype(np.float32), device=CPU),
+            "x": wp.array(rng.standard_normal((1000, 3)).astype(np.float32), dtype=wp.vec3, device=CPU),
+            "v": wp.array(rng.standard_normal((1000, 3)).astype(np.float32), dtype=wp.vec3, device=CPU),
+            "f": wp.array(rng.standard_normal((1000, 3)).astype(np.float32), dtype=wp.vec3, device=CPU),
+            "ke": wp.zeros(1, device=CPU)}
+
+
+def _diffuse_program(s):
+    for _ in range(3):
+        wp.launch(P.diffuse, dim=(64, 33), inputs=[s["src"], s["dst"], 0.25], device=CPU)
+        wp.launch(P.diffuse, dim=(64, 33), inputs=[s["dst"], s["src"], 0.25], device=CPU)
+        wp.launch(P.integrate, dim=1000, inputs=[s["x"], s["v"], s["f"], 0.01], device=CPU)
+        wp.launch(P.kinetic, dim=1000, inputs=[s["v"], s["ke"]], device=CPU)  # atomics: serial
+
+
+@pytest.mark.parametrize("source_fallback", [True, False])
+def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback):
+    eager, replayed = _diffuse_graph_state(), _diffuse_graph_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        _diffuse_program(replayed)
+    path = str(tmp_path / "g")
+    wp.capture_save(capture.graph, path, params=dict(replayed), source_fallback=source_fallback)
+    iters = 2
+    for _ in range(iters):
+        _diffuse_program(eager)
+    job = {"path": path, "threads": 2, "iters": iters, "out": str(tmp_path / "out-")}
+    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=child_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    # with its source saved, the loaded graph builds its range entries: 6 diffuse + 3 integrate launches split;
+    # without, it has none and runs serially (and says why)
+    assert result["splits"] == (9 if source_fallback else 0), result["report"]
+    if not source_fallback:
+        assert all("source_fallback" in entry["why"] for entry in result["report"]), result["report"]
+    for name, arr in eager.items():
+        got = np.load(job["out"] + name + ".npy")
+        assert np.array_equal(arr.numpy().view(np.uint8), got.view(np.uint8)), name
