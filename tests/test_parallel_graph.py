@@ -316,7 +316,7 @@ def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback
     with wp.ScopedCapture(device=CPU, apic=True) as capture:
         _diffuse_program(replayed)
     path = str(tmp_path / "g")
-    wp.capture_save(capture.graph, path, params=dict(replayed), source_fallback=source_fallback)
+    wp.capture_save(capture.graph, path, outputs=dict(replayed), source_fallback=source_fallback)
     iters = 2
     for _ in range(iters):
         _diffuse_program(eager)

@@ -533,8 +533,25 @@ def _kernels(value, module_count: int, device: dict | None = None) -> tuple[Kern
             adjoint=adjoint,
             cpu_blocks=_bool(entry.get("cpu_blocks", False), f"{where}.cpu_blocks"),
             params=() if device is None else cuda_format.read_kernel_params(entry.get("params"), f"{where}.params"),
+            split_writes=_split_writes(entry.get("split_writes"), f"{where}.split_writes", adjoint or device is not None),
         ))
     return tuple(kernels)
+
+
+def _split_writes(value, where: str, refused: bool) -> tuple[int, ...] | None:
+    """A kernel's optional ``split_writes`` (parallel replay): increasing byte offsets of written arrays.
+
+    Only a CPU forward kernel may have it. The lowering checks each offset against every launch's
+    array slots; a launch where one is not a plain array runs serially.
+    """
+    if value is None:
+        return None
+    if refused:
+        _fail(where, "only a CPU forward kernel may be split")
+    offsets = _ints(value, where, 0, 1 << 24, max_len=4096)
+    if any(b <= a for a, b in zip(offsets, offsets[1:])):
+        _fail(where, "offsets must be strictly increasing")
+    return offsets
 
 
 def _op(entry, where: str, ctx: _Context, kernels, abi: str):

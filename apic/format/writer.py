@@ -280,7 +280,8 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         "modules": modules,
         "kernels": [
             {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint),
-             **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i)}
+             **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i),
+             **({"split_writes": list(k.split_writes)} if k.split_writes is not None else {})}
             for i, k in enumerate(recording.kernels)
         ],
         **_ops_and_sequence(recording.ops),
