@@ -15,6 +15,12 @@ from apic.replay.parallel import MIN_TASKS_PER_THREAD
 from apic.replay.program import Program, lower
 
 
+def _split_unavailable() -> str | None:
+    from apic.replay.split import unavailable  # imports Numba: only when a parallel replay is asked for
+
+    return unavailable()
+
+
 def _check_threads(value) -> int:
     if type(value) is not int or value < 1:
         raise ValueError(f"threads must be an integer >= 1, got {value!r}")
@@ -96,28 +102,31 @@ class Graph:
         key = (_check_threads(threads), self._min_tasks)
         program = self._parallel.get(key)
         if program is None:
-            program = self._parallel[key] = self.program.parallel(threads, self._min_tasks, self._range_entry)
+            program = self.program
+            if threads > 1 and self.program.splits and _split_unavailable() is None:
+                program = self.program.parallel(threads, self._min_tasks, self._range_entry)
+            self._parallel[key] = program
         return program
 
     def parallel_report(self, threads: int | None = None) -> list[dict]:
-        """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per launch of a
-        kernel proved splittable, ``{"kernel", "tasks", "ranges", "count", "why"}`` (``ranges`` 1 and
-        ``why`` the reason when it runs serially; ``count`` its executions per replay). Launches of
-        other kernels always run serially and are not listed."""
+        """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per distinct
+        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "count", "why"}``
+        (``chunks`` 0 and ``why`` the reason when it runs serially; ``count`` its executions per replay).
+        Launches of other kernels always run serially and are not listed."""
         threads = self._threads if threads is None else threads
         program = self.parallel_program(threads)
         report = []
         for split in self.program.splits:
             row = program.table[split.rows[0]]
-            ranges = int(row[6]) if row[0] == tbl.OP_SPLIT else 1
+            chunks = int(row[7]) if row[0] == tbl.OP_SPLIT else 0
             why = ""
-            if ranges == 1:
-                why = self._range_missing.get(split.kernel) or (
-                    f"fewer than 2 x {self._min_tasks} tasks" if threads > 1 else "threads=1")
+            if not chunks:
+                why = (("threads=1" if threads == 1 else None) or _split_unavailable()
+                       or self._range_missing.get(split.kernel) or f"fewer than 2 x {self._min_tasks} tasks")
             report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
-                           "ranges": ranges, "count": len(split.rows), "why": why})
+                           "chunks": chunks, "count": len(split.rows), "why": why})
         for kernel, why in self.program.refusals:
-            report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "ranges": 1, "count": 0,
+            report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "count": 0,
                            "why": why})
         return report
 

@@ -188,8 +188,8 @@ def test_every_kernel_shape_split_as_eager(case, threads, interpreter):
     split_rows = graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT
     assert split_rows.sum() == (2 if splits and tasks > 1 else 0), graph.parallel_report(threads)
     if splits and tasks > 1:
-        ranges = graph.parallel_program(threads).table[split_rows, 6]
-        assert (ranges == min(threads, tasks)).all()  # more threads than tasks: one range per task
+        chunks = graph.parallel_program(threads).table[split_rows, 7]
+        assert (chunks == min(tasks, 4 * threads)).all()  # more threads than tasks: one chunk per task
     for run in range(2):
         _launch_twice(kernel, dim, eager)
         _replay(graph, threads, interpreter)
@@ -231,7 +231,7 @@ def test_large_launch_splits_by_default_and_graph_threads_attribute():
     assert (graph.program.table[:, 0] != tbl.OP_SPLIT).all()  # the serial program is untouched
     graph.threads = 4
     (entry,) = graph.parallel_report()
-    assert entry["ranges"] == 3 and entry["kernel"] == "integrate"  # 3 ranges of 4096 tasks
+    assert entry["chunks"] == 12 and entry["kernel"] == "integrate"  # 3 threads' worth of 4096 tasks, 4 chunks each
     for _ in range(3):
         wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
         wp.capture_launch(graph)  # graph.threads
@@ -333,3 +333,26 @@ def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback
     for name, arr in eager.items():
         got = np.load(job["out"] + name + ".npy")
         assert np.array_equal(arr.numpy().view(np.uint8), got.view(np.uint8)), name
+
+
+def test_pooled_workers_run_chunks():
+    """The workers, not only the replaying thread, run chunks (on a busy machine, eventually)."""
+    import time
+
+    from apic.replay import split
+
+    n = 1 << 16
+    make = _generic(P.integrate, (n,))
+    eager, replayed = make(9), make(9)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
+    graph = capture.graph
+    before = split.chunks_run_by_workers()
+    deadline, replays = time.monotonic() + 60, 0
+    while split.chunks_run_by_workers() == before and time.monotonic() < deadline:
+        wp.capture_launch(graph, threads=2)
+        replays += 1
+    assert split.chunks_run_by_workers() > before, "no worker ran a chunk in 60 s"
+    for _ in range(replays):
+        wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
+    assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), f"{replays} replays")

@@ -109,8 +109,11 @@ def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
-            elif op == 20:  # OP_SPLIT (a parallel program's split launch)
-                call5(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            elif op == 20:  # OP_SPLIT: the splitter shares the launch's task chunks with worker threads
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
             after = now_ns(fn_clock, clock_id)
             row_ns[i] += after - before
             row_calls[i] += 1

@@ -105,8 +105,11 @@ def run_table(table, repeats, limits=None, loops=0):
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
-            elif op == 20:  # OP_SPLIT: the splitter runs the launch's task ranges on worker threads
-                call5(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            elif op == 20:  # OP_SPLIT: the splitter shares the launch's task chunks with worker threads
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
             i += 1
         ticks += 1
         if poll and (ticks & 255) == 0 and _interrupted(limits):

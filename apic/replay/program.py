@@ -99,8 +99,13 @@ class Program:
             if not entry:
                 continue
             if table is None:
+                from apic.replay import split as splitter  # imports Numba: only a parallel program needs it
+
                 table = self.table.copy()
-            row = [tbl.OP_SPLIT, _splitter_address(), entry, split.bounds, split.args, split.tasks, ranges]
+            # More chunks than threads, so that a thread the OS runs late leaves its share to the others
+            chunks = min(split.tasks, ranges * CHUNKS_PER_THREAD)
+            row = [tbl.OP_SPLIT, splitter.splitter_address(), splitter.pool().base, entry, split.bounds, split.args,
+                   split.tasks, chunks]
             table[split.rows] = row + [0] * (tbl.OP_COLUMNS - len(row))
         if table is None:
             return self
@@ -118,7 +123,7 @@ class Program:
         # kept to one thread check and one status test: this is on every capture_launch's path
         limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
         if self.threads > 1:
-            from apic.replay.split import workers  # imported already: _splitter_address made the table
+            from apic.replay.split import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
                 status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
@@ -145,13 +150,7 @@ def raise_status(status: int, limits: np.ndarray) -> None:
         )
 
 _run_table = None  # the jitted interpreter, bound on first replay
-
-
-def _splitter_address() -> int:
-    """The native splitter of ``OP_SPLIT`` rows (imports Numba: only a parallel program needs it)."""
-    from apic.replay.split import splitter_address
-
-    return splitter_address()
+CHUNKS_PER_THREAD = 4  # a split launch is cut into this many chunks per thread (see Program.parallel)
 
 
 def _load_interpreter():

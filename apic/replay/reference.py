@@ -77,12 +77,12 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
             elif opcode == tbl.OP_SPLIT:
-                # The cut of apic.replay.split, the ranges run here one after the other, last first:
+                # The cut of apic.replay.split, the chunks run here one after the other, last first:
                 # a split launch's tasks must not depend on their order, and this order is not Warp's.
-                entry, bounds, args_ptr, tasks, ranges = args[:5]
+                _control, entry, bounds, args_ptr, tasks, chunks = args[:6]
                 run_range = function(opcode, entry, _RANGE)
-                for k in reversed(range(ranges)):
-                    run_range(bounds, args_ptr, tasks * k // ranges, tasks * (k + 1) // ranges)
+                for k in reversed(range(chunks)):
+                    run_range(bounds, args_ptr, tasks * k // chunks, tasks * (k + 1) // chunks)
             elif opcode != tbl.OP_NOP:
                 raise ValueError(f"op table row {i}: unknown opcode {opcode}")
             i += 1

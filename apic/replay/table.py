@@ -10,10 +10,11 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
-``OP_SPLIT`` runs one kernel launch split into contiguous task ranges (parallel replay, docs/PARALLEL.md):
-``[OP_SPLIT, splitter, range entry, bounds, args, tasks, ranges]``. The Numba interpreter calls
-``splitter(range entry, bounds, args, tasks, ranges)`` (``apic.replay.split``: the ranges on worker
-threads); the reference interpreter calls the range entry on each range in turn, itself.
+``OP_SPLIT`` runs one kernel launch split into contiguous task chunks (parallel replay, docs/PARALLEL.md):
+``[OP_SPLIT, splitter, control block, range entry, bounds, args, tasks, chunks]``. The Numba interpreter
+calls ``splitter(control block, range entry, bounds, args, tasks, chunks)`` (``apic.replay.split``: the
+chunks shared with worker threads); the reference interpreter calls the range entry on each chunk in
+turn, itself.
 
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
@@ -41,7 +42,7 @@ OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
-OP_SPLIT = 20  # a launch split over threads: [OP_SPLIT, splitter, range entry, bounds, args, tasks, ranges]
+OP_SPLIT = 20  # a launch split over threads: [OP_SPLIT, splitter, control, entry, bounds, args, tasks, chunks]
 ARGV_ARGS = 20
 
 
