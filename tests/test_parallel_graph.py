@@ -120,6 +120,27 @@ def _overlapping_views(seed):
     return [a[:37], a[1:38]]
 
 
+@wp.func
+def _smooth(x: wp.vec3, k: float):
+    return wp.normalize(x + wp.vec3(k, 0.0, 0.0)) * wp.sin(k)
+
+
+def _make_closure_kernel():
+    """A kernel and a @wp.func made in a function (as mujoco-warp builds its kernels)."""
+
+    @wp.func
+    def weigh(a: wp.array(dtype=wp.vec3), i: int, k: float):
+        return _smooth(a[i], k) * float(i % 7)
+
+    @wp.kernel
+    def closure_weigh(a: wp.array(dtype=wp.vec3), k: float, out: wp.array(dtype=wp.vec3)):
+        i = wp.tid()
+        out[i] = out[i] * 0.5 + weigh(a, (i * 13) % a.shape[0], k)
+
+    return closure_weigh
+
+
+CLOSURE_WEIGH = _make_closure_kernel()
 F32 = K.ARRAY_ACCUM[wp.float32]
 # (id, kernel, launch dim, make(seed) -> inputs, whether its launches split)
 CASES = [(f"array_accum-{t.__name__}", k, 37, _generic(k, (37,)), True) for t, k in K.ARRAY_ACCUM.items()]
@@ -134,6 +155,7 @@ CASES += [
     ("diffuse", P.diffuse, (9, 7), _generic(P.diffuse, (9, 7)), True),  # a stencil over a read-only array
     ("indexed_accum_2d", K.indexed_accum_2d, (4, 5), _indexed_2d, True),  # an indexed read, a plain write
     ("two_views", F32, 37, _two_views, True),
+    ("user_funcs_in_closure", CLOSURE_WEIGH, 37, _generic(CLOSURE_WEIGH, (37,)), True),  # pure @wp.func calls
     # stay serial
     ("kinetic-atomic", P.kinetic, 37, lambda s: [_generic(P.kinetic, (37,))(s)[0], wp.zeros(1, device=CPU)], False),
     ("tick", K.tick, 5, _generic(K.tick, (1,)), False),

@@ -51,18 +51,80 @@ def _call_name(func: ast.expr) -> str | None:
     return None
 
 
-def _is_builtin_call(name: str, func: ast.expr) -> bool:
-    """True when the call resolves to a Warp builtin (not a user ``@wp.func``, which we don't analyse)."""
-    if isinstance(func, ast.Attribute) and func.value.id not in ("wp", "warp"):
-        return False
-    target = getattr(wp, name, None)
+def _scope(python_function) -> dict:
+    """The names a kernel's or function's body sees: its module's globals, then its closure."""
+    names = dict(getattr(python_function, "__globals__", {}))
+    code, cells = getattr(python_function, "__code__", None), getattr(python_function, "__closure__", None) or ()
+    for name, cell in zip(code.co_freevars if code else (), cells):
+        try:
+            names[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+    return names
+
+
+def _resolve(func: ast.expr, scope: dict):
+    """The object a call's target names (``f``, ``module.f``), or None."""
+    if isinstance(func, ast.Name):
+        return scope.get(func.id)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        base = scope.get(func.value.id)
+        return getattr(base, func.attr, None) if base is not None else None
+    return None
+
+
+def _call_problem(name: str, func: ast.expr, scope: dict, seen: set) -> str | None:
+    """Why a call may not appear in a split task, or None when it is a Warp builtin, a type constructor,
+    or a user ``@wp.func`` that (with everything it calls) writes no memory (:func:`_function_problem`)."""
+    if name.startswith(_UNSAFE_CALL_PREFIXES) or name in _UNSAFE_CALL_NAMES:
+        return f"calls {name} (atomic / cross-task effect)"
+    target = _resolve(func, scope)
+    if target is None and isinstance(func, ast.Name) or target is wp or getattr(target, "__name__", "") == "warp":
+        target = None
     if target is None:
-        return name in ("range", "int", "float", "bool", "len", "abs", "min", "max", "round")
+        if isinstance(func, ast.Attribute) and func.value.id not in ("wp", "warp"):
+            return f"calls {name}, not a Warp builtin (not analysed)"
+        target = getattr(wp, name, None)
+        if target is None:
+            if name in ("range", "int", "float", "bool", "len", "abs", "min", "max", "round"):
+                return None
+            return f"calls {name}, not a Warp builtin (not analysed)"
     is_builtin = getattr(target, "is_builtin", None)
     if callable(is_builtin):
-        return bool(is_builtin())
-    # Types used as constructors (wp.vec3(...), wp.float32(...)) are pure.
-    return isinstance(target, type)
+        if is_builtin():
+            return None
+        problem = _function_problem(target, seen)
+        return None if problem is None else f"calls {name}, which {problem}"
+    if isinstance(target, type):  # wp.vec3(...), wp.float32(...): pure constructors
+        return None
+    return f"calls {name}, not a Warp builtin (not analysed)"
+
+
+def _function_problem(function, seen: set) -> str | None:
+    """Why a user ``@wp.func`` (every overload) may not run in a split task, or None when its body
+    stores into nothing but plain local names and calls only what :func:`_call_problem` accepts."""
+    if id(function) in seen:
+        return None  # recursion: the first visit decides
+    seen.add(id(function))
+    overloads = list(getattr(function, "user_overloads", {}).values()) or [function]
+    for overload in overloads:
+        tree = getattr(getattr(overload, "adj", None), "tree", None)
+        if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+            return "has no source to analyse"
+        scope = _scope(getattr(overload, "func", None))
+        for node in ast.walk(ast.Module(body=tree.body[0].body, type_ignores=[])):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, (ast.Subscript, ast.Attribute)) for target in targets for t in ast.walk(target)):
+                    return f"stores through a subscript or a field (line {node.lineno} of its body)"
+            if isinstance(node, ast.Call):
+                called = _call_name(node.func)
+                if called is None:
+                    return "calls through an expression"
+                problem = _call_problem(called, node.func, scope, seen)
+                if problem is not None:
+                    return problem
+    return None
 
 
 def _tid_index(kernel_def: ast.Module) -> tuple[str, ...] | None:
@@ -118,6 +180,7 @@ def kernel_verdict(kernel) -> Verdict:
     arg_names = {a.arg for a in tree.body[0].args.args}
     arg_types = {a.label: a.type for a in getattr(adj, "args", ())}
     tid = _tid_index(kernel_def)
+    scope, seen = _scope(getattr(adj, "func", None)), set()
 
     parents: dict[ast.AST, ast.AST] = {}
     for node in ast.walk(kernel_def):
@@ -133,10 +196,9 @@ def kernel_verdict(kernel) -> Verdict:
             name = _call_name(node.func)
             if name is None:
                 return Verdict(False, f"line {node.lineno}: call through an expression")
-            if name.startswith(_UNSAFE_CALL_PREFIXES) or name in _UNSAFE_CALL_NAMES:
-                return Verdict(False, f"line {node.lineno}: calls {name} (atomic / cross-task effect)")
-            if name != "tid" and not _is_builtin_call(name, node.func):
-                return Verdict(False, f"line {node.lineno}: calls {name}, not a Warp builtin (not analysed)")
+            problem = None if name == "tid" else _call_problem(name, node.func, scope, seen)
+            if problem is not None:
+                return Verdict(False, f"line {node.lineno}: {problem}")
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
