@@ -148,6 +148,7 @@ class _Pool:
     def ensure(self, workers: int) -> None:
         if self.pid != os.getpid():  # a forked child has the memory but not the threads
             self.started, self.pid = 0, os.getpid()
+            self.block[_SLEEPERS] = 0
         while self.started < workers:
             threading.Thread(target=_worker, args=(self.base, self.started), daemon=True,
                              name=f"apic-split-{self.started}").start()
