@@ -378,3 +378,42 @@ def test_pooled_workers_run_chunks():
     for _ in range(replays):
         wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
     assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), f"{replays} replays")
+
+
+def test_concurrent_parallel_replays_from_two_threads():
+    """Two Python threads replaying split graphs at once share one pool: both stay bit for bit as eager."""
+    import threading
+
+    n = 1 << 14
+    make = _generic(P.integrate, (n,))
+    states = [(make(s), make(s)) for s in (21, 22)]
+    graphs = []
+    for _, replayed in states:
+        with wp.ScopedCapture(device=CPU) as capture:
+            wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
+        capture.graph.min_tasks_per_thread = 512
+        graphs.append(capture.graph)
+    errors = []
+
+    def replay(graph):
+        try:
+            for _ in range(20):
+                wp.capture_launch(graph, threads=3)
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    workers = [threading.Thread(target=replay, args=(g,)) for g in graphs]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in workers)
+    for eager, replayed in states:
+        for _ in range(20):
+            wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
+        assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), "20 concurrent replays")
+
+
+def test_capture_launch_threads_is_for_apic_graphs_only():
+    with pytest.raises(ValueError, match="apic CPU graphs"):
+        wp.capture_launch(object(), threads=2)
