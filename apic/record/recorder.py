@@ -420,8 +420,12 @@ class Recorder:
         nargs = len(kernel.adj.args)
         info = self._kernel_infos[index]
         if not adjoint and not info.cpu_blocks and info.split_writes is None:
-            # decided once per entry point, from the kernel's source and its argument struct
-            writes = written_offsets(kernel, self._args_layout(kernel, params[1 : 1 + nargs]))
+            # decided once per entry point, from the kernel's source and its argument struct; an analysis
+            # that fails on an unforeseen kernel leaves it serial, never the capture broken
+            try:
+                writes = written_offsets(kernel, self._args_layout(kernel, params[1 : 1 + nargs]))
+            except Exception:  # noqa: BLE001 - unknown means serial
+                writes = None
             if writes is not None:
                 self._kernel_infos[index] = dataclasses.replace(info, split_writes=writes)
         entry = self._entry_points[(id(hooks), adjoint)] = (index, nargs)
