@@ -417,3 +417,85 @@ def test_concurrent_parallel_replays_from_two_threads():
 def test_capture_launch_threads_is_for_apic_graphs_only():
     with pytest.raises(ValueError, match="apic CPU graphs"):
         wp.capture_launch(object(), threads=2)
+
+
+# --- the optional kernels[].split_writes key of the file ------------------------------------------
+@pytest.fixture(scope="module")
+def saved_doc(tmp_path_factory):
+    import msgpack
+
+    from apic.format import schema
+
+    folder = tmp_path_factory.mktemp("split-doc")
+    state = _diffuse_graph_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        _diffuse_program(state)
+    wp.capture_save(capture.graph, str(folder / "g"), outputs=dict(state))
+    body = (folder / "g.wrp").read_bytes()[schema.HEADER.size :]
+    return msgpack.unpackb(body, raw=False)
+
+
+def _read(doc):
+    from apic.format import reader, writer
+
+    return reader.read(writer.encode(doc))
+
+
+def test_file_carries_split_writes_of_proved_kernels_only(saved_doc):
+    kernels = {k["key"]: k.get("split_writes") for k in saved_doc["kernels"]}
+    assert kernels["kinetic"] is None  # atomics
+    assert len(kernels["diffuse"]) == 1  # writes dst only
+    assert kernels["integrate"] and len(kernels["integrate"]) == 2  # writes x and v
+    read_back = {k.key: k.split_writes for k in _read(saved_doc).recording.kernels}
+    assert read_back["integrate"] == tuple(kernels["integrate"]) and read_back["kinetic"] is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ([64, 0], "strictly increasing"), ([8, 8], "strictly increasing"), (["x"], "expected an integer"),
+    ([-8], "outside"), ([1 << 30], "outside"), (7, "expected a list"),
+])
+def test_invalid_split_writes_refused(saved_doc, value, message):
+    import copy
+
+    doc = copy.deepcopy(saved_doc)
+    index = next(i for i, k in enumerate(doc["kernels"]) if k.get("split_writes"))
+    doc["kernels"][index]["split_writes"] = value
+    with pytest.raises(apic.FormatError, match=message):
+        _read(doc)
+
+
+def test_split_writes_on_a_backward_kernel_refused(saved_doc):
+    import copy
+
+    doc = copy.deepcopy(saved_doc)
+    doc["kernels"][0]["adjoint"] = True  # a backward entry point: its symbol must say so too
+    doc["kernels"][0]["symbol"] = doc["kernels"][0]["symbol"].replace("_cpu_forward", "_cpu_backward")
+    doc["kernels"][0]["split_writes"] = [0]
+    with pytest.raises(apic.FormatError, match="split_writes"):
+        _read(doc)
+
+
+def test_a_file_without_split_writes_reads_as_serial(saved_doc):
+    import copy
+
+    doc = copy.deepcopy(saved_doc)
+    for kernel in doc["kernels"]:
+        kernel.pop("split_writes", None)
+    assert all(k.split_writes is None for k in _read(doc).recording.kernels)
+
+
+def test_split_writes_naming_no_array_slot_keeps_the_launch_serial():
+    """A kernel's offsets that are not a plain array of a launch: that launch runs serially, said why."""
+    import dataclasses
+
+    from apic.replay.program import lower
+
+    make = _generic(P.integrate, (50_000,))
+    inputs = make(4)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.integrate, dim=50_000, inputs=inputs, device=CPU)
+    graph = capture.graph
+    bad = dataclasses.replace(graph.recording.kernels[0], split_writes=(4,))
+    recording = dataclasses.replace(graph.recording, kernels=(bad,))
+    program = lower(recording, graph.address_of, [k.address for k in graph.recording.kernels])
+    assert not program.splits and "not a plain array" in program.refusals[0][1]
