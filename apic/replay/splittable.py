@@ -18,7 +18,9 @@ element (a zero stride) is the launch's to refuse too.
 from __future__ import annotations
 
 import ast
+import collections
 import struct
+import weakref
 from dataclasses import dataclass
 
 import warp as wp
@@ -51,16 +53,40 @@ def _call_name(func: ast.expr) -> str | None:
     return None
 
 
-def _scope(python_function) -> dict:
-    """The names a kernel's or function's body sees: its module's globals, then its closure."""
-    names = dict(getattr(python_function, "__globals__", {}))
+def _scope(python_function) -> collections.ChainMap:
+    """The names a kernel's or function's body sees: its closure, then its module's globals (not copied)."""
+    closure = {}
     code, cells = getattr(python_function, "__code__", None), getattr(python_function, "__closure__", None) or ()
     for name, cell in zip(code.co_freevars if code else (), cells):
         try:
-            names[name] = cell.cell_contents
+            closure[name] = cell.cell_contents
         except ValueError:  # an empty cell
             pass
-    return names
+    return collections.ChainMap(closure, getattr(python_function, "__globals__", {}))
+
+
+class _Memo:
+    """Results per live object (a kernel, a function), keyed by ``id`` and dropped when it is collected:
+    hashing a Warp kernel costs more than the lookup, and a capture asks once per entry point."""
+
+    def __init__(self) -> None:
+        self._found: dict[int, tuple] = {}
+
+    def get(self, obj):
+        found = self._found.get(id(obj))
+        return found[1] if found is not None and found[0]() is obj else None
+
+    def put(self, obj, value):
+        try:
+            ref = weakref.ref(obj, lambda _, key=id(obj): self._found.pop(key, None))
+        except TypeError:  # not weakly referenceable: not remembered
+            return value
+        self._found[id(obj)] = (ref, value)
+        return value
+
+
+_verdicts = _Memo()
+_function_problems = _Memo()
 
 
 def _resolve(func: ast.expr, scope: dict):
@@ -103,9 +129,21 @@ def _call_problem(name: str, func: ast.expr, scope: dict, seen: set) -> str | No
 def _function_problem(function, seen: set) -> str | None:
     """Why a user ``@wp.func`` (every overload) may not run in a split task, or None when its body
     stores into nothing but plain local names and calls only what :func:`_call_problem` accepts."""
-    if id(function) in seen:
-        return None  # recursion: the first visit decides
+    known = _function_problems.get(function)
+    if known is not None:
+        return known or None
+    if id(function) in seen:  # being analysed further up (Warp compiles no recursion): its own visit decides
+        return None
     seen.add(id(function))
+    try:
+        problem = _function_problem_uncached(function, seen)
+    finally:
+        seen.discard(id(function))
+    _function_problems.put(function, problem or "")
+    return problem
+
+
+def _function_problem_uncached(function, seen: set) -> str | None:
     overloads = list(getattr(function, "user_overloads", {}).values()) or [function]
     for overload in overloads:
         tree = getattr(getattr(overload, "adj", None), "tree", None)
@@ -170,7 +208,17 @@ def _index_names(sub: ast.Subscript) -> tuple[str, ...] | None:
 
 
 def kernel_verdict(kernel) -> Verdict:
-    """Decide from a ``wp.Kernel``'s source whether its tasks may be split across threads (conservative)."""
+    """Decide from a ``wp.Kernel``'s source whether its tasks may be split across threads (conservative).
+
+    Remembered per kernel object (its source does not change).
+    """
+    found = _verdicts.get(kernel)
+    if found is None:
+        found = _verdicts.put(kernel, _kernel_verdict(kernel))
+    return found
+
+
+def _kernel_verdict(kernel) -> Verdict:
     adj = getattr(kernel, "adj", None)
     tree = getattr(adj, "tree", None)
     if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
