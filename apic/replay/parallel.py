@@ -7,8 +7,8 @@ tasks per thread, its tasks ``[0, n)`` run as ``threads`` contiguous ranges thro
 of :mod:`apic.replay.range_entry`; otherwise it is one ordinary ``wp.launch``. It returns whether it
 split, so callers (and tests) can see the decision.
 
-This is the first piece of the parallel graph replay of issue 15; the replay interpreter does not use
-it yet (see docs/PARALLEL.md for what remains).
+Graphs use the same verdict and range entries through the op table instead (``wp.capture_launch(graph,
+threads=N)``, :mod:`apic.replay.split`); this launch-level form runs its ranges on Python threads.
 """
 
 from __future__ import annotations
