@@ -346,7 +346,8 @@ def required_version(doc) -> int:
     3 if it has named scalar parameters, 2 if it holds native handles, else 1."""
     if not isinstance(doc, dict):
         return schema.BASE_VERSION
-    if any(isinstance(b, dict) and b.get("kind") == schema.SCALAR_KIND for b in doc.get("bindings", ())):
+    bindings = doc.get("bindings")
+    if isinstance(bindings, list) and any(isinstance(b, dict) and b.get("kind") == schema.SCALAR_KIND for b in bindings):
         return schema.PARAMS_VERSION
     return schema.HANDLES_VERSION if "handles" in doc else schema.BASE_VERSION
 
