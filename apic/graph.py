@@ -99,9 +99,10 @@ class Graph:
             raise BindingError(f"{method}('{name}'): '{name}' is a named scalar parameter, not an array: "
                                f"set it with set_param('{name}', value) and read it with get_param('{name}')")
         if not self.is_loaded:
-            if self.scalars:
-                raise RuntimeError(f"{method}() of an array is only supported on loaded APIC graphs; this live graph "
-                                   f"has the named scalar parameters {', '.join(sorted(self.scalars))}")
+            if self.scalars:  # a BindingError is a RuntimeError too, as upstream raises here
+                raise BindingError(f"{method}(): this live graph has no parameter named {name!r} (its named scalar "
+                                   f"parameters: {', '.join(sorted(self.scalars))}); array parameters are only "
+                                   "supported on loaded APIC graphs")
             raise RuntimeError(f"{method}() is only supported on loaded APIC graphs")
         binding = self.bindings.get(name)
         if binding is None:
