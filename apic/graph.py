@@ -45,10 +45,6 @@ class Graph:
         # named scalar parameters (apic.param): their types, current values and arena bytes
         self.scalars = {p.name: p for p in recording.params}
         self.param_values = {p.name: p.value for p in recording.params}  # name -> packed bytes
-        self._param_bytes = {  # name -> (slots, nbytes) index array into the arena: one assignment sets all
-            p.name: self.program.param_offsets[p.name][:, None] + np.arange(p.nbytes)
-            for p in recording.params if p.name in self.program.param_offsets
-        }
 
     def address_of(self, target) -> int:
         """The live address of a region reference, or the id of a ``HandleRef``'s object."""
@@ -138,9 +134,11 @@ class Graph:
         from apic.params import pack
 
         packed = pack(scalar, value, f"set_param('{scalar.name}')")
-        index = self._param_bytes.get(scalar.name)
-        if index is not None:
-            self.program.arena[index] = np.frombuffer(packed, dtype=np.uint8)
+        offsets = self.program.param_offsets.get(scalar.name)
+        if offsets is not None:  # every launch argument block that received it, in the replay arena
+            from apic.replay.param_slots import write_slots
+
+            write_slots(self.program.arena, offsets, np.frombuffer(packed, dtype=np.uint8))
         self.param_values[scalar.name] = packed
 
     def get_param(self, name: str, arr=None):

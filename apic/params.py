@@ -134,13 +134,19 @@ def pack(param: ScalarParam, value, where: str) -> bytes:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") and not isinstance(value, np.ndarray):
         raise BindingError(f"{where}: expected a {param.dtype} (a sequence of shape {param.elem_shape}), "
                            f"got {type(value).__name__} {value!r}")
-    try:
-        items = np.array(value, dtype=object)
-    except (ValueError, TypeError) as error:  # ragged nesting
-        raise BindingError(f"{where}: cannot read {value!r} as a {param.dtype}: {error}") from None
-    if items.shape != tuple(param.elem_shape):
-        raise BindingError(f"{where}: shape {items.shape} (expected {tuple(param.elem_shape)} for {param.dtype})")
-    return b"".join(_component(kind, size, item, f"{where}[{i}]") for i, item in enumerate(items.flat))
+    shape = tuple(param.elem_shape)
+    if type(value) in (list, tuple) and len(shape) == 1 and len(value) == shape[0] and not any(
+            hasattr(v, "__len__") for v in value):
+        items = value  # the common case (g = (0, -9.8, 0)) without NumPy's object arrays
+    else:
+        try:
+            array = np.array(value, dtype=object)
+        except (ValueError, TypeError) as error:  # ragged nesting
+            raise BindingError(f"{where}: cannot read {value!r} as a {param.dtype}: {error}") from None
+        if array.shape != shape:
+            raise BindingError(f"{where}: shape {array.shape} (expected {shape} for {param.dtype})")
+        items = array.flat
+    return b"".join(_component(kind, size, item, f"{where}[{i}]") for i, item in enumerate(items))
 
 
 def unpack(param: ScalarParam, data: bytes):
