@@ -25,6 +25,7 @@ import ctypes
 import math
 import numbers
 import struct
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,6 +184,7 @@ class Param:
     def value(self, value) -> None:
         self._packed = pack(self.spec, value, f"apic.param('{self.name}')")
         self._value = value
+        self.spec = dataclasses.replace(self.spec, value=self._packed)  # a graph that never packs it keeps this
 
     @property
     def packed(self) -> bytes:

@@ -207,6 +207,18 @@ def test_saved_value_is_the_value_set_on_the_live_graph(tmp_path):
     assert wp.capture_load(tmp_path / "again").get_param("p").tolist() == [1.0, 2.0, 3.0]
 
 
+def test_parameter_of_a_zero_size_launch_is_kept_without_slots(tmp_path):
+    x = wp.zeros(4, dtype=wp.float32, device=CPU)
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        wp.launch(PK.axpy_f32, dim=0, inputs=[x, apic.param("p", wp.float32, 0.25)], device=CPU)
+    graph = capture.graph
+    assert graph.get_param("p") == 0.25 and "p" not in graph.program.param_offsets
+    graph.set_param("p", 0.5)
+    wp.capture_launch(graph)
+    wp.capture_save(graph, tmp_path / "g")
+    assert wp.capture_load(tmp_path / "g").get_param("p") == 0.5
+
+
 def test_graph_without_parameters_keeps_its_format_version(tmp_path):
     x = wp.zeros(4, dtype=wp.float32, device=CPU)
     with wp.ScopedCapture(device=CPU, apic=True) as capture:

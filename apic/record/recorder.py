@@ -22,6 +22,7 @@ from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, ParamSlot, RawB
 from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.params import Param
 
 _local = threading.local()
 
@@ -354,7 +355,9 @@ class Recorder:
         for value in values:
             if id(value) in noted or value is None or isinstance(value, (int, float, bool)):
                 continue
-            if hasattr(type(value), "_constructors"):  # a @wp.struct instance
+            if type(value) is Param:  # a named parameter: the graph has it even where no launch packs it (dim 0)
+                self.note_param(value.spec)
+            elif hasattr(type(value), "_constructors"):  # a @wp.struct instance
                 # Its fields can be reassigned between launches (and after the capture): walk it
                 # every time, and keep the arrays in it alive themselves, not through the struct.
                 self.note_values([getattr(value, name) for name, _ in type(value)._constructors])
