@@ -33,7 +33,7 @@ import numpy as np
 from apic.errors import BindingError
 
 # NumPy kind -> byte sizes a parameter component may have ('b': bool, 'i'/'u': integers, 'f': floats)
-_SIZES = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
+COMPONENT_SIZES = {"b": (1,), "i": (1, 2, 4, 8), "u": (1, 2, 4, 8), "f": (2, 4, 8)}
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def spec_of(name: str, dtype) -> ScalarParam:
             dtype is getattr(wp_types, "handle", None)):
         raise BindingError(f"{what}: {dtype!r} is not a Warp value type (wp.float32, wp.vec3, wp.mat22, ...)")
     np_dtype, elem_shape = numpy_layout(dtype)
-    if np_dtype is None or np.dtype(np_dtype).kind not in _SIZES:
+    if np_dtype is None or np.dtype(np_dtype).kind not in COMPONENT_SIZES:
         raise BindingError(f"{what}: dtype {dtype_name(dtype)} has no NumPy equivalent (bfloat16 and other "
                            "types apic cannot pack are not supported as parameters)")
     itemsize = np.dtype(np_dtype).itemsize
@@ -89,10 +89,18 @@ def spec_of(name: str, dtype) -> ScalarParam:
 
 
 # --- packing (as Warp's pack_arg does) -----------------------------------------------------------------
+def _warp_scalar_types() -> tuple:
+    from apic._compat import wp_types
+
+    return (*wp_types.scalar_types, wp_types.bool)
+
+
 def _component(kind: str, size: int, value, where: str) -> bytes:
     """One component packed as Warp packs a kernel argument of that scalar type (``ctypes`` conversion)."""
     if isinstance(value, np.generic):
         value = value.item()
+    elif type(value) in _warp_scalar_types():  # wp.float32(0.5): its Python value, as Warp's pack_arg reads it
+        value = value.value
     if kind == "b":
         if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
             return bytes(ctypes.c_bool(value))

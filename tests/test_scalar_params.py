@@ -207,6 +207,17 @@ def test_saved_value_is_the_value_set_on_the_live_graph(tmp_path):
     assert wp.capture_load(tmp_path / "again").get_param("p").tolist() == [1.0, 2.0, 3.0]
 
 
+def test_warp_and_numpy_scalars_are_values():
+    graph, _ = _capture("float32")
+    for value in (wp.float32(0.1), np.float32(0.1), np.float64(0.1), wp.float64(0.1), 0.1):
+        graph.set_param("p", value)
+        assert graph.get_param("p") == float(np.float32(0.1)), value
+    graph, _ = _capture("int32")
+    for value in (wp.int32(-5), np.int64(-5), -5):
+        graph.set_param("p", value)
+        assert graph.get_param("p") == -5
+
+
 def test_parameter_of_a_zero_size_launch_is_kept_without_slots(tmp_path):
     x = wp.zeros(4, dtype=wp.float32, device=CPU)
     with wp.ScopedCapture(device=CPU, apic=True) as capture:
@@ -233,6 +244,7 @@ def test_graph_without_parameters_keeps_its_format_version(tmp_path):
     ("int32", 1.5, "expected an integer"),
     ("uint64", -1, "out of range"),
     ("float32", "0.1", "expected a number"),
+    ("int32", wp.float32(1.0), "expected an integer"),
     ("float32", True, "expected a number"),
     ("vec3", [1.0, 2.0], "shape (2,)"),
     ("vec3", 1.0, "expected a vec3f"),
@@ -351,6 +363,11 @@ def test_reader_refuses_inconsistent_parameter_entries(tmp_path):
     with pytest.raises(apic.FormatError, match="not a named scalar parameter"):
         reader.read(encode(doc))
     launch["args"]["params"][0] = [at, index]
+    for np_dtype in (">f4", "<c8", "<f16"):
+        changed = dict(doc, bindings=[dict(b) for b in doc["bindings"]])
+        changed["bindings"][index].update(np_dtype=np_dtype)
+        with pytest.raises(apic.FormatError, match="np_dtype"):
+            reader.read(encode(changed))
     doc["bindings"][index]["value"] = b"\0\0\0\0"
     with pytest.raises(apic.FormatError, match="not the value of parameter 'p'"):
         reader.read(encode(doc))

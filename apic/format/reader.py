@@ -31,6 +31,7 @@ from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.record import natives
 from apic.record import ops as rec
+from apic.params import COMPONENT_SIZES as PARAM_COMPONENT_SIZES
 from apic.record.handles import GRID_POINT_SIZES
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
@@ -813,8 +814,10 @@ def _scalar_binding(entry: dict, where: str):
     nbytes = _int(entry["nbytes"], f"{where}.nbytes", 1, 1 << 12)
     elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 8, max_len=2)
     np_dtype = _np_dtype(entry["np_dtype"], elem_shape, nbytes, f"{where}.np_dtype")
-    if np.dtype(np_dtype).kind == "c":
-        _fail(f"{where}.np_dtype", f"{np_dtype!r}: Warp has no complex parameters")
+    parsed = np.dtype(np_dtype)
+    if parsed.itemsize not in PARAM_COMPONENT_SIZES.get(parsed.kind, ()) or parsed.byteorder == ">":
+        _fail(f"{where}.np_dtype", f"{np_dtype!r} is not a component type of a Warp value (little-endian bool, "
+                                   "int8 to uint64, float16 to float64)")
     value = _bin(entry["value"], f"{where}.value")
     if len(value) != nbytes:
         _fail(f"{where}.value", f"{len(value)} bytes for a {nbytes}-byte parameter")
