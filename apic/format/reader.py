@@ -660,6 +660,8 @@ def _templated_bounds(dim: tuple, rank: int) -> bytes:
     dimensions are 1, extra ones fold into ``coord_mult``)."""
     padded = tuple(dim) + (1,) * max(0, rank - len(dim))
     kept, folded = padded[:rank], math.prod(padded[rank:])
+    if math.prod(kept) * folded >> 64:  # no launch of 2^64 threads or more: these bounds cannot be Warp's
+        return b""
     shape = struct.pack(f"<{rank}I", *kept).ljust(-(-4 * rank // 8) * 8, b"\0")
     return shape + struct.pack("<QQ", math.prod(kept) * folded, folded)
 
