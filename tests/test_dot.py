@@ -44,6 +44,11 @@ def test_dot_of_control_flow_and_handles(tmp_path):
     assert 'op11 -> op12' in text and 'op12 -> op13 [label="Mesh 0"]' in text  # lift, refit, query
     assert 'op3 -> op0 [style=dashed' in text  # the loop's way back
     assert "read+write" not in text and "reading and writing every array" in text
+    # a body's branch and closing jump are drawn inside its cluster; its ops keep their order (invisible edges)
+    for line in text.splitlines():
+        if re.match(r"\s*op(0|3|4|6) \[", line):
+            assert line.startswith("    op"), line  # nested one level: inside the while / if cluster
+    assert "op0 -> op1 [style=invis]" in text and "op1 -> op2 [style=invis]" in text
 
 
 def test_dot_demo_folds_the_substeps():
