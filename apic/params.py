@@ -165,6 +165,14 @@ def unpack(param: ScalarParam, data: bytes):
 
 
 # --- the placeholder ------------------------------------------------------------------------------------
+_created = False  # whether any Param exists (or existed): apic.install() then routes Warp's pack_arg
+
+
+def created() -> bool:
+    """Whether this process has made an ``apic.param`` (``apic.install`` patches ``pack_arg`` for it)."""
+    return _created
+
+
 class Param:
     """A named scalar launch argument (made by :func:`param`): pass it to ``wp.launch`` like its value.
 
@@ -180,6 +188,8 @@ class Param:
         self.dtype = dtype
         self.spec = spec_of(name, dtype)
         self.value = value
+        global _created
+        _created = True  # a later apic.install() routes pack_arg again for this placeholder
         from apic.record import shims
 
         shims.enable_params()

@@ -335,6 +335,36 @@ def test_eager_launch_is_the_launch_of_the_value():
             assert same_bits(a["x"].numpy(), b["x"].numpy()), (case, value)
 
 
+def test_uninstall_restores_pack_arg_and_install_routes_it_again():
+    code = textwrap.dedent(
+        """
+        import numpy as np, warp as wp
+        wp.config.quiet = True
+        import apic
+        from warp._src import context as ctx
+        original = ctx.pack_arg
+        p = apic.param("p", wp.float32, 0.5)
+        assert ctx.pack_arg is not original
+        apic.uninstall()
+        assert ctx.pack_arg is original
+        apic.install()
+        import param_kernels as PK
+        x = wp.ones(4, dtype=wp.float32, device="cpu")
+        wp.launch(PK.axpy_f32, dim=4, inputs=[x, p], device="cpu")
+        with wp.ScopedCapture(device="cpu") as capture:
+            wp.launch(PK.axpy_f32, dim=4, inputs=[x, p], device="cpu")
+        capture.graph.set_param("p", 2.0)
+        wp.capture_launch(capture.graph)
+        assert x.numpy().tolist() == [1.0, 2.5, 4.0, 5.5], x.numpy()  # eagerly x*0.5 + i/2, then x*2 + i/2
+        print("OK")
+        """
+    )
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), env["PYTHONPATH"]])
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stderr
+
+
 # --- the file ---------------------------------------------------------------------------------------
 def test_reader_refuses_inconsistent_parameter_entries(tmp_path):
     import msgpack

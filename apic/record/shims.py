@@ -524,6 +524,10 @@ def install() -> None:
     from apic.record import cuda  # recording alongside Warp's CUDA capture (apic=True), layered on top
 
     cuda.install(_python_patches)
+    from apic import params
+
+    if params.created():  # placeholders made before an uninstall / install cycle still work
+        enable_params()
 
 
 def uninstall() -> None:
