@@ -499,3 +499,21 @@ def test_split_writes_naming_no_array_slot_keeps_the_launch_serial():
     recording = dataclasses.replace(graph.recording, kernels=(bad,))
     program = lower(recording, graph.address_of, [k.address for k in graph.recording.kernels])
     assert not program.splits and "not a plain array" in program.refusals[0][1]
+
+
+def test_scalar_parameter_set_reaches_split_launches():
+    """set_param writes the arena the split rows point into: the next parallel replay uses the new value."""
+    n = 1 << 13
+    dt = apic.param("dt_split", wp.float32, 0.01)
+    make = _generic(P.integrate, (n,))
+    eager, replayed = make(31), make(31)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.integrate, dim=n, inputs=[*replayed[:3], dt], device=CPU)
+    graph = capture.graph
+    graph.min_tasks_per_thread = 512
+    assert (graph.parallel_program(2).table[:, 0] == tbl.OP_SPLIT).any()
+    for value in (0.01, -0.5, 2.0):
+        graph.set_param("dt_split", value)
+        wp.launch(P.integrate, dim=n, inputs=[*eager[:3], value], device=CPU)
+        wp.capture_launch(graph, threads=2)
+        assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), f"dt = {value}")
