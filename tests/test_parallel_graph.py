@@ -517,3 +517,31 @@ def test_scalar_parameter_set_reaches_split_launches():
         wp.launch(P.integrate, dim=n, inputs=[*eager[:3], value], device=CPU)
         wp.capture_launch(graph, threads=2)
         assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), f"dt = {value}")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+def test_forked_child_replays_split():
+    """A child forked after the pool started (its workers not copied) replays split, as eager, without hanging."""
+    n = 1 << 14
+    make = _generic(P.integrate, (n,))
+    eager, replayed = make(41), make(41)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
+    graph = capture.graph
+    graph.min_tasks_per_thread = 512
+    wp.capture_launch(graph, threads=2)  # the parent's pool is running now
+    wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: replay once more, split, and report the bytes
+        try:
+            wp.capture_launch(graph, threads=2)
+            os.write(write, b"".join(a.numpy().tobytes() for a in _arrays(replayed).values()))
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        got = pipe.read()
+    os.waitpid(pid, 0)
+    wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
+    assert got == b"".join(a.numpy().tobytes() for a in _arrays(eager).values())
