@@ -369,10 +369,14 @@ def test_pooled_workers_run_chunks():
     with wp.ScopedCapture(device=CPU) as capture:
         wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
     graph = capture.graph
+    from apic.replay.interpreter import run_table  # the Numba loop, whatever APIC_REPLAY selects
+
+    program = graph.parallel_program(2)
     before = split.chunks_run_by_workers()
     deadline, replays = time.monotonic() + 60, 0
     while split.chunks_run_by_workers() == before and time.monotonic() < deadline:
-        wp.capture_launch(graph, threads=2)
+        with split.workers(2):
+            run_table(program.table, 1, None, program.loops)
         replays += 1
     assert split.chunks_run_by_workers() > before, "no worker ran a chunk in 60 s"
     for _ in range(replays):
