@@ -70,6 +70,9 @@ def note_arguments(recorder, name: str, args: tuple) -> None:
     memory of a live Warp CPU array (with all the bytes the call reaches from it).
     """
     args = natives.signed64(tuple(int(a) for a in args))
+    layout = natives.padded_transpose_layout(name, args)
+    if layout is not None:
+        args = (*args, layout[-1])  # as record_native_call records it: the capacity appended
     sig = natives.signature(name, len(args))
     if sig is None or sig.check(args) is not None:
         return  # record_native_call refuses it with the reason

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
-from apic.errors import LoopLimitError
+from apic.errors import LoopLimitError, ReplayError
 from apic.record import natives
 from apic.record import ops as rec
 from apic.replay import table as tbl
@@ -83,7 +83,7 @@ class Program:
         limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
         status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
         if status:
-            raise_status(status, limits)
+            raise_status(status, limits, self.table)
 
 
 def replay_limits() -> np.ndarray:
@@ -91,8 +91,11 @@ def replay_limits() -> np.ndarray:
     return _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
 
 
-def raise_status(status: int, limits: np.ndarray) -> None:
-    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``)."""
+def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
+    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
+    ``ReplayError`` for a segmented sort's invalid range)."""
+    if status < 0:
+        raise ReplayError(f"CPU graph replay failed: {_segment_problem(table[-status - 1])}")
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
@@ -101,6 +104,19 @@ def raise_status(status: int, limits: np.ndarray) -> None:
             f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
             "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
         )
+
+def _segment_problem(row) -> str:
+    """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
+    replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
+    count, starts, ends, segments = (int(v) for v in row[tbl.COL_ARG0 + 2 : tbl.COL_ARG0 + 6])
+    for k in range(segments):
+        start = ctypes.c_int32.from_address(starts + 4 * k).value
+        end = ctypes.c_int32.from_address(ends + 4 * k).value
+        if start < 0 or end < start or end > count:
+            return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
+                    "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
+    return "a segmented sort found an invalid segment range (wp.utils.segmented_sort_pairs)"
+
 
 _run_table = None  # the jitted interpreter, bound on first replay
 
@@ -242,12 +258,14 @@ def loop_heads(ops) -> dict[int, int]:
 
 
 def _argv_blob(op: rec.NativeCall) -> rec.Blob:
-    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero)."""
-    if len(op.args) > tbl.ARGV_ARGS:
-        raise ValueError(f"wp_{op.name} takes {len(op.args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
+    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero).
+    apic's own trailing arguments (``natives.Signature.extra``) are not passed."""
+    args = op.args[: natives.native_arity(op.name, len(op.args))]
+    if len(args) > tbl.ARGV_ARGS:
+        raise ValueError(f"wp_{op.name} takes {len(args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
     data = bytearray(8 * tbl.ARGV_ARGS)
     relocs = []
-    for i, arg in enumerate(op.args):
+    for i, arg in enumerate(args):
         if isinstance(arg, rec.Ref):
             relocs.append(rec.Reloc(8 * i, arg))
         else:
@@ -302,8 +320,11 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at)
         return [tbl.OP_JUMP, 0, row_at(op.target)]
     if isinstance(op, rec.NativeCall):
         natives.check_host(op.name, len(op.args))
-        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args]
-        return _call(_compat.native_address(op.name), *args)
+        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args[: natives.native_arity(op.name, len(op.args))]]
+        row = _call(_compat.native_address(op.name), *args)
+        if op.name.startswith("segmented_sort_pairs_"):
+            row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
+        return row
     if isinstance(op, rec.HandleCall):
         return _lower_handle_call(op, arena, address_of)
     if isinstance(op, _NO_ROW):

@@ -10,6 +10,10 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
+``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,
+ends, segments]``: it first checks every segment range ``0 <= start <= end <= count`` in graph memory,
+as upstream Warp's replay does, and stops the replay before the sort at the first invalid one.
+
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
 unused trailing ones are zero.
@@ -37,6 +41,7 @@ OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
 ARGV_ARGS = 20
+OP_SEGMENTED_SORT = 20  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
 
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
@@ -47,6 +52,8 @@ COL_LOOP = 4
 STATUS_DONE = 0
 STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
 STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
+# A negative status -(i + 1): the segmented sort at row i found an invalid segment range in graph memory
+# and the replay stopped there, before sorting (graph memory is left as it was at that row).
 
 # run_table's ``limits`` (int64 array): the iteration cap per loop entry (0: no cap), then the
 # addresses of PyGILState_Ensure, PyOS_InterruptOccurred and PyGILState_Release (0: no Ctrl-C poll).
