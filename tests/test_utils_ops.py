@@ -304,6 +304,51 @@ def test_segmented_sort_invalid_range_stops_the_replay(how):
         apic.profile(graph, replays=1)
 
 
+def _bad_arguments():
+    """Calls upstream 1.19's segmented_sort_pairs refuses before sorting: (arguments, error class, message)."""
+    keys, values = zeros(2 * COUNT, wp.int32), zeros(2 * COUNT, wp.int32)
+    starts, ends = wp.array([0, 3, 6], dtype=wp.int32, device=CPU), wp.array([3, 6], dtype=wp.int32, device=CPU)
+    return [
+        ((keys, values, COUNT, starts, ends), RuntimeError, r"must have the same size \(3 vs 2\)"),
+        ((keys, values, -1, starts), ValueError, "count must be non-negative, got -1"),
+        ((keys, values, 2**31, starts), ValueError, "count must not exceed 2147483647"),
+        ((keys, values, 10.5, starts), TypeError, "count must be an integer"),
+        ((keys, values, True, starts), TypeError, "count must be an integer"),
+        ((keys, values, COUNT + 1, starts), RuntimeError, "2\\*count elements"),
+        ((keys, values, COUNT, starts[::2]), RuntimeError, "requires a contiguous segment_start_indices"),
+        ((keys, values, COUNT, wp.array([[0, 3]], dtype=wp.int32, device=CPU)), RuntimeError,
+         "segment_start_indices must be one-dimensional"),
+        ((keys, values, COUNT, starts, wp.array([3.0, 6.0, 9.0], dtype=wp.float32, device=CPU)), RuntimeError,
+         "segment_end_indices array must be of type int32"),
+        ((keys, values[::2], 4, starts), RuntimeError, "requires a contiguous values array"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_segmented_sort_arguments_checked_at_capture_as_upstream(index):
+    """Upstream 1.19's argument checks, with its classes and messages, at capture time on every warp-lang
+    (1.12's own function reads past a shorter end array and ignores strides): nothing is recorded."""
+    args, error, message = _bad_arguments()[index]
+    if EAGER_CHECKS_SEGMENTS:  # Warp 1.19 eagerly: the oracle
+        with pytest.raises(error, match=message):
+            wp.utils.segmented_sort_pairs(*args)
+    with pytest.raises(error, match=message):
+        with wp.ScopedCapture(device=CPU) as capture:
+            wp.utils.segmented_sort_pairs(*args)
+    assert capture.graph is None
+
+
+def test_segmented_sort_of_nothing_records_nothing():
+    """No element (count 0) or no segment (one start offset): upstream returns before sorting; so does replay."""
+    keys, values = zeros(2 * COUNT, wp.int32), zeros(2 * COUNT, wp.int32)
+    three, one, none = zeros(3, wp.int32), zeros(1, wp.int32), zeros(0, wp.int32)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.utils.segmented_sort_pairs(keys, values, 0, three)
+        wp.utils.segmented_sort_pairs(keys, values, COUNT, one)
+        wp.utils.segmented_sort_pairs(keys, values, COUNT, none, none)
+    assert capture.graph.recording.ops == ()
+
+
 SEGMENT_CHILD = """
 import json, sys
 import numpy as np

@@ -26,7 +26,7 @@ import warp as wp
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record import handles, native_layer, natives
+from apic.record import handles, native_layer, natives, segments
 from apic.record.ops import Launch
 from apic.record.recorder import active, paused
 from apic.record.repeats import repeat_key
@@ -262,6 +262,8 @@ def _utility(name: str, original):
             )
         if any(stride < 0 for a in arrays for stride in a.strides):
             raise UnsupportedOperationError(f"wp.utils.{name} on an array with a negative stride")
+        if name == "segmented_sort_pairs" and not segments.check(signature.bind(*args, **kwargs).arguments):
+            return None  # as upstream 1.19: no element or no segment, nothing to sort and nothing recorded
         recorder.note_values(arrays)
         return _recorded_call(recorder, original, args, kwargs)
 
