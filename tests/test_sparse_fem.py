@@ -564,6 +564,39 @@ def test_saved_padded_transpose_capacity_is_checked(tmp_path):
     reader.read(writer.encode(doc))
 
 
+@needs_padded
+@pytest.mark.parametrize("edit", ["past_capacity", "decreasing", "negative"])
+def test_changed_capacity_layout_stops_the_replay(tmp_path, edit):
+    """A file whose restored row offsets (the memtile before a padded transpose) no longer fit the recorded
+    capacity loads, and its replay stops before the transpose with a RuntimeError naming it."""
+    import msgpack
+
+    from apic.format import schema, writer
+
+    state = padded_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        padded_transposes(state)
+    wp.capture_save(capture.graph, str(tmp_path / "padded"))
+    doc = msgpack.unpackb((tmp_path / "padded.wrp").read_bytes()[schema.HEADER.size :], raw=False)
+    call = next(op for op in doc["ops"] if op["kind"] == schema.WireOp.NATIVE_CALL and op["fn"] == "bsr_transpose_host")
+    restore = next(op for op in doc["ops"] if op["kind"] == schema.WireOp.MEMTILE and op["dst"] == call["args"][6])
+    layout = np.frombuffer(restore["value"]["data"], dtype=np.int32).copy()
+    assert layout[-1] == call["args"][11], "the capacity recorded is the restored layout's last offset"
+    if edit == "past_capacity":
+        layout[-1] += 1
+    elif edit == "decreasing":
+        layout[1] = layout[2] + 1
+    else:
+        layout[0] = -1
+    restore["value"]["data"] = layout.tobytes()
+    modules = {f.name: f.read_bytes() for f in (tmp_path / "padded_modules").iterdir()}
+    graph = wp.capture_load_from_bytes(writer.encode(doc), modules)
+    with pytest.raises(RuntimeError, match=r"CPU graph replay failed: the row offsets of a padded "
+                                           r"bsr_set_transpose destination") as caught:
+        wp.capture_launch(graph)
+    assert isinstance(caught.value, apic.ReplayError)
+
+
 # --- save, load, fresh process -----------------------------------------------------------------------------
 def everything(s):
     wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)

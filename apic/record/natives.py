@@ -241,6 +241,11 @@ def native_arity(name: str, arity: int) -> int:
 PADDED_TRANSPOSE = "bsr_transpose_host"
 
 
+def is_padded_transpose(name: str, arity: int) -> bool:
+    """Whether a recorded ``wp_<name>`` call of ``arity`` arguments is a padded BSR transpose (capacity appended)."""
+    return name == PADDED_TRANSPOSE and arity == 12
+
+
 def padded_transpose_layout(name: str, args: tuple) -> tuple | None:
     """For a padded BSR transpose (``wp_bsr_transpose_host`` with a destination ``t_row_counts``), the
     destination's row offsets as they are now (the capacity layout), or None for any other call.

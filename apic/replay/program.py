@@ -95,7 +95,9 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
     """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
     ``ReplayError`` for a segmented sort's invalid range)."""
     if status < 0:
-        raise ReplayError(f"CPU graph replay failed: {_segment_problem(table[-status - 1])}")
+        row = table[-status - 1]
+        problem = _segment_problem(row) if row[tbl.COL_OPCODE] == tbl.OP_SEGMENTED_SORT else _capacity_problem(row)
+        raise ReplayError(f"CPU graph replay failed: {problem}")
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
@@ -116,6 +118,15 @@ def _segment_problem(row) -> str:
             return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
                     "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
     return "a segmented sort found an invalid segment range (wp.utils.segmented_sort_pairs)"
+
+
+def _capacity_problem(row) -> str:
+    """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
+    offsets, rows, capacity = (int(v) for v in row[tbl.COL_ARG0 + 1 : tbl.COL_ARG0 + 4])
+    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+    return (f"the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. {layout[-1]}) are not "
+            f"non-decreasing from 0 or more within its recorded capacity of {capacity} blocks (they are restored "
+            "from the capture right before it: the file was changed); the replay stopped before the transpose")
 
 
 _run_table = None  # the jitted interpreter, bound on first replay
@@ -215,6 +226,8 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
             if argv is not None:  # a native call with too many arguments for a row: they live in the arena
                 natives.check_host(op.name, len(op.args))
                 lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
+                if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
+                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], address_of(op.args[6]), op.args[1], op.args[11]]
             else:
                 lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)

@@ -80,6 +80,12 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                     if start < 0 or end < start or end > count:
                         return -(i + 1)
                 function(opcode, address, _CALL[tbl.OP_CALL10])(*args[: tbl.OP_CALL10])  # the row's trailing zeros
+            elif opcode == tbl.OP_PADDED_TRANSPOSE:
+                offsets, rows, capacity = args[1:4]
+                layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+                if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])) or layout[-1] > capacity:
+                    return -(i + 1)
+                function(opcode, address, _CALL_ARGV)(*(_I64 * tbl.ARGV_ARGS).from_address(args[0]))
             elif opcode == tbl.OP_CALL5_D2:
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
