@@ -81,8 +81,8 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                         return -(i + 1)
                 function(opcode, address, _CALL[tbl.OP_CALL10])(*args[: tbl.OP_CALL10])  # the row's trailing zeros
             elif opcode == tbl.OP_PADDED_TRANSPOSE:
-                offsets, rows, capacity = args[1:4]
-                layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+                offsets, nrows, capacity = args[1:4]
+                layout = (ctypes.c_int32 * (nrows + 1)).from_address(offsets)[:]
                 if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])) or layout[-1] > capacity:
                     return -(i + 1)
                 function(opcode, address, _CALL_ARGV)(*(_I64 * tbl.ARGV_ARGS).from_address(args[0]))
