@@ -19,14 +19,14 @@ A padded ``bsr_set_transpose`` (warp-lang 1.13+) writes into the destination's r
 its row offsets give: as upstream does, apic keeps those offsets as they are when the transpose is
 captured, restores them (a ``memtile`` op) right before the call at replay, and records the call with
 the capacity appended as a trailing argument of its own (``Signature.extra``; not passed to Warp), so
-that the bytes it reaches are known from its arguments.
+that the bytes it reaches are known from its arguments; the replay checks the restored offsets
+against that capacity before the call (``apic.replay.table.OP_PADDED_TRANSPOSE``).
 
 What the checks cannot cover: ``segmented_sort_pairs`` reads its segment bounds from graph memory
 at replay time; the replay checks each range first, as upstream Warp 1.19's does, and stops with a
 ``RuntimeError`` naming an invalid one (``apic.replay.program``). The BSR exports likewise read
 counts and offsets from graph memory: a triplet count (``count=``) replaces the triplet upper bound,
-a transpose takes its block count from the source offsets, a padded transpose its row capacities
-from the offsets it restored, a masked build and a compression walk the existing row offsets. Warp
+a transpose takes its block count from the source offsets, a masked build and a compression walk the existing row offsets. Warp
 trusts those values (as it does eagerly); a graph built by warp.sparse keeps them consistent, a
 hand-edited file need not.
 """
