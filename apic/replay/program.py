@@ -93,7 +93,7 @@ def replay_limits() -> np.ndarray:
 
 def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
     """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
-    ``ReplayError`` for a segmented sort's invalid range)."""
+    ``ReplayError`` for a segmented sort's invalid range or a padded transpose's changed row offsets)."""
     if status < 0:
         row = table[-status - 1]
         problem = _segment_problem(row) if row[tbl.COL_OPCODE] == tbl.OP_SEGMENTED_SORT else _capacity_problem(row)
@@ -106,6 +106,7 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
             f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
             "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
         )
+
 
 def _segment_problem(row) -> str:
     """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
@@ -227,7 +228,8 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
                 natives.check_host(op.name, len(op.args))
                 lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
                 if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
-                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], address_of(op.args[6]), op.args[1], op.args[11]]
+                    offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
+                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
             else:
                 lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
@@ -333,7 +335,8 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at)
         return [tbl.OP_JUMP, 0, row_at(op.target)]
     if isinstance(op, rec.NativeCall):
         natives.check_host(op.name, len(op.args))
-        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args[: natives.native_arity(op.name, len(op.args))]]
+        passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
+        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in passed]
         row = _call(_compat.native_address(op.name), *args)
         if op.name.startswith("segmented_sort_pairs_"):
             row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
