@@ -22,13 +22,15 @@ the capacity appended as a trailing argument of its own (``Signature.extra``; no
 that the bytes it reaches are known from its arguments; the replay checks the restored offsets
 against that capacity before the call (``apic.replay.table.OP_PADDED_TRANSPOSE``).
 
-What the checks cannot cover: ``segmented_sort_pairs`` reads its segment bounds from graph memory
-at replay time; the replay checks each range first, as upstream Warp 1.19's does, and stops with a
-``RuntimeError`` naming an invalid one (``apic.replay.program``). The BSR exports likewise read
-counts and offsets from graph memory: a triplet count (``count=``) replaces the triplet upper bound,
-a transpose takes its block count from the source offsets, a masked build and a compression walk the existing row offsets. Warp
-trusts those values (as it does eagerly); a graph built by warp.sparse keeps them consistent, a
-hand-edited file need not.
+``segmented_sort_pairs`` reads its segment bounds from graph memory at replay time; the replay
+checks each range first, as upstream Warp 1.19's does, and stops with a ``RuntimeError`` naming an
+invalid one (``apic.replay.program``).
+
+What the checks cannot cover: the BSR exports read counts and offsets from graph memory: a triplet
+count (``count=``) replaces the triplet upper bound, a transpose takes its block count from the
+source offsets, a masked build and a compression walk the existing row offsets. Warp trusts those
+values (as it does eagerly); a graph built by warp.sparse keeps them consistent, a hand-edited file
+need not.
 """
 
 from __future__ import annotations
