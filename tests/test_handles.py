@@ -208,6 +208,38 @@ def volume_program(s, step: int):
     wp.launch(volume_sample, dim=48, inputs=[s["volume"].id, s["points"], s["value"]], device=CPU)
 
 
+# --- the same methods' natives called directly, as a library would (upstream records them at the native layer)
+def _core():
+    from apic import _compat
+
+    return _compat.runtime().core
+
+
+def mesh_direct_program(s, step: int):
+    wp.launch(drift, dim=s["points"].shape[0], inputs=[s["points"], float(step)], device=CPU)
+    _core().wp_mesh_refit_host(s["mesh"].id)
+    wp.launch(mesh_distance, dim=24, inputs=[s["mesh"].id, s["queries"], s["dist"]], device=CPU)
+
+
+def bvh_direct_program(s, step: int):
+    for arr in (s["lowers"], s["uppers"]):
+        wp.launch(drift, dim=32, inputs=[arr, float(step)], device=CPU)
+    if step % 2:
+        _core().wp_bvh_rebuild_host(s["bvh"].id, 0)  # the SAH constructor, the CPU default
+    else:
+        _core().wp_bvh_refit_host(s["bvh"].id)
+    wp.launch(bvh_overlaps, dim=32, inputs=[s["bvh"].id, s["lowers"], s["uppers"], s["hits"]], device=CPU)
+
+
+def grid_direct_program(s, step: int):
+    wp.launch(drift, dim=64, inputs=[s["points"], float(step)], device=CPU)
+    grid, points = s["grid"], s["points"]
+    update = _core().wp_hash_grid_update_host
+    extra = (None,) * (len(getattr(update, "__wrapped__", update).argtypes) - 4)  # warp 1.19 adds the groups
+    update(grid.id, grid._type_id, 0.3, ctypes.byref(points.__ctype__()), *extra)
+    wp.launch(grid_neighbours, dim=64, inputs=[grid.id, points, 0.3, s["near"]], device=CPU)
+
+
 CASES = {
     "mesh": (mesh_state, mesh_program, ("dist", "ray", "faces")),
     "bvh": (bvh_state, bvh_program, ("hits",)),
@@ -215,6 +247,9 @@ CASES = {
     "hash_grid_built_before": (grid_state, grid_query_only, ("near",)),
     "hash_grid_built_only_in_capture": (lambda: grid_state(build_before=False), grid_program, ("near",)),
     "volume": (volume_state, volume_program, ("value",)),
+    "mesh_direct": (mesh_state, mesh_direct_program, ("dist",)),
+    "bvh_direct": (bvh_state, bvh_direct_program, ("hits",)),
+    "hash_grid_direct": (grid_state, grid_direct_program, ("near",)),
 }
 
 
@@ -343,6 +378,34 @@ def test_building_a_mesh_inside_a_capture_is_refused():
     with pytest.raises(apic.UnsupportedOperationError, match=r"wp\.Mesh\(\.\.\.\) inside a CPU capture"):
         with wp.ScopedCapture(device=CPU):
             wp.Mesh(points=pts, indices=idx)
+
+
+def test_direct_handle_call_outside_warp_memory_or_on_no_object_is_refused():
+    """A direct hash grid build whose points are NumPy memory (nothing the graph could keep alive), or a refit
+    of an id that is no live object, is refused naming the native."""
+    grid = wp.HashGrid(4, 4, 4, device=CPU)
+    host = np.zeros((8, 3), dtype=np.float32)
+    desc = wp.array(host, dtype=wp.vec3, device=CPU, copy=False).__ctype__()  # a view of the NumPy memory
+    update = _core().wp_hash_grid_update_host
+    extra = (None,) * (len(getattr(update, "__wrapped__", update).argtypes) - 4)
+    with pytest.raises(apic.UnsupportedOperationError, match="wp_hash_grid_update_host.*argument 3.*not inside"):
+        with wp.ScopedCapture(device=CPU):
+            update(grid.id, grid._type_id, 0.3, ctypes.byref(desc), *extra)
+    with pytest.raises(apic.CaptureError, match="wp_bvh_refit_host: 0x1 is not the id of a live Warp object"):
+        with wp.ScopedCapture(device=CPU):
+            _core().wp_bvh_refit_host(1)
+
+
+def test_hash_grid_build_with_groups_is_refused():
+    """Warp 1.19 passes a build's groups as a temporary array descriptor, which apic does not record yet:
+    refused, naming it, rather than replaying a dangling descriptor."""
+    if "groups" not in __import__("inspect").signature(wp.HashGrid.build).parameters:
+        pytest.skip("this warp-lang's HashGrid.build takes no groups")
+    s = grid_state()
+    groups = wp.zeros(64, dtype=wp.int32, device=CPU)
+    with pytest.raises(apic.UnsupportedOperationError, match=r"wp\.HashGrid\.build\(\.\.\., groups=\.\.\.\)"):
+        with wp.ScopedCapture(device=CPU):
+            s["grid"].build(s["points"], 0.3, groups)
 
 
 def _saved_doc(tmp_path, case="mesh"):

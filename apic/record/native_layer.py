@@ -14,7 +14,9 @@ the native, before anything is recorded.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import gc
+import struct
 import weakref
 
 from apic._compat import wp_types
@@ -103,6 +105,29 @@ def note_memory_arguments(recorder, name: str, args: tuple) -> None:
     if any(nbytes < 0 for _, nbytes in reach(args)):
         raise UnsupportedOperationError(f"wp_{name} (native)", "a negative size")
     _note_ranges(recorder, name, [(i, args[i], nbytes) for i, nbytes in reach(args) if nbytes > 0])
+
+
+def note_handle_arguments(recorder, name: str, args: tuple) -> None:
+    """``note_arguments`` for a native method of a Mesh, Bvh or HashGrid called without its Python method
+    (``runtime.core.wp_bvh_refit_host(bvh.id)``), as upstream records it at the native layer.
+
+    The handle must be a live Warp object (``Recorder.record_handle_call`` refuses any other id); a hash
+    grid build's points, read through the array descriptor it is given, must lie in a live Warp CPU array.
+    """
+    if name != "hash_grid_update_host":
+        return
+    from apic.record import handles
+
+    elem_size = handles.GRID_POINT_SIZES.get(int(args[1]))
+    if elem_size is None or not int(args[3]):
+        return  # record_handle_call refuses it with the reason
+    desc = ctypes.string_at(int(args[3]), 40)  # array_t: data, grad, shape[4] (int32), strides[4] (int32)
+    data, count, stride = struct.unpack_from("<Q", desc, 0)[0], *struct.unpack_from("<i", desc, 16), \
+        *struct.unpack_from("<i", desc, 32)
+    if count < 0 or stride < 0:
+        raise UnsupportedOperationError(f"wp_{name} (native)", "a points array of negative shape or stride")
+    reach = 0 if count == 0 else (count - 1) * stride + elem_size
+    _note_ranges(recorder, name, [(3, data, reach)] if reach else [])
 
 
 def _note_ranges(recorder, name: str, reached: list) -> None:

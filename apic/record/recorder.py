@@ -193,11 +193,14 @@ class Recorder:
         if elem_size is None:
             raise UnsupportedOperationError(f"wp_{name} (native)", f"unknown hash grid point type {type_id}")
         blob = _descriptor_blob(points, _ARRAY_TYPE_REGULAR, elem_size, "wp.HashGrid.build")
-        groups = None
         if len(args) > 4 and args[4]:
-            count = int.from_bytes(blob.data[16:20], "little", signed=True)  # the points' shape[0]
-            groups = RawPtr(int(args[4]), int(args[4]), int(args[4]) + 4 * max(count, 0))
-        self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
+            # warp 1.19 passes the groups as an array descriptor (a temporary), not as their memory: recording
+            # that pointer would replay a dangling descriptor. Refused until the op holds a descriptor blob.
+            raise UnsupportedOperationError(
+                "wp.HashGrid.build(..., groups=...)", "apic does not record a hash grid build with groups yet; "
+                "build it before the capture (a graph may query it), or without groups"
+            )
+        self._append(HandleCall(name, handle, (type_id,), radius, blob, None))
 
     def _append(self, op) -> None:
         self.ops.append(intern_op(op, self._interned, self._ranges))

@@ -366,7 +366,9 @@ def _utility_sink(name: str, original):
 def _handle_sink(name: str, original):
     """A native method of a Mesh / Bvh / HashGrid (``apic.record.handles``) recorded from its Python method."""
     record = lambda recorder, args: recorder.record_handle_call(name, args)  # noqa: E731
-    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number)
+    # Upstream records these at the native layer too, whatever Python called them (see native_layer).
+    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number,
+                           outside_api=native_layer.note_handle_arguments)
 
 
 def _refusing_sink(name: str, original):
