@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import inspect
 import os
 import subprocess
 import sys
@@ -94,6 +95,25 @@ def grid_neighbours(grid: wp.uint64, points: wp.array(dtype=wp.vec3), radius: fl
         if wp.length(points[index] - p) <= radius:
             total += index + 1
     out[i] = total
+
+
+@wp.kernel
+def regroup(groups: wp.array(dtype=wp.int32), step: int):
+    i = wp.tid()
+    groups[i] = (i + step) % 3
+
+
+if hasattr(wp, "handle"):  # warp 1.19's grouped query (the kernel is never built where the builtin is missing)
+    @wp.kernel
+    def grid_group_neighbours(grid: wp.uint64, points: wp.array(dtype=wp.vec3), radius: float,
+                              groups: wp.array(dtype=wp.int32), out: wp.array(dtype=int)):
+        i = wp.tid()
+        query = wp.hash_grid_query(grid, points[i], radius, groups[i])
+        index = int(0)
+        count = int(0)
+        while wp.hash_grid_query_next(query, index):
+            count += index + 1
+        out[i] = count
 
 
 @wp.kernel
@@ -240,6 +260,24 @@ def grid_direct_program(s, step: int):
     wp.launch(grid_neighbours, dim=64, inputs=[grid.id, points, 0.3, s["near"]], device=CPU)
 
 
+HAS_GROUPS = "groups" in inspect.signature(wp.HashGrid.build).parameters  # warp 1.19: grouped hash grids
+
+
+def grouped_state():
+    s = grid_state(build_before=False)
+    s["groups"] = wp.array(np.arange(64, dtype=np.int32) % 3, dtype=wp.int32, device=CPU)
+    s["grid"].build(s["points"], 0.3, s["groups"])  # eagerly first: what a load builds the grid from
+    return s
+
+
+def grouped_program(s, step: int):
+    wp.launch(drift, dim=64, inputs=[s["points"], float(step)], device=CPU)
+    wp.launch(regroup, dim=64, inputs=[s["groups"], step], device=CPU)
+    s["grid"].build(s["points"], 0.3, s["groups"])
+    wp.launch(grid_group_neighbours, dim=64, inputs=[s["grid"].id, s["points"], 0.3, s["groups"], s["near"]],
+              device=CPU)
+
+
 CASES = {
     "mesh": (mesh_state, mesh_program, ("dist", "ray", "faces")),
     "bvh": (bvh_state, bvh_program, ("hits",)),
@@ -250,6 +288,7 @@ CASES = {
     "mesh_direct": (mesh_state, mesh_direct_program, ("dist",)),
     "bvh_direct": (bvh_state, bvh_direct_program, ("hits",)),
     "hash_grid_direct": (grid_state, grid_direct_program, ("near",)),
+    **({"hash_grid_groups": (grouped_state, grouped_program, ("near",))} if HAS_GROUPS else {}),
 }
 
 
@@ -396,18 +435,6 @@ def test_direct_handle_call_outside_warp_memory_or_on_no_object_is_refused():
             _core().wp_bvh_refit_host(1)
 
 
-def test_hash_grid_build_with_groups_is_refused():
-    """Warp 1.19 passes a build's groups as a temporary array descriptor, which apic does not record yet:
-    refused, naming it, rather than replaying a dangling descriptor."""
-    if "groups" not in __import__("inspect").signature(wp.HashGrid.build).parameters:
-        pytest.skip("this warp-lang's HashGrid.build takes no groups")
-    s = grid_state()
-    groups = wp.zeros(64, dtype=wp.int32, device=CPU)
-    with pytest.raises(apic.UnsupportedOperationError, match=r"wp\.HashGrid\.build\(\.\.\., groups=\.\.\.\)"):
-        with wp.ScopedCapture(device=CPU):
-            s["grid"].build(s["points"], 0.3, groups)
-
-
 def _saved_doc(tmp_path, case="mesh"):
     make, program, _ = CASES[case]
     _, graph = _captured(make, program)
@@ -451,6 +478,28 @@ def test_corrupt_handle_fields_are_refused(tmp_path, edit, message):
     edit(doc)
     with pytest.raises(apic.FormatError, match=message):
         reader.read(_encode(doc))
+
+
+@pytest.mark.skipif(not HAS_GROUPS, reason="this warp-lang's HashGrid.build takes no groups")
+def test_corrupt_hash_grid_groups_are_refused(tmp_path):
+    """A build's groups are an int32 array descriptor with as many entries as points, inside a region."""
+    import copy
+    import struct
+
+    doc = _saved_doc(tmp_path, "hash_grid_groups")
+    at = next(i for i, op in enumerate(doc["ops"]) if op["kind"] == int(rec.OpKind.HANDLE_CALL) and op["groups"])
+    reader.read(_encode(doc))  # the file itself is valid
+    for edit, message in [
+        (lambda op: op.update(groups=[0, 0]), "groups"),  # a ref, as an older apic wrote it
+        (lambda op: op["groups"].update(data=op["groups"]["data"][:16] + struct.pack("<i", 63)
+                                        + op["groups"]["data"][20:]), "as many int32 as points"),
+        (lambda op: op["groups"].update(data=op["groups"]["data"][:32] + struct.pack("<i", 1 << 20)
+                                        + op["groups"]["data"][36:]), "reaches bytes"),
+    ]:
+        bad = copy.deepcopy(doc)
+        edit(bad["ops"][at])
+        with pytest.raises(apic.FormatError, match=message):
+            reader.read(_encode(bad))
 
 
 def test_version_1_file_with_handles_is_refused(tmp_path):

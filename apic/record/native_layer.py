@@ -121,13 +121,21 @@ def note_handle_arguments(recorder, name: str, args: tuple) -> None:
     elem_size = handles.GRID_POINT_SIZES.get(int(args[1]))
     if elem_size is None or not int(args[3]):
         return  # record_handle_call refuses it with the reason
-    desc = ctypes.string_at(int(args[3]), 40)  # array_t: data, grad, shape[4] (int32), strides[4] (int32)
-    data, count, stride = struct.unpack_from("<Q", desc, 0)[0], *struct.unpack_from("<i", desc, 16), \
-        *struct.unpack_from("<i", desc, 32)
+    reached = [_descriptor_reach(name, 3, int(args[3]), elem_size)]
+    if len(args) > 4 and int(args[4]):  # warp 1.19: the groups, one int32 per point
+        reached.append(_descriptor_reach(name, 4, int(args[4]), 4))
+    _note_ranges(recorder, name, [r for r in reached if r[2]])
+
+
+def _descriptor_reach(name: str, position: int, address: int, elem_size: int) -> tuple:
+    """``(position, data, bytes)`` a 1-d ``array_t`` descriptor at ``address`` gives the native code."""
+    desc = ctypes.string_at(address, 40)  # array_t: data, grad, shape[4] (int32), strides[4] (int32)
+    data = struct.unpack_from("<Q", desc, 0)[0]
+    count, stride = struct.unpack_from("<i", desc, 16)[0], struct.unpack_from("<i", desc, 32)[0]
     if count < 0 or stride < 0:
-        raise UnsupportedOperationError(f"wp_{name} (native)", "a points array of negative shape or stride")
-    reach = 0 if count == 0 else (count - 1) * stride + elem_size
-    _note_ranges(recorder, name, [(3, data, reach)] if reach else [])
+        raise UnsupportedOperationError(f"wp_{name} (native)", f"argument {position}: an array of negative "
+                                        "shape or stride")
+    return position, data, 0 if count == 0 else (count - 1) * stride + elem_size
 
 
 def _note_ranges(recorder, name: str, reached: list) -> None:

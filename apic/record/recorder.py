@@ -193,14 +193,10 @@ class Recorder:
         if elem_size is None:
             raise UnsupportedOperationError(f"wp_{name} (native)", f"unknown hash grid point type {type_id}")
         blob = _descriptor_blob(points, _ARRAY_TYPE_REGULAR, elem_size, "wp.HashGrid.build")
-        if len(args) > 4 and args[4]:
-            # warp 1.19 passes the groups as an array descriptor (a temporary), not as their memory: recording
-            # that pointer would replay a dangling descriptor. Refused until the op holds a descriptor blob.
-            raise UnsupportedOperationError(
-                "wp.HashGrid.build(..., groups=...)", "apic does not record a hash grid build with groups yet; "
-                "build it before the capture (a graph may query it), or without groups"
-            )
-        self._append(HandleCall(name, handle, (type_id,), radius, blob, None))
+        groups = None
+        if len(args) > 4 and args[4]:  # warp 1.19: the groups' array descriptor (a temporary), kept as a blob
+            groups = _descriptor_blob(int(args[4]), _ARRAY_TYPE_REGULAR, 4, "wp.HashGrid.build")
+        self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
     def _append(self, op) -> None:
         self.ops.append(intern_op(op, self._interned, self._ranges))

@@ -354,7 +354,7 @@ def _lower_handle_call(op: rec.HandleCall, arena: _Arena, address_of) -> list[in
     handle = address_of(op.handle)
     if op.name != "hash_grid_update_host":
         return _call(fn, handle, *op.ints)
-    groups = address_of(op.groups) if op.groups is not None else 0
+    groups = arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
     radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
     # warp <= 1.12 takes no groups argument: the extra integer is harmless to a C callee (see _call)
     return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, arena.address(op.points), groups]
