@@ -12,6 +12,7 @@ Prints one JSON line: the natives each capture recorded and where its functions 
 """
 
 import importlib
+import inspect
 import json
 import sys
 from typing import Any
@@ -40,7 +41,7 @@ core = _compat.runtime().core
 DTYPES = {"int": wp.int32, "uint": wp.uint32, "float": wp.float32, "double": wp.float64, "int64": wp.int64,
           "uint64": wp.uint64}
 SIZE = {"int": 4, "uint": 4, "float": 4, "double": 8, "int64": 8, "uint64": 8}
-HAS_TOPOLOGY = "topology" in __import__("inspect").signature(wps.bsr_axpy).parameters
+HAS_TOPOLOGY = "topology" in inspect.signature(wps.bsr_axpy).parameters
 
 
 def available(prefix: str) -> list:
