@@ -565,6 +565,19 @@ def test_saved_padded_transpose_capacity_is_checked(tmp_path):
 
 
 @needs_padded
+def test_padded_transpose_into_rows_that_are_no_capacity_layout_is_refused():
+    """Row offsets that decrease when the transpose is captured are no capacity layout: refused, naming it."""
+    s = padded_state()
+    fill_triplets(s, 0)
+    sparse.bsr_set_from_triplets(s["A"], s["rows"], s["cols"], s["vals"])
+    offsets = s["P"].offsets.numpy()
+    offsets[1], offsets[2] = offsets[2] + 1, offsets[1]
+    s["P"].offsets.assign(offsets)
+    _refused(lambda: sparse.bsr_set_transpose(s["P"], s["A"], topology="padded"), apic.UnsupportedOperationError,
+             r"bsr_set_transpose.*padded.*not a row-capacity layout")
+
+
+@needs_padded
 @pytest.mark.parametrize("edit", ["past_capacity", "decreasing", "negative"])
 def test_changed_capacity_layout_stops_the_replay(tmp_path, edit):
     """A file whose restored row offsets (the memtile before a padded transpose) no longer fit the recorded
