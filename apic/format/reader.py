@@ -807,7 +807,10 @@ def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     if len(shape) != 1:
         _fail(f"{where}.points", "hash grid points must be a 1-d array")
     groups = entry.get("groups")
-    groups = None if groups is None else ctx.ref(groups, f"{where}.groups", 4 * shape[0])
+    if groups is not None:  # warp 1.19: an array descriptor of one int32 per point
+        groups = ctx.blob(groups, f"{where}.groups")
+        if ctx.descriptor(groups, schema.ARRAY_TYPE_REGULAR, 4, f"{where}.groups") != tuple(shape):
+            _fail(f"{where}.groups", "hash grid groups must be a 1-d array of as many int32 as points")
     return rec.HandleCall(name, handle, ints, radius, points, groups)
 
 

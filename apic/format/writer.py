@@ -178,7 +178,7 @@ def _op(op, params: dict) -> dict:
         return {
             "kind": int(schema.WireOp.HANDLE_CALL), "fn": op.name, "handle": op.handle.index, "ints": list(op.ints),
             "radius": op.radius, "points": None if op.points is None else _blob(op.points, _DESCRIPTOR_FLAGS),
-            "groups": None if op.groups is None else _ref(op.groups),
+            "groups": None if op.groups is None else _blob(op.groups, _DESCRIPTOR_FLAGS),
         }
     raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
 

@@ -239,7 +239,7 @@ class HandleCall:
 
     ``mesh_refit_host``, ``bvh_refit_host``, ``bvh_rebuild_host`` (constructor), ``hash_grid_reserve_host``
     (type, count[, with_groups]) and ``hash_grid_update_host`` (type, then ``radius``, the ``points``
-    array descriptor and the optional ``groups`` pointer).
+    array descriptor and the optional ``groups`` array descriptor, of int32).
     """
 
     name: str
@@ -247,7 +247,7 @@ class HandleCall:
     ints: tuple[int, ...] = ()
     radius: Union[float, None] = None
     points: Union[Bytes, None] = None
-    groups: Union[Pointer, None] = None
+    groups: Union[Bytes, None] = None
     kind = OpKind.HANDLE_CALL
 
 

@@ -243,9 +243,8 @@ class Recorder:
             raise UnsupportedOperationError(f"wp_{name} (native)", f"unknown hash grid point type {type_id}")
         blob = _descriptor_blob(points, _ARRAY_TYPE_REGULAR, elem_size, "wp.HashGrid.build")
         groups = None
-        if len(args) > 4 and args[4]:
-            count = int.from_bytes(blob.data[16:20], "little", signed=True)  # the points' shape[0]
-            groups = RawPtr(int(args[4]), int(args[4]), int(args[4]) + 4 * max(count, 0))
+        if len(args) > 4 and args[4]:  # warp 1.19: the groups' array descriptor (a temporary), kept as a blob
+            groups = _descriptor_blob(int(args[4]), _ARRAY_TYPE_REGULAR, 4, "wp.HashGrid.build")
         self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
     def _append(self, op) -> None:
@@ -533,10 +532,22 @@ class Recorder:
     def record_native_call(self, name: str, args: tuple) -> None:
         """A call of one of Warp's native host utilities (``wp_<name>``, see ``natives``)."""
         args = natives.signed64(tuple(int(a) for a in args))  # a C bool arrives as a Python bool
+        layout = natives.padded_transpose_layout(name, args)
+        if layout is not None:
+            if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])):
+                raise UnsupportedOperationError(
+                    "warp.sparse.bsr_set_transpose(topology='padded')",
+                    "the destination's row offsets are not a row-capacity layout (non-decreasing, from 0 or more)",
+                )
+            args = (*args, layout[-1])  # apic's own trailing argument: the capacity (natives.Signature.extra)
         sig = natives.signature(name, len(args))
         problem = "apic does not know this argument list" if sig is None else sig.check(args)
         if problem is not None:
             raise UnsupportedOperationError(f"wp_{name} (native)", problem)
+        if layout is not None:
+            # As upstream: the capacity layout as captured is restored before the transpose at replay, so
+            # that a destination whose offsets were reset in between is rebuilt, within the recorded capacity.
+            self.record_memtile(args[6], args[6], 4 * len(layout), 1)
         values = []
         for kind, value, nbytes in zip(sig.params, args, sig.reach(args)):
             if kind == natives.OPT and not value:

@@ -27,7 +27,7 @@ from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.params import Param
-from apic.record import handles, native_layer, natives
+from apic.record import handles, native_layer, natives, segments
 from apic.record.ops import Launch
 from apic.record.recorder import active, paused
 from apic.record.repeats import repeat_key
@@ -309,6 +309,8 @@ def _utility(name: str, original):
             )
         if any(stride < 0 for a in arrays for stride in a.strides):
             raise UnsupportedOperationError(f"wp.utils.{name} on an array with a negative stride")
+        if name == "segmented_sort_pairs" and not segments.check(signature.bind(*args, **kwargs).arguments):
+            return None  # as upstream 1.19: no element or no segment, nothing to sort and nothing recorded
         recorder.note_values(arrays)
         return _recorded_call(recorder, original, args, kwargs)
 
@@ -411,7 +413,9 @@ def _utility_sink(name: str, original):
 def _handle_sink(name: str, original):
     """A native method of a Mesh / Bvh / HashGrid (``apic.record.handles``) recorded from its Python method."""
     record = lambda recorder, args: recorder.record_handle_call(name, args)  # noqa: E731
-    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number)
+    # Upstream records these at the native layer too, whatever Python called them (see native_layer).
+    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number,
+                           outside_api=native_layer.note_handle_arguments)
 
 
 def _refusing_sink(name: str, original):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
-from apic.errors import LoopLimitError
+from apic.errors import LoopLimitError, ReplayError
 from apic.record import natives
 from apic.record import ops as rec
 from apic.replay import table as tbl
@@ -133,7 +133,7 @@ class Program:
         else:
             status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
         if status:
-            raise_status(status, limits)
+            raise_status(status, limits, self.table)
 
 
 def replay_limits() -> np.ndarray:
@@ -141,8 +141,13 @@ def replay_limits() -> np.ndarray:
     return _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
 
 
-def raise_status(status: int, limits: np.ndarray) -> None:
-    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``)."""
+def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
+    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
+    ``ReplayError`` for a segmented sort's invalid range or a padded transpose's changed row offsets)."""
+    if status < 0:
+        row = table[-status - 1]
+        problem = _segment_problem(row) if row[tbl.COL_OPCODE] == tbl.OP_SEGMENTED_SORT else _capacity_problem(row)
+        raise ReplayError(f"CPU graph replay failed: {problem}")
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
@@ -151,6 +156,29 @@ def raise_status(status: int, limits: np.ndarray) -> None:
             f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
             "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
         )
+
+
+def _segment_problem(row) -> str:
+    """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
+    replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
+    count, starts, ends, segments = (int(v) for v in row[tbl.COL_ARG0 + 2 : tbl.COL_ARG0 + 6])
+    for k in range(segments):
+        start = ctypes.c_int32.from_address(starts + 4 * k).value
+        end = ctypes.c_int32.from_address(ends + 4 * k).value
+        if start < 0 or end < start or end > count:
+            return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
+                    "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
+    return "a segmented sort found an invalid segment range (wp.utils.segmented_sort_pairs)"
+
+
+def _capacity_problem(row) -> str:
+    """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
+    offsets, rows, capacity = (int(v) for v in row[tbl.COL_ARG0 + 1 : tbl.COL_ARG0 + 4])
+    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+    return (f"the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. {layout[-1]}) are not "
+            f"non-decreasing from 0 or more within its recorded capacity of {capacity} blocks (they are restored "
+            "from the capture right before it: the file was changed); the replay stopped before the transpose")
+
 
 _run_table = None  # the jitted interpreter, bound on first replay
 CHUNKS_PER_THREAD = 4  # a split launch is cut into this many chunks per thread (see Program.parallel)
@@ -259,6 +287,9 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
             if argv is not None:  # a native call with too many arguments for a row: they live in the arena
                 natives.check_host(op.name, len(op.args))
                 lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
+                if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
+                    offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
+                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
             else:
                 lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
@@ -337,12 +368,14 @@ def loop_heads(ops) -> dict[int, int]:
 
 
 def _argv_blob(op: rec.NativeCall) -> rec.Blob:
-    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero)."""
-    if len(op.args) > tbl.ARGV_ARGS:
-        raise ValueError(f"wp_{op.name} takes {len(op.args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
+    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero).
+    apic's own trailing arguments (``natives.Signature.extra``) are not passed."""
+    args = op.args[: natives.native_arity(op.name, len(op.args))]
+    if len(args) > tbl.ARGV_ARGS:
+        raise ValueError(f"wp_{op.name} takes {len(args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
     data = bytearray(8 * tbl.ARGV_ARGS)
     relocs = []
-    for i, arg in enumerate(op.args):
+    for i, arg in enumerate(args):
         if isinstance(arg, rec.Ref):
             relocs.append(rec.Reloc(8 * i, arg))
         else:
@@ -397,8 +430,12 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at)
         return [tbl.OP_JUMP, 0, row_at(op.target)]
     if isinstance(op, rec.NativeCall):
         natives.check_host(op.name, len(op.args))
-        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args]
-        return _call(_compat.native_address(op.name), *args)
+        passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
+        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in passed]
+        row = _call(_compat.native_address(op.name), *args)
+        if op.name.startswith("segmented_sort_pairs_"):
+            row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
+        return row
     if isinstance(op, rec.HandleCall):
         return _lower_handle_call(op, arena, address_of)
     if isinstance(op, _NO_ROW):
@@ -412,7 +449,7 @@ def _lower_handle_call(op: rec.HandleCall, arena: _Arena, address_of) -> list[in
     handle = address_of(op.handle)
     if op.name != "hash_grid_update_host":
         return _call(fn, handle, *op.ints)
-    groups = address_of(op.groups) if op.groups is not None else 0
+    groups = arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
     radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
     # warp <= 1.12 takes no groups argument: the extra integer is harmless to a C callee (see _call)
     return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, arena.address(op.points), groups]
