@@ -9,8 +9,9 @@ version, and a captured graph replays in one native call with no Python per oper
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
 from apic.errors import ApicError, BindingError, CaptureError, FormatError, GraphMemoryError
 from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
-from apic.errors import UnsupportedOperationError
+from apic.errors import ReplayError, UnsupportedOperationError
 from apic.graph import Graph
+from apic.params import Param, param
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.installation import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
@@ -28,6 +29,8 @@ __all__ = [
     "GraphMemoryError",
     "IncompatibleGraphError",
     "LoopLimitError",
+    "Param",
+    "ReplayError",
     "ScopedCapture",
     "UnsupportedOperationError",
     "__version__",
@@ -41,6 +44,7 @@ __all__ = [
     "profile",
     "ProfileReport",
     "is_installed",
+    "param",
     "max_loop_iterations",
     "set_max_loop_iterations",
     "uninstall",

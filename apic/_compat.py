@@ -437,17 +437,6 @@ def compile_cpu_source(source: bytes, options: dict) -> bytes:
             return f.read()
 
 
-# --- Parallel replay: compile a range entry with the options Warp used for the module -------------
-def build_cpu_like_module(obj_path: str, cpp_path: str, module, module_exec=None) -> None:
-    """Compile ``cpp_path`` to ``obj_path`` with Warp's CPU compiler and ``module``'s CPU build options
-    (``module_build_options``: the same options, so the same code as Warp's own object)."""
-    with open(cpp_path, "rb") as f:
-        source = f.read()
-    obj = compile_cpu_source(source, module_build_options(module.name, module_exec))
-    with open(obj_path, "wb") as f:
-        f.write(obj)
-
-
 def is_plain_array_type(arg_type) -> bool:
     """True when a kernel argument's type is a regular ``wp.array`` (not indexed, not Fabric).
 

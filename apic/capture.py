@@ -103,16 +103,22 @@ def capture_end(device=None, stream=None):
                              keepalive=[cuda_recorder.keepalive])
 
 
-def capture_launch(graph, stream=None):
+def capture_launch(graph, stream=None, threads=None):
     """Launch a previously captured (or loaded) graph.
 
     An apic graph replays in one call of the native interpreter; a CUDA graph goes to Warp.
     Inside a CPU capture, launching an apic graph records its operations into the capture
     (as a CUDA graph launched during stream capture becomes part of it); nothing runs then.
+
+    ``threads`` (apic CPU graphs only; default the graph's ``threads`` attribute, itself 1) > 1 runs
+    each launch whose kernel is proved splittable, and that is large enough, split over that many
+    threads, bit-identical to the serial replay; everything else runs as before (docs/PARALLEL.md).
     """
     if isinstance(graph, Graph):
-        graph.launch()
+        graph.launch(threads=threads)
         return
+    if threads is not None:
+        raise ValueError("wp.capture_launch(threads=...) is only for apic CPU graphs")
     _refuse_in_cuda_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
     if isinstance(graph, CudaGraph):  # captured with apic=True (Warp's graph) or loaded (cuda-python)
         graph.launch(stream=stream)

@@ -65,3 +65,10 @@ class GraphNotFoundError(GraphLoadError, FileNotFoundError):
 
 class LoopLimitError(ApicError, RuntimeError):
     """A replayed ``capture_while`` loop ran more iterations than ``apic.max_loop_iterations()`` allows."""
+
+
+class ReplayError(ApicError, RuntimeError):
+    """A replay stopped at an operation whose inputs in graph memory are invalid (a segmented sort's range).
+
+    A ``RuntimeError``, as upstream Warp's ``capture_launch`` raises: "CPU graph replay failed: ...".
+    """

@@ -7,6 +7,8 @@ patch in reverse order and leaves warp exactly as it was. What is patched where:
   (``apic.record.handle_shims``), warp.sparse (``apic.record.sparse``), the capture API
   (``apic.capture``), saving and loading (``apic.persist``), and the CUDA recording's wrappers
   (``apic.record.cuda_shims``), layered on top of the CPU shims;
+* at the first ``apic.param`` (or at install, when one exists), Warp's ``pack_arg``
+  (``apic.record.shims.enable_params``: no cost for programs that never make one);
 * at the first CPU capture, Warp's native host functions (they need an initialised runtime) and warp.fem's
   temporaries (once warp.fem is imported); at the first ``apic=True`` CUDA capture, the CUDA natives.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from apic import _compat, capture, patches, persist
+from apic import _compat, capture, params, patches, persist
 from apic._compat import wp_context
 from apic.errors import CaptureError
 from apic.record import cuda_shims, fem, handle_shims, shims, sparse
@@ -44,11 +46,15 @@ def install() -> None:
     sparse.install(_python)  # warp.sparse functions (their native BSR calls) and BsrMatrix read-backs
     cuda_shims.patch(_python)  # recording alongside Warp's CUDA capture (apic=True), layered on top
     patches.set_before_capture(_before_capture)
+    params.set_on_create(shims.enable_params)  # the first apic.param routes Warp's pack_arg
+    if params.created():  # placeholders made before an uninstall / install cycle still work
+        shims.enable_params()
 
 
 def uninstall() -> None:
     """Remove every patch and leave warp exactly as it was before ``import apic``."""
     patches.set_before_capture(None)
+    params.set_on_create(None)
     capture.abort_all()
     cuda_shims.abort()
     _cuda_native.restore()

@@ -33,10 +33,12 @@ _spec.loader.exec_module(import_graph)
 # Bottom to top. A module may import modules of its own layer or of a lower one.
 LAYERS = (
     ("base", ("apic.errors", "apic._version", "apic._compat", "apic.patches", "apic.targets", "apic.targets.*")),
-    ("record", ("apic.record", "apic.record.*")),
+    # the values a recording holds besides its ops: named scalar parameters (apic.param, noted per launch
+    # by the shims) and the type facts of named array bindings, which the parameters share
+    ("record", ("apic.record", "apic.record.*", "apic.params", "apic.bindings")),
     # the graph types sit with replay: a graph is a recording and what replays it, and loading makes one
-    ("format, replay and graph types", ("apic.bindings", "apic.format", "apic.format.*", "apic.replay",
-                                        "apic.replay.*", "apic.graph", "apic.cuda_graph")),
+    ("format, replay and graph types", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*",
+                                        "apic.graph", "apic.cuda_graph")),
     ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.demo")),
     ("installation", ("apic.installation", "apic")),
     ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
@@ -45,7 +47,7 @@ LAYERS = (
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules
 # that import Numba at module level (importing them costs about a second).
 LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._profile_loop",
-        "apic.replay._intrinsics")
+        "apic.replay._intrinsics", "apic.replay.split", "apic.replay.param_slots")
 
 # Imports kept out of ``import apic`` for its start-up time, each with a comment saying so: importer -> imported.
 LAZY_FOR_STARTUP = {
@@ -70,13 +72,13 @@ KNOWN_LOCAL = {
     "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
     "apic.cli.inspect_wrp": {"apic.dot", "apic.errors", "apic.format.module_folder", "apic.format.reader",
-                             "apic.format.writer", "apic.record.ops", "apic.replay.cuda", "apic.replay.loader"},
+                             "apic.format.writer", "apic.params", "apic.record.ops", "apic.replay.cuda",
+                             "apic.replay.loader"},
     "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
     "apic.bench.run": {"numpy"},
     "apic.bench.workloads": {"apic.demo", "sys"},
     "apic.bindings": {"apic._compat"},
     "apic.format.writer": {"apic._version", "fcntl", "warp"},  # fcntl: POSIX only (the save lock)
-    "apic.graph": {"apic.bindings", "apic.errors"},
     "apic.record.natives": {"apic._compat", "apic.errors", "ctypes"},
     "apic.replay.loader": {"apic.graph", "apic.record.handles", "warp"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time

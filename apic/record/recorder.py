@@ -14,14 +14,16 @@ import threading
 
 from apic import _compat
 from apic._compat import wp_types
-from apic.errors import CaptureError, UnsupportedOperationError
+from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.record import handles, layout
 from apic.record import natives
 from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, HandleCall, HandleRef, Jump, Launch
-from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, RawBlob, RawHandle, RawPtr, intern_op
+from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, ParamSlot, RawBlob, RawHandle, RawPtr, intern_op
 from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.params import Param, unpack
+from apic.record.splittable import written_offsets
 
 _local = threading.local()
 
@@ -106,6 +108,9 @@ class Recorder:
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
         self.invalid_handles: list[str] = []  # wp.handle arguments that hold no live object's id
         self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
+        # (adjoint, argument index, apic.Param) packed by the wp.launch call in progress (None: no call)
+        self.pending_params: list | None = None
+        self._params: dict = {}  # name -> apic.params.ScalarParam of every named parameter the ops hold
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -132,6 +137,7 @@ class Recorder:
             self.note_handle(handles.lookup(value))  # an id stored in memory the ops use
         regions, resolve = self._ranges.build()
         index = {value: i for i, value in enumerate(self._handles)}
+        params = self._param_values()
         ops = resolve_ops(self.ops, resolve, lambda value: HandleRef(index[value]))
         return Recording(
             abi=_compat.KERNEL_ABI,
@@ -141,7 +147,48 @@ class Recorder:
             ops=ops,
             handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
             invalid_handles=tuple(dict.fromkeys(self.invalid_handles)),
+            params=params,
         )
+
+    # --- named scalar parameters (apic.param) ------------------------------------------------------------
+    def note_param(self, spec) -> None:
+        """A named parameter the ops hold: one name, one type (its value is read from the ops at the end)."""
+        known = self._params.setdefault(spec.name, spec)
+        if (known.dtype, known.np_dtype, known.elem_shape) != (spec.dtype, spec.np_dtype, spec.elem_shape):
+            raise BindingError(f"parameter '{spec.name}' is used as {known.dtype} and as {spec.dtype} in one capture; "
+                               "one name is one parameter of one type")
+
+    def _param_slots(self, kernel, entries, layout_) -> tuple:
+        """``ParamSlot`` of each ``(argument index, apic.Param)`` packed into a blob of ``layout_``."""
+        slots = []
+        for index, param in entries:
+            field = getattr(layout_.struct_type, f"a{index}")
+            if field.size != param.spec.nbytes:  # pragma: no cover - pack_arg checked the argument's type
+                raise BindingError(f"parameter '{param.name}' ({param.spec.nbytes} bytes) packed into a "
+                                   f"{field.size}-byte argument of kernel '{kernel.key}'")
+            self.note_param(param.spec)
+            slots.append(ParamSlot(field.offset, param.name))
+        return tuple(sorted(slots))
+
+    def _param_values(self) -> tuple:
+        """Each named parameter with its value, read from the blobs; every launch must agree on it."""
+        values: dict = {}
+        seen: set = set()
+        for op in self.ops:
+            if id(op) in seen or not isinstance(op, Launch):
+                continue
+            seen.add(id(op))
+            for blob in (op.args, op.adj_args):
+                for slot in () if blob is None else blob.params:
+                    spec = self._params[slot.name]
+                    data = bytes(blob.data[slot.at : slot.at + spec.nbytes])
+                    first = values.setdefault(slot.name, data)
+                    if first != data:
+                        raise CaptureError(
+                            f"parameter '{slot.name}' was passed with two values in one capture "
+                            f"({unpack(spec, first)!r} and {unpack(spec, data)!r}); a named parameter has one "
+                            "value at a time (change it with graph.set_param after the capture)")
+        return tuple(dataclasses.replace(spec, value=values.get(name, spec.value)) for name, spec in self._params.items())
 
     # --- native handles (Mesh, Bvh, HashGrid, Volume) --------------------------------------------------
     def note_handle(self, obj) -> None:
@@ -194,9 +241,8 @@ class Recorder:
             raise UnsupportedOperationError(f"wp_{name} (native)", f"unknown hash grid point type {type_id}")
         blob = _descriptor_blob(points, _ARRAY_TYPE_REGULAR, elem_size, "wp.HashGrid.build")
         groups = None
-        if len(args) > 4 and args[4]:
-            count = int.from_bytes(blob.data[16:20], "little", signed=True)  # the points' shape[0]
-            groups = RawPtr(int(args[4]), int(args[4]), int(args[4]) + 4 * max(count, 0))
+        if len(args) > 4 and args[4]:  # warp 1.19: the groups' array descriptor (a temporary), kept as a blob
+            groups = _descriptor_blob(int(args[4]), _ARRAY_TYPE_REGULAR, 4, "wp.HashGrid.build")
         self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
     def _append(self, op) -> None:
@@ -265,6 +311,9 @@ class Recorder:
         self.keepalive.append(graph)  # its arrays, external buffers, modules and loaded memory
         for handle in recording.handles:
             self.note_handle(handle.obj)
+        for spec in recording.params:
+            self.note_param(spec)
+        values = getattr(graph, "param_values", {})
         addresses = graph.region_addresses
         for region in recording.regions:
             lo = addresses[region.id]
@@ -275,7 +324,7 @@ class Recorder:
         for op in recording.ops:
             done = converted.get(id(op))
             if done is None:
-                done = unresolve_op(op, graph.address_of)
+                done = unresolve_op(op, graph.address_of, values)
                 if isinstance(done, Launch):
                     done = dataclasses.replace(done, kernel=kernels[done.kernel])
                 elif isinstance(done, (Branch, Jump)):
@@ -304,7 +353,9 @@ class Recorder:
         for value in values:
             if id(value) in noted or value is None or isinstance(value, (int, float, bool)):
                 continue
-            if hasattr(type(value), "_constructors"):  # a @wp.struct instance
+            if type(value) is Param:  # a named parameter: the graph has it even where no launch packs it (dim 0)
+                self.note_param(value.spec)
+            elif hasattr(type(value), "_constructors"):  # a @wp.struct instance
                 # Its fields can be reassigned between launches (and after the capture): walk it
                 # every time, and keep the arrays in it alive themselves, not through the struct.
                 self.note_values([getattr(value, name) for name, _ in type(value)._constructors])
@@ -359,7 +410,8 @@ class Recorder:
         """
         entry = self._entry_points.get((id(hooks), adjoint))
         if entry is None:
-            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks)
+            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks, params)
+        pending = self.pending_params
         if params[0].size == 0:
             return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
         kernel_index, nargs = entry
@@ -370,33 +422,40 @@ class Recorder:
         bounds = bytes(params[0])
         args_data = fwd_layout.pack(fwd)
         adj_data = adj_layout.pack(adj) if adjoint else None
+        fwd_slots = adj_slots = ()
+        if pending:  # named parameters (apic.param) packed by this wp.launch call: where each one landed
+            fwd_slots = self._param_slots(kernel, [(i, p) for a, i, p in pending if not a], fwd_layout)
+            if adjoint:
+                adj_slots = self._param_slots(kernel, [(i, p) for a, i, p in pending if a], adj_layout)
         # A simulation step repeats the same launch (same kernel, bounds and arguments) many times:
         # such launches share one immutable op, so resolving and lowering it happens once.
-        key = (kernel_index, bounds, args_data, adj_data)
+        key = (kernel_index, bounds, args_data, adj_data, fwd_slots, adj_slots)
         op = self._launches.get(key)
         if op is None:
             op = self._launches[key] = Launch(
                 kernel=kernel_index,
                 dim=layout.launch_dim(params[0]),
                 bounds=RawBlob(bounds),
-                args=self._args_blob(args_data, fwd_layout),
-                adj_args=self._args_blob(adj_data, adj_layout) if adjoint else None,
+                args=self._args_blob(args_data, fwd_layout, fwd_slots),
+                adj_args=self._args_blob(adj_data, adj_layout, adj_slots) if adjoint else None,
             )
             self._append(op)
         else:
             self.ops.append(op)
 
-    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout) -> RawBlob:
+    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout, params: tuple = ()) -> RawBlob:
         pointers = layout.blob_pointers(data, args_layout.slots)
         if args_layout.words:
-            pointers += tuple(self._handle_words(data, args_layout.words))
+            # a uint64 parameter is the user's number, never a handle id to remap
+            words = [at for at in args_layout.words if all(at != slot.at for slot in params)]
+            pointers += tuple(self._handle_words(data, words))
         for at in args_layout.handles:
             # A wp.handle argument must hold a live object's id: one that holds none is refused at save, as
             # upstream does (a live replay dereferences it as eager Warp would).
             value = int.from_bytes(data[at : at + 8], "little")
             if value and handles.lookup(value) is None:
                 self.invalid_handles.append(f"a wp.handle argument (byte {at} of a launch's arguments) holds {value:#x}")
-        return RawBlob(data, pointers, args_layout.slots)
+        return RawBlob(data, pointers, args_layout.slots, params)
 
     def _args_layout(self, kernel, params) -> layout.ArgsLayout:
         # keyed by id: hashing a Warp Kernel costs more than this whole lookup (kept alive by hooks)
@@ -407,7 +466,7 @@ class Recorder:
             self.keepalive.append(kernel)
         return found
 
-    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool) -> tuple[int, int]:
+    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool, params) -> tuple[int, int]:
         """The first launch of an entry point in this capture: its kernel table index and arity."""
         fn = hooks.backward if adjoint else hooks.forward
         if fn is None:
@@ -416,7 +475,18 @@ class Recorder:
         index = self._new_kernel_index(kernel, hooks, fn, adjoint)
         if cpu_blocks and not self._kernel_infos[index].cpu_blocks:
             self._kernel_infos[index] = dataclasses.replace(self._kernel_infos[index], cpu_blocks=True)
-        entry = self._entry_points[(id(hooks), adjoint)] = (index, len(kernel.adj.args))
+        nargs = len(kernel.adj.args)
+        info = self._kernel_infos[index]
+        if not adjoint and not info.cpu_blocks and info.split_writes is None:
+            # decided once per entry point, from the kernel's source and its argument struct; an analysis
+            # that fails on an unforeseen kernel leaves it serial, never the capture broken
+            try:
+                writes = written_offsets(kernel, self._args_layout(kernel, params[1 : 1 + nargs]))
+            except Exception:  # noqa: BLE001 - unknown means serial
+                writes = None
+            if writes is not None:
+                self._kernel_infos[index] = dataclasses.replace(info, split_writes=writes)
+        entry = self._entry_points[(id(hooks), adjoint)] = (index, nargs)
         return entry
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
@@ -460,10 +530,22 @@ class Recorder:
     def record_native_call(self, name: str, args: tuple) -> None:
         """A call of one of Warp's native host utilities (``wp_<name>``, see ``natives``)."""
         args = natives.signed64(tuple(int(a) for a in args))  # a C bool arrives as a Python bool
+        layout = natives.padded_transpose_layout(name, args)
+        if layout is not None:
+            if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])):
+                raise UnsupportedOperationError(
+                    "warp.sparse.bsr_set_transpose(topology='padded')",
+                    "the destination's row offsets are not a row-capacity layout (non-decreasing, from 0 or more)",
+                )
+            args = (*args, layout[-1])  # apic's own trailing argument: the capacity (natives.Signature.extra)
         sig = natives.signature(name, len(args))
         problem = "apic does not know this argument list" if sig is None else sig.check(args)
         if problem is not None:
             raise UnsupportedOperationError(f"wp_{name} (native)", problem)
+        if layout is not None:
+            # As upstream: the capacity layout as captured is restored before the transpose at replay, so
+            # that a destination whose offsets were reset in between is rebuilt, within the recorded capacity.
+            self.record_memtile(args[6], args[6], 4 * len(layout), 1)
         values = []
         for kind, value, nbytes in zip(sig.params, args, sig.reach(args)):
             if kind == natives.OPT and not value:

@@ -10,6 +10,22 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
+``OP_SPLIT`` runs one kernel launch split into contiguous task chunks (parallel replay, docs/PARALLEL.md):
+``[OP_SPLIT, splitter, control block, range entry, bounds, args, tasks, chunks]``. The Numba interpreter
+calls ``splitter(control block, range entry, bounds, args, tasks, chunks)`` (``apic.replay.split``: the
+chunks shared with worker threads); the reference interpreter calls the range entry on each chunk in
+turn, itself.
+
+``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,
+ends, segments]``: it first checks every segment range ``0 <= start <= end <= count`` in graph memory,
+as upstream Warp's replay does, and stops the replay before the sort at the first invalid one.
+
+``OP_PADDED_TRANSPOSE`` is a BSR transpose into padded rows ``[OP_PADDED_TRANSPOSE, fn, argv, t_offsets,
+cols, capacity]`` (its arguments in the arena, as ``OP_CALL_ARGV``'s): it first checks that the
+destination's row offsets in graph memory start at 0 or more, never decrease and end within the
+recorded ``capacity`` (the bytes the call may write were checked for that capacity at load), and
+stops the replay before the call otherwise.
+
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
 unused trailing ones are zero.
@@ -36,7 +52,10 @@ OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
+OP_SPLIT = 20  # a launch split over threads: [OP_SPLIT, splitter, control, entry, bounds, args, tasks, chunks]
 ARGV_ARGS = 20
+OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
+OP_PADDED_TRANSPOSE = 22
 
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
@@ -47,6 +66,8 @@ COL_LOOP = 4
 STATUS_DONE = 0
 STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
 STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
+# A negative status -(i + 1): the check of row i failed (a segmented sort's range, a padded transpose's
+# row offsets, in graph memory) and the replay stopped there, before the call (memory is as it was then).
 
 # run_table's ``limits`` (int64 array): the iteration cap per loop entry (0: no cap), then the
 # addresses of PyGILState_Ensure, PyOS_InterruptOccurred and PyGILState_Release (0: no Ctrl-C poll).
