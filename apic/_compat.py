@@ -272,7 +272,7 @@ def host_target() -> dict:
     }
 
 
-# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda, apic.replay.cuda_params) ----
+# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda, apic.targets.cuda) ----------
 # wp_cuda_launch_kernel's parameters by warp-lang version, told apart by their number (argtypes):
 # <= 1.12: 8; 1.13-1.14 add a trailing APICLaunchInfo*; 1.15+ add grid_stride and cluster_dim.
 _CUDA_LAUNCH_PARAMS = {

@@ -222,7 +222,7 @@ class NativeCall:
 @dataclass(frozen=True)
 class CudaLaunch:
     """A CUDA kernel launch: ``params`` is the kernel's whole param blob ``{bounds, args...[, adj_args...]}``
-    with natural alignment (see ``apic.replay.cuda_params``); ``grid``/``block`` are ``cuLaunchKernel``'s."""
+    with natural alignment (see ``apic.targets.cuda``); ``grid``/``block`` are ``cuLaunchKernel``'s."""
 
     kernel: int
     dim: tuple[int, ...]
