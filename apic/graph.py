@@ -97,7 +97,8 @@ class Graph:
             info = self.recording.kernels[kernel]
             module = self.recording.modules[info.module]
             try:
-                found = range_entry.range_entry(module.name, module.module_exec, info.symbol[: -len(cpu_target.KERNEL_SUFFIX[False])])
+                symbol = info.symbol[: -len(cpu_target.KERNEL_SUFFIX[False])]
+                found = range_entry.range_entry(module.name, module.module_exec, symbol)
             except (FileNotFoundError, LookupError) as error:  # no source to build it from: serial
                 self._range_missing[kernel] = str(error)
                 found = 0
