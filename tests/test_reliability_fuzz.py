@@ -24,6 +24,7 @@ from fuzz import fs_odd
 from apic.cli import inspect_wrp
 from apic.format import reader, schema
 from apic.record import ops as rec
+from apic.record.recording import KernelInfo
 from apic.replay import program
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "fuzz_corpus")
@@ -182,7 +183,8 @@ def test_by_value_bounds_with_high_bits_lower():
     bounds = rec.Blob(b"\xff" * 32, ())
     args = rec.Blob(bytes(8), ())
     launch = rec.Launch(0, (1,), bounds, args, None)
-    recording = reader.Recording(abi="bounds-by-value-v1", regions=(), modules=(), kernels=(), ops=(launch,))
+    kernel = KernelInfo(module=0, key="k", symbol="k_cpu_forward", adjoint=False)
+    recording = reader.Recording(abi="bounds-by-value-v1", regions=(), modules=(), kernels=(kernel,), ops=(launch,))
     table = program.lower(recording, [], [0x1000]).table  # lowered, never run
     assert (table == -1).any()
     assert np.asarray(table).dtype == np.int64
