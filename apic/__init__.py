@@ -8,7 +8,7 @@ version, and a captured graph replays in one native call with no Python per oper
 
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
 from apic.errors import ApicError, BindingError, CaptureError, FormatError, GraphMemoryError
-from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
+from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError, ReplayIndexError
 from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
@@ -28,6 +28,7 @@ __all__ = [
     "GraphMemoryError",
     "IncompatibleGraphError",
     "LoopLimitError",
+    "ReplayIndexError",
     "ScopedCapture",
     "UnsupportedOperationError",
     "__version__",

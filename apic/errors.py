@@ -65,3 +65,8 @@ class GraphNotFoundError(GraphLoadError, FileNotFoundError):
 
 class LoopLimitError(ApicError, RuntimeError):
     """A replayed ``capture_while`` loop ran more iterations than ``apic.max_loop_iterations()`` allows."""
+
+
+class ReplayIndexError(ApicError, IndexError, RuntimeError):
+    """A loaded graph's replay stopped before native code would index with a value out of range: an
+    indexed array's index, or a Mesh's triangle index, that graph memory holds at that point."""

@@ -39,7 +39,8 @@ class Graph:
         self.region_addresses = list(region_addresses)
         # The ids of its native handles (Mesh, Bvh, ...): the captured objects, or those rebuilt on load.
         self.handle_ids = [int(h.obj.id) for h in recording.handles]
-        self.program: Program = lower(recording, self.address_of, list(kernel_addresses))
+        # a loaded graph checks the index values its native code reads (program.guards); a live one runs as eagerly
+        self.program: Program = lower(recording, self.address_of, list(kernel_addresses), checked=is_loaded)
         self._checks_blocks = any(k.cpu_blocks for k in recording.kernels)
 
     def address_of(self, target) -> int:

@@ -135,12 +135,12 @@ def capture_load(path, device=None):
     folder = ModuleFolder.of(modules_dir, saved)
     fetch = folder.fetch
     try:
-        return _load(saved, fetch, modules_dir, device)
+        return _load(saved, fetch, modules_dir, device, folder.names)
     finally:
         folder.close()
 
 
-def _load(saved, fetch, modules_dir: str, device):
+def _load(saved, fetch, modules_dir: str, device, names=list):
     """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
     from apic.replay import loader
 
@@ -148,7 +148,7 @@ def _load(saved, fetch, modules_dir: str, device):
         from apic.replay import cuda as cuda_replay
 
         return cuda_replay.load(saved, fetch, f"{modules_dir}", device)
-    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device))
+    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
 
 
 def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
@@ -186,4 +186,4 @@ def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
         from apic.replay import cuda as cuda_replay
 
         return cuda_replay.load(saved, views.get, "the provided modules", device)
-    return loader.load(saved, views.get, "the provided modules", _cpu_device(device))
+    return loader.load(saved, views.get, "the provided modules", _cpu_device(device), views.keys)

@@ -43,6 +43,7 @@ from apic import _compat
 from apic.bindings import Binding, make_binding
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.format import handles as wire_handles
+from apic.format import manifest as kernel_manifest
 from apic.format import ownership
 from apic.format import schema
 from apic.format import source as source_format
@@ -286,6 +287,8 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         **_ops_and_sequence(recording.ops),
         "bindings": [_binding(b) for b in bindings],
     }
+    # each module's kernel manifest (the argument layouts its kernels expect), beside the module binary
+    kernel_manifest.add_manifests(recording, doc, images)
     if recording.handles:  # a graph without handles stays readable by apic releases that predate them
         doc["handles"] = [wire_handles.handle_wire(h) for h in recording.handles]
         doc["handle_slots"] = slots

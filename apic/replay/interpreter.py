@@ -6,10 +6,12 @@ opcode being the number of integer arguments of the native function, or a jump. 
 strided copy and fill, native utility call, branch) into such a row with every pointer resolved, so
 the loop below never sees a Python object and makes no Python call per operation.
 
-Two guards keep a replay finite and interruptible (see ``table.py`` for the ``limits`` layout):
+Guards keep a replay finite, interruptible and its indices in range (see ``table.py`` for the ``limits`` layout):
 
 * a loop head (a branch that a backward jump returns to) counts the iterations of its loop; past
   ``limits[LIMIT_ITERATIONS]`` the replay stops and returns ``STATUS_LOOP_CAP`` (the caller raises);
+* an ``OP_CHECK_INDICES`` row stops the replay before an index out of range reaches native code and
+  returns ``STATUS_BAD_INDEX + 4 * row``;
 * every ``SIGNAL_PERIOD`` control transfers (branches, jumps, repeats) it asks Python, with the GIL
   taken for that moment, whether Ctrl-C arrived (``PyOS_InterruptOccurred``), and stops with
   ``STATUS_INTERRUPTED`` if so. Only where ``limits`` holds the three C-API addresses (the main
@@ -23,7 +25,7 @@ from numba import njit
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import (
-    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32,
+    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at,
 )
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
@@ -36,6 +38,17 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
     0, 1, 2, 3
 )
 assert _table.SIGNAL_PERIOD == 256
+assert (_table.OP_CHECK_INDICES, _table.STATUS_BAD_INDEX) == (20, 3)
+
+
+@njit(cache=True, nogil=True)
+def indices_in_range(address, count, bound):
+    """Whether each of the ``count`` int32 at ``address`` lies in ``[0, bound)`` (an OP_CHECK_INDICES row)."""
+    for k in range(count):
+        value = load_i32_at(address, k)
+        if value < 0 or value >= bound:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -104,6 +117,9 @@ def run_table(table, repeats, limits=None, loops=0):
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
+            elif op == 20:  # OP_CHECK_INDICES
+                if not indices_in_range(table[i, 2], table[i, 3], table[i, 4]):
+                    return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
             i += 1
         ticks += 1
         if poll and (ticks & 255) == 0 and _interrupted(limits):

@@ -32,6 +32,7 @@ from apic.format import source as source_format
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
 from apic.format import handles as wire_handles
+from apic.format import manifest as kernel_manifest
 from apic.replay import budget
 
 _ALIGN = 64
@@ -237,8 +238,9 @@ def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.nda
     return tuple(rebuilt)
 
 
-def load(saved: SavedGraph, fetch, origin: str, device):
-    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None."""
+def load(saved: SavedGraph, fetch, origin: str, device, names=list):
+    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None, ``names()``
+    the names of every file the modules folder (or mapping) holds."""
     refused = None
     try:
         check_compatible(saved)
@@ -249,6 +251,8 @@ def load(saved: SavedGraph, fetch, origin: str, device):
             raise
         refused = error
     check_memory(saved)
+    # what each kernel expects comes from the modules folder, which the .wrp cannot change
+    kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin))
     images = source_format.images(saved, fetch, origin, verified_images, refused)
     return build_graph(saved, images, device)
 

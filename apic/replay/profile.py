@@ -100,8 +100,12 @@ def row_labels(graph) -> list:
     """``(kind, name)`` of each op-table row of ``graph``, from the recorded op that produced it."""
     recording = graph.recording
     labels = []
+    meshes = _program.mesh_indices(recording) if graph.is_loaded else []
     for op in recording.ops:
+        before, after = _program.guards(op, meshes) if graph.is_loaded else ((), ())
+        labels += [("check", "index check")] * len(before)
         if isinstance(op, _program._NO_ROW):
+            labels += [("check", "index check")] * len(after)
             continue
         kind = _KIND_NAMES.get(type(op), type(op).__name__)
         if isinstance(op, rec.Launch):
@@ -112,6 +116,7 @@ def row_labels(graph) -> list:
         else:
             name = kind
         labels.append((kind, name))
+        labels += [("check", "index check")] * len(after)
     if len(labels) != len(graph.program.table):
         raise RuntimeError(f"profile: {len(labels)} ops for {len(graph.program.table)} table rows")
     return labels

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
-from apic.errors import LoopLimitError
+from apic.errors import LoopLimitError, ReplayIndexError
 from apic.record import natives
 from apic.record import ops as rec
 from apic.replay import table as tbl
@@ -96,6 +96,12 @@ def raise_status(status: int, limits: np.ndarray) -> None:
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
+    elif status % 4 == tbl.STATUS_BAD_INDEX:
+        raise ReplayIndexError(
+            f"the replay of a loaded graph stopped at op-table row {status // 4}: graph memory holds an index "
+            "outside its array (an indexed array's index buffer, or a Mesh's triangle indices) that the next op's "
+            "native code would use; the graph's memory is as the replay left it"
+        )
     elif status == tbl.STATUS_LOOP_CAP:
         raise LoopLimitError(
             f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
@@ -159,11 +165,96 @@ def _blobs_of(op) -> list[rec.Blob]:
     return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
 
 
-def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
+_INDEX_TAIL = struct.Struct("<4Q4i")  # indexedarray_t: indices[4] @56, shape[4] @88
+_SHAPE = struct.Struct("<4i")  # array_t.shape @16
+_NDIM = struct.Struct("<h")  # array_t.ndim @48
+
+
+def _index_buffers(blob: rec.Blob, indexed: bool) -> list[tuple[rec.Ref, int, int]]:
+    """``(buffer, count, bound)`` of each index buffer of the descriptor ``blob`` (type 1)."""
+    if not indexed or len(blob.data) < 104:
+        return []
+    found = []
+    shape = _SHAPE.unpack_from(blob.data, 16)
+    ndim = _NDIM.unpack_from(blob.data, 48)[0]
+    counts = _INDEX_TAIL.unpack_from(blob.data, 56)[4:]
+    for reloc in blob.relocs:
+        d = (reloc.at - 56) // 8
+        if reloc.at >= 56 and 0 <= d < min(ndim, 4) and isinstance(reloc.target, rec.Ref):
+            found.append((reloc.target, counts[d], shape[d]))
+    return found
+
+
+def _launch_index_buffers(blob: rec.Blob) -> list[tuple[rec.Ref, int, int]]:
+    found = []
+    for slot in blob.arrays:
+        if slot.indexed:
+            inner = rec.Blob(blob.data[slot.at : slot.at + 104],
+                             tuple(rec.Reloc(r.at - slot.at, r.target) for r in blob.relocs if slot.at <= r.at < slot.at + 104))
+            found += _index_buffers(inner, True)
+    return found
+
+
+def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:
+    """``(indices, count, points)`` of each Mesh of a recording: its triangle indices must stay below its
+    point count."""
+    found = []
+    for handle in recording.handles:
+        arrays = dict(handle.arrays)
+        if handle.kind == "Mesh" and "indices" in arrays and "points" in arrays:
+            found.append((arrays["indices"].start, arrays["indices"].length, arrays["points"].length))
+    return found
+
+
+def _refs(op) -> list[rec.Ref]:
+    """Every region reference an op holds (its blobs' relocations included)."""
+    found = []
+    for name in op.__dataclass_fields__:
+        value = getattr(op, name)
+        if isinstance(value, rec.Ref):
+            found.append(value)
+        elif isinstance(value, rec.Blob):
+            found += [r.target for r in value.relocs if isinstance(r.target, rec.Ref)]
+        elif isinstance(value, tuple):
+            found += [v for v in value if isinstance(v, rec.Ref)]
+    return found
+
+
+def guards(op, meshes) -> tuple[list, list]:
+    """``(before, after)``: the index checks a loaded graph runs around ``op``, as ``(buffer, count, bound)``.
+
+    Before: every index buffer of an indexed array the op's native code reads (a launch's indexed
+    arguments, an indexed copy or fill): the values are graph memory that the file and earlier ops set.
+    After: the triangle indices of every Mesh (``meshes``, from ``mesh_indices``) in a region the op
+    may write (it holds a pointer into that region; reads count too), so that no later query or
+    refit reads one out of range. Branches and handle calls only read, and are not guarded after.
+    """
+    before = []
+    if isinstance(op, rec.Launch):
+        before += _launch_index_buffers(op.args)
+        if op.adj_args is not None:
+            before += _launch_index_buffers(op.adj_args)
+    elif isinstance(op, rec.ArrayCopy):
+        before += _index_buffers(op.dst, op.dst_type == 1) + _index_buffers(op.src, op.src_type == 1)
+    elif isinstance(op, rec.ArrayFill):
+        before += _index_buffers(op.dst, op.array_type == 1)
+    after = []
+    if meshes and not isinstance(op, (rec.Branch, rec.Jump, rec.HandleCall, rec.Alloc)):
+        regions = {ref.region for ref in _refs(op)}
+        after = [mesh for mesh in meshes if mesh[0].region in regions]
+    return before, after
+
+
+def _guard_row(guard, address_of) -> list[int]:
+    buffer, count, bound = guard
+    return [tbl.OP_CHECK_INDICES, 0, address_of(buffer), count, bound]
+
+
+def lower(recording, address_of, kernel_addresses: list[int], checked: bool = False) -> Program:
     """Build the program of ``recording`` with kernels at the given addresses.
 
     ``address_of(target)`` is the live address of a region reference (``Ref``), or the id of a native
-    handle (``HandleRef``).
+    handle (``HandleRef``). ``checked`` (a loaded graph) adds the index checks of ``guards``.
     """
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
@@ -173,11 +264,17 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
     argvs = {id(op): _argv_blob(op) for op in wide}
     arena = _Arena(blobs + list(argvs.values()))
     arena.fill(address_of)
+    meshes = mesh_indices(recording) if checked else []
+    guarded = {id(op): guards(op, meshes) for op in distinct_ops} if checked else {}
     rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
+
+    def rows_of(op) -> int:
+        before, after = guarded.get(id(op), ((), ()))
+        return (not isinstance(op, _NO_ROW)) + len(before) + len(after)
 
     def row_at(position: int) -> int:
         if not rows_before:
-            rows_before.extend(np.cumsum([0] + [not isinstance(op, _NO_ROW) for op in recording.ops]).tolist())
+            rows_before.extend(np.cumsum([0] + [rows_of(op) for op in recording.ops]).tolist())
         return rows_before[position]
 
     heads = loop_heads(recording.ops)  # position -> slot of each loop head
@@ -185,13 +282,24 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
     row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
     distinct = []
     sequence = []
+    guard_rows: dict[int, tuple[list, list]] = {}  # id(op) -> rows of its checks before and after
+    for op in distinct_ops:
+        before, after = guarded.get(id(op), ((), ()))
+        if before or after:
+            first = len(distinct)
+            distinct.extend(_guard_row(g, address_of) + [0] * (tbl.OP_COLUMNS - 5) for g in (*before, *after))
+            rows = list(range(first, len(distinct)))
+            guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
     for position, op in enumerate(recording.ops):
+        before, after = guard_rows.get(id(op), ((), ()))
+        sequence.extend(before)
         if position in heads:  # a loop head has a row of its own: it carries its loop's slot
             sequence.append(len(distinct))
             row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row + [0] * (tbl.OP_COLUMNS - len(row))
             row[tbl.COL_LOOP] = 1 + heads[position]
             distinct.append(row)
+            sequence.extend(after)
             continue
         row = row_of.get(id(op))
         if row is None:
@@ -206,6 +314,7 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
                 distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
         if row >= 0:
             sequence.append(row)
+        sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
     return Program(np.ascontiguousarray(table), arena.buffer, len(heads))
 

@@ -72,6 +72,11 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
             elif opcode == tbl.OP_CALL_ARGV:
                 argv = (_I64 * tbl.ARGV_ARGS).from_address(args[0])
                 function(opcode, address, _CALL_ARGV)(*argv)
+            elif opcode == tbl.OP_CHECK_INDICES:
+                address, count, bound = args[:3]
+                values = np.frombuffer((ctypes.c_int32 * count).from_address(address), dtype=np.int32) if count else ()
+                if len(values) and (int(values.min()) < 0 or int(values.max()) >= bound):
+                    return tbl.STATUS_BAD_INDEX + 4 * i
             elif opcode == tbl.OP_CALL5_D2:
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)

@@ -10,6 +10,11 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
+``OP_CHECK_INDICES``: ``[OP_CHECK_INDICES, 0, address, count, bound]``, go on only if each of the
+``count`` int32 at ``address`` lies in ``[0, bound)``; otherwise stop with ``STATUS_BAD_INDEX``. A
+loaded graph has one before each op whose native code indexes with such values (an indexed array's
+index buffer) and after each op that may write a Mesh's triangle indices (``program.guards``).
+
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
 unused trailing ones are zero.
@@ -37,6 +42,7 @@ OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
 ARGV_ARGS = 20
+OP_CHECK_INDICES = 20
 
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
@@ -47,6 +53,9 @@ COL_LOOP = 4
 STATUS_DONE = 0
 STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
 STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
+# An OP_CHECK_INDICES row found an index out of range: the replay stopped before running anything
+# past it. The interpreter returns STATUS_BAD_INDEX + 4 * row (row: that check's row in the table).
+STATUS_BAD_INDEX = 3
 
 # run_table's ``limits`` (int64 array): the iteration cap per loop entry (0: no cap), then the
 # addresses of PyGILState_Ensure, PyOS_InterruptOccurred and PyGILState_Release (0: no Ctrl-C poll).
