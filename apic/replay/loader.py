@@ -251,8 +251,8 @@ def load(saved: SavedGraph, fetch, origin: str, device, names=list):
             raise
         refused = error
     check_memory(saved)
+    images = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the modules folder, which the .wrp cannot change
     kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin))
-    images = source_format.images(saved, fetch, origin, verified_images, refused)
     return build_graph(saved, images, device)
 
