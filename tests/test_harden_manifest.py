@@ -170,7 +170,7 @@ def test_an_honest_indexed_graph_replays_as_eagerly(seeds, tmp_path):
     checks = int(np.sum(graph.program.table[:, 0] == tbl.OP_CHECK_INDICES))
     assert checks == 4  # the launch, the copy (its source and its destination), the fill
     wp.capture_launch(graph)
-    out = graph.get_param("dst")
+    out = graph.param_numpy("dst")
     src = np.arange(16, dtype=np.float32)
     np.testing.assert_array_equal(out, src[[3, 1, 4, 1, 5, 9]] * 2.0)
 
