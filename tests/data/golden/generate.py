@@ -109,8 +109,10 @@ def write(version: int, folder: str) -> None:
         step(captured)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "graph.wrp")
+    # source_fallback: a golden file must replay on any CPU of its kind, and a saved object runs only on
+    # a CPU with the saving host's instruction-set features; the kept source is compiled where it cannot
     wp.capture_save(capture.graph, path, inputs={n: captured[n] for n in inputs},
-                    outputs={n: captured[n] for n in outputs})
+                    outputs={n: captured[n] for n in outputs}, source_fallback=True)
     with open(path, "rb") as f:
         written = schema.HEADER.unpack(f.read(schema.HEADER.size))[1]
     if written != version:
