@@ -191,3 +191,25 @@ def test_mesh_indices_written_out_of_range_stop_the_replay(tmp_path):
     graph.set_param("new", np.array([0, 1, 2, 1, 3, 1 << 28], np.int32))
     with pytest.raises(apic.ReplayIndexError):
         wp.capture_launch(graph)
+
+
+def test_source_fallback_is_bound_to_the_manifest(seeds, tmp_path):
+    """Saved with source_fallback, the manifest names the generated source too: a load that compiles it
+    (here: the object file is missing) still checks every launch, and a file naming no source (or
+    another) for the module is refused."""
+    import persist_kernels as pk
+
+    sim = pk.Sim(0)
+    wp.capture_save(pk.capture(sim), str(tmp_path / "s"), inputs=sim.inputs(), outputs=sim.outputs(),
+                    source_fallback=True)
+    doc = msgpack.unpackb((tmp_path / "s.wrp").read_bytes()[schema.HEADER.size:], raw=False)
+    doc["modules"][0].pop("source")
+    shutil.copytree(tmp_path / "s_modules", tmp_path / "t_modules")
+    (tmp_path / "t.wrp").write_bytes(writer.encode(doc))
+    with pytest.raises(apic.FormatError, match="another generated source"):
+        wp.capture_load(str(tmp_path / "t"))
+    folder = tmp_path / "s_modules"
+    for name in os.listdir(folder):
+        if name.endswith(".o"):
+            os.unlink(folder / name)
+    wp.capture_launch(wp.capture_load(str(tmp_path / "s")))  # compiled from the source, checked

@@ -105,9 +105,9 @@ def _blob_layout(blobs: list[rec.Blob], handles, meshes) -> dict:
             "handles": [[at, sorted(kinds)] for at, kinds in sorted(words.items())]}
 
 
-def build(recording, module: int, module_sha256: str) -> bytes | None:
+def build(recording, module: int, module_sha256: str, source_sha256: str | None = None) -> bytes | None:
     """The canonical manifest bytes of module ``module`` of a recording (None if the graph launches none
-    of its kernels on the CPU)."""
+    of its kernels on the CPU); ``source_sha256``: its saved generated C++ (``source_fallback=True``)."""
     meshes = _mesh_indices(recording.handles)
     launches: dict[int, list] = {}
     for op in {id(op): op for op in recording.ops}.values():
@@ -124,7 +124,7 @@ def build(recording, module: int, module_sha256: str) -> bytes | None:
             _blob_layout([op.args for op in ops], recording.handles, meshes),
             _blob_layout(adj, recording.handles, meshes) if adj else None,
         ]
-    doc = {"format": FORMAT, "version": VERSION, "module_sha256": module_sha256,
+    doc = {"format": FORMAT, "version": VERSION, "module_sha256": module_sha256, "source_sha256": source_sha256,
            "kernels": [[symbol, *kernels[symbol]] for symbol in sorted(kernels)]}
     return msgpack.packb(doc, use_bin_type=True)
 
@@ -138,7 +138,8 @@ def add_manifests(recording, doc: dict, images: dict[str, bytes]) -> None:
     """Give each CPU module entry of ``doc`` whose kernels the graph launches its ``manifest``, and put
     the manifest file in ``images``."""
     for index, entry in enumerate(doc["modules"]):
-        data = build(recording, index, entry["sha256"])
+        source = entry.get("source")
+        data = build(recording, index, entry["sha256"], None if source is None else source["sha256"])
         if data is None:
             continue
         digest = hashlib.sha256(data).hexdigest()
@@ -175,15 +176,18 @@ def manifests_of(module_file: str, names) -> list[str]:
     return sorted(n for n in names if n.startswith(stem) and FILE.fullmatch(n) and n.count(".") == stem.count(".") + 1)
 
 
-def _parse(data: bytes, where: str, module_sha256: str) -> dict:
+def _parse(data: bytes, where: str, module) -> dict:
     """symbol -> (adjoint, args layout, adj_args layout) of a manifest apic wrote (checked: it is trusted
     content, but a reader of a trusted file still does not crash on a damaged one)."""
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
         if doc["format"] != FORMAT or doc["version"] != VERSION:
             _fail(where, f"not an apic kernel manifest of version {VERSION}")
-        if doc["module_sha256"] != module_sha256:
+        if doc["module_sha256"] != module.sha256:
             _fail(where, "it describes another module binary than the one the graph names")
+        # the source a load may compile instead of the object (source_fallback) is the one saved with it
+        if doc["source_sha256"] != (None if module.source is None else module.source.sha256):
+            _fail(where, "the graph names another generated source for this module than the one saved with it")
         table = {}
         for symbol, adjoint, args, adj in doc["kernels"]:
             table[str(symbol)] = (bool(adjoint), _layout(args), None if adj is None else _layout(adj))
@@ -221,7 +225,7 @@ def load(saved, fetch, names, origin: str) -> dict[int, dict]:
         if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
             raise FormatError(f"kernel manifest '{entry.file}' in {origin} does not match the SHA-256 recorded in "
                               "the graph file (it was modified, or belongs to another save)")
-        tables[index] = _parse(data, f"kernel manifest '{entry.file}'", module.sha256)
+        tables[index] = _parse(data, f"kernel manifest '{entry.file}'", module)
     return tables
 
 

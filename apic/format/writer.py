@@ -287,8 +287,6 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         **_ops_and_sequence(recording.ops),
         "bindings": [_binding(b) for b in bindings],
     }
-    # each module's kernel manifest (the argument layouts its kernels expect), beside the module binary
-    kernel_manifest.add_manifests(recording, doc, images)
     if recording.handles:  # a graph without handles stays readable by apic releases that predate them
         doc["handles"] = [wire_handles.handle_wire(h) for h in recording.handles]
         doc["handle_slots"] = slots
@@ -629,5 +627,8 @@ def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False) 
     doc, images = document(graph, bindings)
     if source_fallback:  # each module's generated C++ and build options too (apic.format.source)
         source_format.add_sources(graph, doc, images)
+    # each module's kernel manifest (the argument layouts its kernels expect, and its source's SHA-256),
+    # beside the module binary: what a load checks the file's launches against
+    kernel_manifest.add_manifests(graph.recording, doc, images)
     publish(wrp_path, modules_dir, encode(doc), images)
     return wrp_path
