@@ -213,3 +213,12 @@ def test_source_fallback_is_bound_to_the_manifest(seeds, tmp_path):
         if name.endswith(".o"):
             os.unlink(folder / name)
     wp.capture_launch(wp.capture_load(str(tmp_path / "s")))  # compiled from the source, checked
+
+
+def test_inspect_predicts_the_manifest_refusal(seeds, tmp_path):
+    from apic.cli import inspect_wrp
+
+    def edit(doc):
+        launch_of(doc, "_mesh_and_grid")["args"]["handles"][0][1] = 1
+    info = inspect_wrp.describe(edited(seeds, "handles", tmp_path, edit))
+    assert not info["loads_here"]["ok"] and "holds a HashGrid id" in info["loads_here"]["reason"]
