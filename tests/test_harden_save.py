@@ -54,6 +54,8 @@ def user_files(folder) -> dict[str, bytes]:
         "wp___main___0123456.cpu0000.o": b"an upstream module",
         "fake.0123456789abcdef.o": b"named like apic's, not written by apic",
         "x.%s.o" % ("0" * 16): b"",
+        "fake.0123456789abcdef.0123456789abcdef.kernels": b"named like apic's kernel manifest, not apic's",
+        ".fake.0123456789abcdef.o.apic-tmp.kernels": b"close to a temporary name, not one",
     }
     folder.mkdir(exist_ok=True)
     for name, data in files.items():
