@@ -168,7 +168,7 @@ def test_an_honest_indexed_graph_replays_as_eagerly(seeds, tmp_path):
     path = edited(seeds, "indexed", tmp_path, lambda doc: None)
     graph = wp.capture_load(path)
     checks = int(np.sum(graph.program.table[:, 0] == tbl.OP_CHECK_INDICES))
-    assert checks == 4  # the launch, the copy (its source and its destination), the fill
+    assert checks == 1  # one buffer, checked before the launch; the copy and the fill read it unchanged
     wp.capture_launch(graph)
     out = graph.param_numpy("dst")
     src = np.arange(16, dtype=np.float32)
@@ -222,3 +222,29 @@ def test_inspect_predicts_the_manifest_refusal(seeds, tmp_path):
         launch_of(doc, "_mesh_and_grid")["args"]["handles"][0][1] = 1
     info = inspect_wrp.describe(edited(seeds, "handles", tmp_path, edit))
     assert not info["loads_here"]["ok"] and "holds a HashGrid id" in info["loads_here"]["reason"]
+
+
+@wp.kernel
+def _gather(src: wp.indexedarray(dtype=float), dst: wp.array(dtype=float)):
+    i = wp.tid()
+    dst[i] = src[i]
+
+
+def test_indices_written_between_two_readers_are_checked_again(tmp_path):
+    """The second launch over the same indexed array is checked again: a copy wrote its indices."""
+    src = wp.array(np.arange(8, dtype=np.float32))
+    idx = wp.array(np.array([7, 6, 5, 4], np.int32))
+    new = wp.array(np.array([0, 1, 2, 3], np.int32))
+    dst = wp.zeros(4, dtype=float)
+    with wp.ScopedCapture(device="cpu", apic=True) as cap:
+        wp.launch(_gather, dim=4, inputs=[wp.indexedarray(src, [idx]), dst])
+        wp.copy(idx, new)
+        wp.launch(_gather, dim=4, inputs=[wp.indexedarray(src, [idx]), dst])
+    wp.capture_save(cap.graph, str(tmp_path / "g"), inputs={"new": new}, outputs={"dst": dst})
+    graph = wp.capture_load(str(tmp_path / "g"))
+    assert int(np.sum(graph.program.table[:, 0] == tbl.OP_CHECK_INDICES)) == 2
+    wp.capture_launch(graph)
+    np.testing.assert_array_equal(graph.param_numpy("dst"), [0, 1, 2, 3])
+    graph.set_param("new", np.array([0, 1, 2, 1 << 30], np.int32))
+    with pytest.raises(apic.ReplayIndexError):
+        wp.capture_launch(graph)

@@ -101,9 +101,11 @@ def row_labels(graph) -> list:
     recording = graph.recording
     labels = []
     meshes = _program.mesh_indices(recording) if graph.is_loaded else []
-    for op in recording.ops:
-        before, after = _program.guards(op, meshes) if graph.is_loaded else ((), ())
-        labels += [("check", "index check")] * len(before)
+    guarded = {id(op): _program.guards(op, meshes) for op in recording.ops} if graph.is_loaded else {}
+    kept = _program.kept_guards(recording.ops, guarded) if graph.is_loaded else None
+    for position, op in enumerate(recording.ops):
+        after = guarded[id(op)][1] if kept is not None else ()
+        labels += [("check", "index check")] * (len(kept[position]) if kept is not None else 0)
         if isinstance(op, _program._NO_ROW):
             labels += [("check", "index check")] * len(after)
             continue

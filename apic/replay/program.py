@@ -206,28 +206,48 @@ def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:
     return found
 
 
-def _refs(op) -> list[rec.Ref]:
-    """Every region reference an op holds (its blobs' relocations included)."""
-    found = []
-    for name in op.__dataclass_fields__:
-        value = getattr(op, name)
-        if isinstance(value, rec.Ref):
-            found.append(value)
-        elif isinstance(value, rec.Blob):
-            found += [r.target for r in value.relocs if isinstance(r.target, rec.Ref)]
-        elif isinstance(value, tuple):
-            found += [v for v in value if isinstance(v, rec.Ref)]
-    return found
+def _pointer_regions(blob: rec.Blob, skip_index_buffers: bool) -> set[int]:
+    """Regions a blob's relocations point into; with ``skip_index_buffers``, not counting the index
+    buffers of its indexed descriptors (native code only reads through those)."""
+    regions = set()
+    for reloc in blob.relocs:
+        if not isinstance(reloc.target, rec.Ref):
+            continue
+        if skip_index_buffers:
+            slot = next((a for a in blob.arrays if a.at <= reloc.at < a.at + 104), None)
+            if slot is not None and slot.indexed and reloc.at - slot.at >= 56:
+                continue
+        regions.add(reloc.target.region)
+    return regions
+
+
+def written_regions(op) -> set[int]:
+    """The regions ``op`` may write (conservatively: every region a kernel reaches through an array, and
+    every pointer of a native utility call; never the index buffers of an indexed array, which native
+    code only reads)."""
+    if isinstance(op, rec.Launch):
+        found = _pointer_regions(op.args, True)
+        if op.adj_args is not None:
+            found |= _pointer_regions(op.adj_args, True)
+        return found
+    if isinstance(op, (rec.Memcpy, rec.Memset, rec.Memtile)):
+        return {op.dst.region}
+    if isinstance(op, (rec.ArrayCopy, rec.ArrayFill)):
+        # a copy or fill descriptor is one array_t / indexedarray_t at byte 0
+        return {r.target.region for r in op.dst.relocs if r.at < 56 and isinstance(r.target, rec.Ref)}
+    if isinstance(op, rec.NativeCall):
+        return {a.region for a in op.args if isinstance(a, rec.Ref)}
+    return set()  # branches, jumps, allocations; handle calls write only the handle's native memory
 
 
 def guards(op, meshes) -> tuple[list, list]:
     """``(before, after)``: the index checks a loaded graph runs around ``op``, as ``(buffer, count, bound)``.
 
     Before: every index buffer of an indexed array the op's native code reads (a launch's indexed
-    arguments, an indexed copy or fill): the values are graph memory that the file and earlier ops set.
+    arguments, an indexed copy or fill): the values are graph memory that the file and earlier ops set
+    (``kept_guards`` drops a check that an identical one already made, with no write in between).
     After: the triangle indices of every Mesh (``meshes``, from ``mesh_indices``) in a region the op
-    may write (it holds a pointer into that region; reads count too), so that no later query or
-    refit reads one out of range. Branches and handle calls only read, and are not guarded after.
+    may write (``written_regions``), so that no later query or refit reads one out of range.
     """
     before = []
     if isinstance(op, rec.Launch):
@@ -239,10 +259,38 @@ def guards(op, meshes) -> tuple[list, list]:
     elif isinstance(op, rec.ArrayFill):
         before += _index_buffers(op.dst, op.array_type == 1)
     after = []
-    if meshes and not isinstance(op, (rec.Branch, rec.Jump, rec.HandleCall, rec.Alloc)):
-        regions = {ref.region for ref in _refs(op)}
+    if meshes:
+        regions = written_regions(op)
         after = [mesh for mesh in meshes if mesh[0].region in regions]
     return before, after
+
+
+def kept_guards(ops, guarded: dict) -> list[list[int]]:
+    """Position -> which of its op's ``before`` checks run there: a check is dropped when the same
+    buffer, count and bound were checked earlier in straight-line code (no branch, jump or jump
+    target since) and no op since may have written the buffer's region. A sequence of launches over
+    the same indexed array checks its indices once."""
+    targets = {op.target for op in ops if isinstance(op, rec.CONTROL_TYPES)}
+    valid: set = set()
+    kept = []
+    for position, op in enumerate(ops):
+        if position in targets:
+            valid.clear()
+        before = guarded.get(id(op), ((), ()))[0]
+        keep = []
+        for k, (buffer, count, bound) in enumerate(before):
+            key = (buffer.region, buffer.offset, count, bound)
+            if key not in valid:
+                keep.append(k)
+                valid.add(key)
+        kept.append(keep)
+        if isinstance(op, rec.CONTROL_TYPES):
+            valid.clear()
+        else:
+            written = written_regions(op)
+            if written:
+                valid = {key for key in valid if key[0] not in written}
+    return kept
 
 
 def _guard_row(guard, address_of) -> list[int]:
@@ -266,15 +314,17 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     arena.fill(address_of)
     meshes = mesh_indices(recording) if checked else []
     guarded = {id(op): guards(op, meshes) for op in distinct_ops} if checked else {}
+    kept = kept_guards(recording.ops, guarded) if checked else None
     rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
 
-    def rows_of(op) -> int:
-        before, after = guarded.get(id(op), ((), ()))
-        return (not isinstance(op, _NO_ROW)) + len(before) + len(after)
+    def rows_of(position: int, op) -> int:
+        if kept is None:
+            return not isinstance(op, _NO_ROW)
+        return (not isinstance(op, _NO_ROW)) + len(kept[position]) + len(guarded[id(op)][1])
 
     def row_at(position: int) -> int:
         if not rows_before:
-            rows_before.extend(np.cumsum([0] + [rows_of(op) for op in recording.ops]).tolist())
+            rows_before.extend(np.cumsum([0] + [rows_of(p, op) for p, op in enumerate(recording.ops)]).tolist())
         return rows_before[position]
 
     heads = loop_heads(recording.ops)  # position -> slot of each loop head
@@ -292,7 +342,8 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
     for position, op in enumerate(recording.ops):
         before, after = guard_rows.get(id(op), ((), ()))
-        sequence.extend(before)
+        if before:
+            sequence.extend(before[k] for k in kept[position])
         if position in heads:  # a loop head has a row of its own: it carries its loop's slot
             sequence.append(len(distinct))
             row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
