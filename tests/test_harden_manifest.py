@@ -248,3 +248,51 @@ def test_indices_written_between_two_readers_are_checked_again(tmp_path):
     graph.set_param("new", np.array([0, 1, 2, 1 << 30], np.int32))
     with pytest.raises(apic.ReplayIndexError):
         wp.capture_launch(graph)
+
+
+@wp.kernel
+def _query_meshes(meshes: wp.array(dtype=wp.uint64), grid: wp.uint64, points: wp.array(dtype=wp.vec3),
+                  out: wp.array(dtype=float)):
+    i = wp.tid()
+    q = wp.mesh_query_point_no_sign(meshes[i % 2], points[i], 10.0)
+    out[i] = q.u + float(i)
+
+
+def _ids_graph(folder):
+    """A kernel reading Mesh ids from graph memory (an array of uint64), beside a HashGrid."""
+    points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], np.float32), dtype=wp.vec3)
+    indices = wp.array(np.array([0, 1, 2, 1, 3, 2], np.int32), dtype=wp.int32)
+    meshes = [wp.Mesh(points=points, indices=indices), wp.Mesh(points=points, indices=indices)]
+    grid = wp.HashGrid(4, 4, 4)
+    ids = wp.array(np.array([m.id for m in meshes], np.uint64), dtype=wp.uint64)
+    out = wp.zeros(4, dtype=float)
+    with wp.ScopedCapture(device="cpu", apic=True) as cap:
+        grid.build(points, 0.5)
+        wp.launch(_query_meshes, dim=4, inputs=[ids, grid.id, points, out])
+    wp.capture_save(cap.graph, str(folder / "ids"), outputs={"out": out})
+    eager = wp.zeros(4, dtype=float)
+    wp.launch(_query_meshes, dim=4, inputs=[ids, grid.id, points, eager])
+    return str(folder / "ids"), eager.numpy(), (meshes, grid)
+
+
+def test_an_array_of_handle_ids_is_checked_at_replay(tmp_path):
+    """#15, ids in graph memory: the manifest records that the kernel's uint64 array held Mesh ids; a
+    file whose handle_slots give it the HashGrid's id is stopped before the launch."""
+    path, eager, keep = _ids_graph(tmp_path)
+    graph = wp.capture_load(path)
+    assert int(np.sum(graph.program.table[:, 0] == tbl.OP_CHECK_IDS)) == 1
+    wp.capture_launch(graph)
+    np.testing.assert_array_equal(graph.param_numpy("out"), eager)
+    doc = msgpack.unpackb(open(path + ".wrp", "rb").read()[schema.HEADER.size:], raw=False)
+    grid = next(i for i, h in enumerate(doc["handles"]) if h["kind"] == "HashGrid")
+    doc["handle_slots"][0][2] = grid
+    open(path + ".wrp", "wb").write(writer.encode(doc))
+    graph = wp.capture_load(path)
+    with pytest.raises(apic.ReplayIndexError, match="handle id"):
+        wp.capture_launch(graph)
+    status = reference.run_table(graph.program.table, 1, program.replay_limits(), graph.program.loops)
+    assert status % 4 == tbl.STATUS_BAD_INDEX and graph.program.table[status // 4, 0] == tbl.OP_CHECK_IDS
+    doc["handle_slots"].pop(0)  # the word stays 0: no handle at all
+    open(path + ".wrp", "wb").write(writer.encode(doc))
+    with pytest.raises(apic.ReplayIndexError):
+        wp.capture_launch(wp.capture_load(path))

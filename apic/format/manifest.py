@@ -9,8 +9,10 @@ binary (``<name>.<module sha16>.<manifest sha16>.kernels``), listing for every k
 module the graph launches:
 
 * ``size``: the byte size of its packed argument struct (and of the adjoint one);
-* ``arrays``: ``[at, elem_size, indexed, ndim, flags]`` of each array descriptor inside it (``flags``:
-  1, some launch passed None there; 2, some launch's array there lay in a Mesh's ``indices``);
+* ``arrays``: ``[at, elem_size, indexed, ndim, flags, kinds]`` of each array descriptor inside it
+  (``flags``: 1, some launch passed None there; 2, some launch's array lay in a Mesh's ``indices``;
+  4, every launch passed a contiguous ``uint64`` array of handle ids there, of the ``kinds`` listed:
+  a replay checks, before each launch, that the array still holds ids of those kinds only);
 * ``handles``: ``[at, kinds]`` of each word that held a native handle's id at capture, with the
   handle kinds it held (``""`` among them: some launch held a plain value there).
 
@@ -42,6 +44,9 @@ VERSION = 1
 SUFFIX = ".kernels"
 FLAG_NONE = 1  # some launch passed None (an all-zero descriptor) for this array
 FLAG_MESH_INDICES = 2  # some launch's array lay in a Mesh's indices
+FLAG_HANDLE_IDS = 4  # every launch passed a contiguous array of uint64 whose every element held a handle's id
+_MAX_ID_WORDS = 1 << 20  # an array of ids longer than this is not recorded as one
+_DESCRIPTOR_SHAPE = struct.Struct("<4i4i")  # array_t.shape[4], strides[4] @16
 FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_BYTES = 1 << 24  # a manifest lists at most a few thousand kernels
@@ -74,12 +79,47 @@ def _in_mesh_indices(target, meshes) -> bool:
         target.region == region and lo <= target.offset < hi for region, lo, hi in meshes)
 
 
-def _blob_layout(blobs: list[rec.Blob], handles, meshes) -> dict:
+def contiguous_words(data: bytes, at: int) -> int | None:
+    """The element count of the array descriptor at ``at`` of ``data`` if it is a C-contiguous array of
+    8-byte elements, else None."""
+    ndim = _NDIM.unpack_from(data, at + 48)[0]
+    if not 1 <= ndim <= 4:
+        return None
+    values = _DESCRIPTOR_SHAPE.unpack_from(data, at + 16)
+    shape, strides = values[:ndim], values[4:4 + ndim]
+    expected = 8
+    for n, stride in zip(reversed(shape), reversed(strides)):
+        if n < 0 or (n > 1 and stride != expected):
+            return None
+        expected *= n
+    return expected // 8
+
+
+def _id_kinds(blob: rec.Blob, slot, slot_kinds: dict) -> set | None:
+    """The handle kinds of the ids an array argument holds, if it is a contiguous uint64 array each of
+    whose elements is a saved handle slot (``slot_kinds``: (region, offset) -> kind), else None."""
+    if slot.indexed or slot.elem_size != 8 or not slot_kinds:
+        return None
+    data = next((r.target for r in blob.relocs if r.at == slot.at and isinstance(r.target, rec.Ref)), None)
+    count = None if data is None else contiguous_words(blob.data, slot.at)
+    if not count or count > _MAX_ID_WORDS:
+        return None
+    kinds = set()
+    for k in range(count):
+        kind = slot_kinds.get((data.region, data.offset + 8 * k))
+        if kind is None:
+            return None
+        kinds.add(kind)
+    return kinds
+
+
+def _blob_layout(blobs: list[rec.Blob], handles, meshes, slot_kinds: dict) -> dict:
     """The layout every launch in ``blobs`` (of one kernel) shares, with what each word held."""
     first = blobs[0]
     arrays = []
     for slot in first.arrays:
-        ndim, flags = 0, 0
+        ndim, flags, id_kinds = 0, 0, set()
+        ids = True  # every non-None launch passed an array of handle ids here
         for blob in blobs:
             size = 104 if slot.indexed else 56
             descriptor = blob.data[slot.at : slot.at + size]
@@ -90,7 +130,13 @@ def _blob_layout(blobs: list[rec.Blob], handles, meshes) -> dict:
             ndim = max(ndim, _NDIM.unpack_from(blob.data, slot.at + 48)[0])
             if any(_in_mesh_indices(r.target, meshes) for r in pointers if r.at - slot.at in (0, 8)):
                 flags |= FLAG_MESH_INDICES
-        arrays.append([slot.at, slot.elem_size, bool(slot.indexed), ndim, flags])
+            kinds = _id_kinds(blob, slot, slot_kinds)
+            ids = ids and kinds is not None
+            id_kinds |= kinds or set()
+        if ids and id_kinds:
+            flags |= FLAG_HANDLE_IDS
+        arrays.append([slot.at, slot.elem_size, bool(slot.indexed), ndim, flags,
+                       sorted(id_kinds) if flags & FLAG_HANDLE_IDS else []])
     words: dict[int, set] = {}
     for blob in blobs:
         held = {r.at: handles[r.target.index].kind for r in blob.relocs if isinstance(r.target, rec.HandleRef)}
@@ -105,9 +151,12 @@ def _blob_layout(blobs: list[rec.Blob], handles, meshes) -> dict:
             "handles": [[at, sorted(kinds)] for at, kinds in sorted(words.items())]}
 
 
-def build(recording, module: int, module_sha256: str, source_sha256: str | None = None) -> bytes | None:
+def build(recording, module: int, module_sha256: str, source_sha256: str | None = None,
+          slot_kinds: dict | None = None) -> bytes | None:
     """The canonical manifest bytes of module ``module`` of a recording (None if the graph launches none
-    of its kernels on the CPU); ``source_sha256``: its saved generated C++ (``source_fallback=True``)."""
+    of its kernels on the CPU); ``source_sha256``: its saved generated C++ (``source_fallback=True``);
+    ``slot_kinds``: (region, offset) -> kind of each saved word that holds a handle's id."""
+    slot_kinds = slot_kinds or {}
     meshes = _mesh_indices(recording.handles)
     launches: dict[int, list] = {}
     for op in {id(op): op for op in recording.ops}.values():
@@ -121,8 +170,8 @@ def build(recording, module: int, module_sha256: str, source_sha256: str | None 
         adj = [op.adj_args for op in ops if op.adj_args is not None]
         kernels[kernel.symbol] = [
             bool(kernel.adjoint),
-            _blob_layout([op.args for op in ops], recording.handles, meshes),
-            _blob_layout(adj, recording.handles, meshes) if adj else None,
+            _blob_layout([op.args for op in ops], recording.handles, meshes, slot_kinds),
+            _blob_layout(adj, recording.handles, meshes, slot_kinds) if adj else None,
         ]
     doc = {"format": FORMAT, "version": VERSION, "module_sha256": module_sha256, "source_sha256": source_sha256,
            "kernels": [[symbol, *kernels[symbol]] for symbol in sorted(kernels)]}
@@ -137,9 +186,11 @@ def file_name(module_file: str, digest: str) -> str:
 def add_manifests(recording, doc: dict, images: dict[str, bytes]) -> None:
     """Give each CPU module entry of ``doc`` whose kernels the graph launches its ``manifest``, and put
     the manifest file in ``images``."""
+    slot_kinds = {(region, offset): recording.handles[handle].kind
+                  for region, offset, handle in doc.get("handle_slots", [])}
     for index, entry in enumerate(doc["modules"]):
         source = entry.get("source")
-        data = build(recording, index, entry["sha256"], None if source is None else source["sha256"])
+        data = build(recording, index, entry["sha256"], None if source is None else source["sha256"], slot_kinds)
         if data is None:
             continue
         digest = hashlib.sha256(data).hexdigest()
@@ -199,7 +250,8 @@ def _parse(data: bytes, where: str, module) -> dict:
 
 
 def _layout(value) -> tuple:
-    arrays = tuple((int(a), int(e), bool(i), int(n), int(f)) for a, e, i, n, f in value["arrays"])
+    arrays = tuple((int(a), int(e), bool(i), int(n), int(f), frozenset(str(k) for k in kinds))
+                   for a, e, i, n, f, kinds in value["arrays"])
     handles = {int(at): frozenset(str(k) for k in kinds) for at, kinds in value["handles"]}
     return int(value["size"]), arrays, handles
 
@@ -229,13 +281,16 @@ def load(saved, fetch, names, origin: str) -> dict[int, dict]:
     return tables
 
 
-def _check_blob(blob: rec.Blob, layout, handles, meshes, where: str) -> None:
+def _check_blob(blob: rec.Blob, layout, handles, meshes, where: str) -> list:
+    """Check one launch blob against its layout; returns the arrays of handle ids it passes, as
+    ``(data, count, kinds)``, whose values a replay checks."""
     size, arrays, words = layout
+    id_arrays = []
     if len(blob.data) != size:
         _fail(where, f"{len(blob.data)} bytes; the kernel's manifest says its argument struct has {size}")
     if tuple((s.at, s.elem_size, bool(s.indexed)) for s in blob.arrays) != tuple(a[:3] for a in arrays):
         _fail(where, "array descriptors other than the kernel's manifest lists (offset, element size, indexed)")
-    for at, _, indexed, ndim, flags in arrays:
+    for at, _, indexed, ndim, flags, kinds in arrays:
         end = at + (104 if indexed else 56)
         pointers = [r for r in blob.relocs if at <= r.at < end]
         if not pointers and not any(blob.data[at : at + 16]):
@@ -249,6 +304,13 @@ def _check_blob(blob: rec.Blob, layout, handles, meshes, where: str) -> None:
                 _in_mesh_indices(r.target, meshes) for r in pointers if r.at - at in (0, 8)):
             _fail(where, f"the array at byte {at} lies in a Mesh's triangle indices, which this kernel argument "
                          "never did at capture (a kernel writing there corrupts a mesh its queries read)")
+        if flags & FLAG_HANDLE_IDS:
+            count = contiguous_words(blob.data, at)
+            data = next((r.target for r in pointers if r.at == at), None)
+            if count is None or data is None:
+                _fail(where, f"the array at byte {at} held the ids of {'/'.join(sorted(kinds))} objects at capture; "
+                             "here it is not a contiguous array of them")
+            id_arrays.append((data, count, kinds))
     held = {r.at: handles[r.target.index].kind for r in blob.relocs if isinstance(r.target, rec.HandleRef)}
     for at, kind in held.items():
         if kind not in words.get(at, ()):
@@ -257,10 +319,14 @@ def _check_blob(blob: rec.Blob, layout, handles, meshes, where: str) -> None:
     for at, kinds in words.items():
         if at not in held and "" not in kinds:
             _fail(where, f"the word at byte {at} must hold the id of a {'/'.join(sorted(kinds))}")
+    return id_arrays
 
 
-def check(saved, tables: dict[int, dict]) -> None:
-    """Every kernel of a module with a manifest is listed there, and every launch of it matches its layout."""
+def check(saved, tables: dict[int, dict]) -> dict[int, list]:
+    """Every kernel of a module with a manifest is listed there, and every launch of it matches its layout.
+
+    Returns id(launch op) -> its arrays of handle ids ``(data, count, kinds)``: the ids are graph
+    memory (a kernel or a copy may change them), so a replay checks them before the launch."""
     recording = saved.recording
     meshes = _mesh_indices(recording.handles)
     for index, kernel in enumerate(recording.kernels):
@@ -271,7 +337,7 @@ def check(saved, tables: dict[int, dict]) -> None:
         if found is None or found[0] != bool(kernel.adjoint):
             _fail(f"kernels[{index}].symbol", f"{kernel.symbol} is not a kernel the module's manifest lists "
                                               "(the graph saved with this module never launched it)")
-    done = set()
+    done, id_arrays = set(), {}
     for position, op in enumerate(recording.ops):
         if not isinstance(op, rec.Launch) or id(op) in done:
             continue
@@ -281,8 +347,11 @@ def check(saved, tables: dict[int, dict]) -> None:
             continue
         _, args, adj = table[recording.kernels[op.kernel].symbol]
         where = f"the launch at position {position} (kernels[{op.kernel}])"
-        _check_blob(op.args, args, recording.handles, meshes, f"{where}.args")
+        found = _check_blob(op.args, args, recording.handles, meshes, f"{where}.args")
         if (op.adj_args is None) != (adj is None):
             _fail(f"{where}.adj_args", "present or absent against the kernel's manifest")
         if op.adj_args is not None:
-            _check_blob(op.adj_args, adj, recording.handles, meshes, f"{where}.adj_args")
+            found += _check_blob(op.adj_args, adj, recording.handles, meshes, f"{where}.adj_args")
+        if found:
+            id_arrays[id(op)] = found
+    return id_arrays

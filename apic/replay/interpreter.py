@@ -25,7 +25,7 @@ from numba import njit
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import (
-    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at,
+    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at, load_i64_at,
 )
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
@@ -38,7 +38,7 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
     0, 1, 2, 3
 )
 assert _table.SIGNAL_PERIOD == 256
-assert (_table.OP_CHECK_INDICES, _table.STATUS_BAD_INDEX) == (20, 3)
+assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS, _table.STATUS_BAD_INDEX) == (20, 21, 3)
 
 
 @njit(cache=True, nogil=True)
@@ -52,6 +52,21 @@ def indices_in_range(address, count, bound):
         lo = min(lo, value)
         hi = max(hi, value)
     return lo >= 0 and (count == 0 or hi < bound)
+
+
+@njit(cache=True, nogil=True)
+def ids_known(address, count, ids, n):
+    """Whether each of the ``count`` uint64 at ``address`` is one of the ``n`` at ``ids`` (OP_CHECK_IDS)."""
+    for k in range(count):
+        value = load_i64_at(address, k)
+        found = False
+        for j in range(n):
+            if load_i64_at(ids, j) == value:
+                found = True
+                break
+        if not found:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -122,6 +137,9 @@ def run_table(table, repeats, limits=None, loops=0):
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
             elif op == 20:  # OP_CHECK_INDICES
                 if not indices_in_range(table[i, 2], table[i, 3], table[i, 4]):
+                    return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
+            elif op == 21:  # OP_CHECK_IDS
+                if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
                     return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
             i += 1
         ticks += 1

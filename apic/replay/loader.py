@@ -170,8 +170,9 @@ def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
     return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
 
 
-def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
-    """Allocate, fill, load and lower: the loaded ``apic.Graph``."""
+def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None):
+    """Allocate, fill, load and lower: the loaded ``apic.Graph``; ``id_arrays`` (from
+    ``apic.format.manifest.check``): the arrays of handle ids each launch passes, checked at replay."""
     from apic.graph import Graph
 
     recording = saved.recording
@@ -213,7 +214,7 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
                                handles=rebuilt)
     return Graph(
         live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
-        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings,
+        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings, id_arrays=id_arrays,
     )
 
 
@@ -253,6 +254,6 @@ def load(saved: SavedGraph, fetch, origin: str, device, names=list):
     check_memory(saved)
     images = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the modules folder, which the .wrp cannot change
-    kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin))
-    return build_graph(saved, images, device)
+    id_arrays = kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin))
+    return build_graph(saved, images, device, id_arrays)
 

@@ -101,7 +101,8 @@ def row_labels(graph) -> list:
     recording = graph.recording
     labels = []
     meshes = _program.mesh_indices(recording) if graph.is_loaded else []
-    guarded = {id(op): _program.guards(op, meshes) for op in recording.ops} if graph.is_loaded else {}
+    guarded = ({id(op): _program.guards(op, meshes, getattr(graph, "id_arrays", None)) for op in recording.ops}
+               if graph.is_loaded else {})
     kept = _program.kept_guards(recording.ops, guarded) if graph.is_loaded else None
     for position, op in enumerate(recording.ops):
         after = guarded[id(op)][1] if kept is not None else ()

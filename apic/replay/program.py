@@ -99,8 +99,9 @@ def raise_status(status: int, limits: np.ndarray) -> None:
     elif status % 4 == tbl.STATUS_BAD_INDEX:
         raise ReplayIndexError(
             f"the replay of a loaded graph stopped at op-table row {status // 4}: graph memory holds an index "
-            "outside its array (an indexed array's index buffer, or a Mesh's triangle indices) that the next op's "
-            "native code would use; the graph's memory is as the replay left it"
+            "outside its array (an indexed array's index buffer, or a Mesh's triangle indices), or an array of "
+            "handle ids holds a value that is not the id of a handle of the kinds its kernel took, that the next "
+            "op's native code would use; the graph's memory is as the replay left it"
         )
     elif status == tbl.STATUS_LOOP_CAP:
         raise LoopLimitError(
@@ -240,8 +241,9 @@ def written_regions(op) -> set[int]:
     return set()  # branches, jumps, allocations; handle calls write only the handle's native memory
 
 
-def guards(op, meshes) -> tuple[list, list]:
-    """``(before, after)``: the index checks a loaded graph runs around ``op``, as ``(buffer, count, bound)``.
+def guards(op, meshes, id_arrays=None) -> tuple[list, list]:
+    """``(before, after)``: the index checks a loaded graph runs around ``op``, as ``(buffer, count, bound)``
+    (``bound``: an int for indices, a frozenset of handle kinds for an array of handle ids).
 
     Before: every index buffer of an indexed array the op's native code reads (a launch's indexed
     arguments, an indexed copy or fill): the values are graph memory that the file and earlier ops set
@@ -258,6 +260,9 @@ def guards(op, meshes) -> tuple[list, list]:
         before += _index_buffers(op.dst, op.dst_type == 1) + _index_buffers(op.src, op.src_type == 1)
     elif isinstance(op, rec.ArrayFill):
         before += _index_buffers(op.dst, op.array_type == 1)
+    # a launch's arrays of handle ids (apic.format.manifest): each word must be a handle of the kinds
+    # the kernel took there, whatever wrote them since the load
+    before += [(data, count, frozenset(kinds)) for data, count, kinds in (id_arrays or {}).get(id(op), ())]
     after = []
     if meshes:
         regions = written_regions(op)
@@ -293,16 +298,26 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
     return kept
 
 
-def _guard_row(guard, address_of) -> list[int]:
+def _ids_blob(kinds: frozenset, handles) -> rec.Blob:
+    """A blob of the ids of the graph's handles of ``kinds`` (relocated: laid out at lowering)."""
+    chosen = [i for i, handle in enumerate(handles) if handle.kind in kinds]
+    return rec.Blob(bytes(8 * max(len(chosen), 1)), tuple(rec.Reloc(8 * j, rec.HandleRef(i)) for j, i in enumerate(chosen)))
+
+
+def _guard_row(guard, address_of, arena, id_blobs) -> list[int]:
     buffer, count, bound = guard
+    if isinstance(bound, frozenset):
+        blob = id_blobs[bound]
+        return [tbl.OP_CHECK_IDS, 0, address_of(buffer), count, arena.address(blob), len(blob.relocs)]
     return [tbl.OP_CHECK_INDICES, 0, address_of(buffer), count, bound]
 
 
-def lower(recording, address_of, kernel_addresses: list[int], checked: bool = False) -> Program:
+def lower(recording, address_of, kernel_addresses: list[int], checked: bool = False, id_arrays=None) -> Program:
     """Build the program of ``recording`` with kernels at the given addresses.
 
     ``address_of(target)`` is the live address of a region reference (``Ref``), or the id of a native
-    handle (``HandleRef``). ``checked`` (a loaded graph) adds the index checks of ``guards``.
+    handle (``HandleRef``). ``checked`` (a loaded graph) adds the index checks of ``guards``, and of the
+    arrays of handle ids ``id_arrays`` names (``apic.format.manifest.check``).
     """
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
@@ -310,10 +325,12 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     blobs = [blob for op in distinct_ops for blob in _blobs_of(op)]
     wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): _argv_blob(op) for op in wide}
-    arena = _Arena(blobs + list(argvs.values()))
-    arena.fill(address_of)
     meshes = mesh_indices(recording) if checked else []
-    guarded = {id(op): guards(op, meshes) for op in distinct_ops} if checked else {}
+    guarded = {id(op): guards(op, meshes, id_arrays) for op in distinct_ops} if checked else {}
+    id_blobs = {g[2]: _ids_blob(g[2], recording.handles)
+                for before, _ in guarded.values() for g in before if isinstance(g[2], frozenset)}
+    arena = _Arena(blobs + list(argvs.values()) + list(id_blobs.values()))
+    arena.fill(address_of)
     kept = kept_guards(recording.ops, guarded) if checked else None
     rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
 
@@ -337,7 +354,9 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
         before, after = guarded.get(id(op), ((), ()))
         if before or after:
             first = len(distinct)
-            distinct.extend(_guard_row(g, address_of) + [0] * (tbl.OP_COLUMNS - 5) for g in (*before, *after))
+            for g in (*before, *after):
+                row = _guard_row(g, address_of, arena, id_blobs)
+                distinct.append(row + [0] * (tbl.OP_COLUMNS - len(row)))
             rows = list(range(first, len(distinct)))
             guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
     for position, op in enumerate(recording.ops):

@@ -10,6 +10,10 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
+``OP_CHECK_IDS``: ``[OP_CHECK_IDS, 0, address, count, ids, n]``, go on only if each of the ``count``
+uint64 at ``address`` is one of the ``n`` uint64 at ``ids`` (the ids of the handles of the kinds a
+kernel's array of handle ids held at capture); otherwise stop with ``STATUS_BAD_INDEX``.
+
 ``OP_CHECK_INDICES``: ``[OP_CHECK_INDICES, 0, address, count, bound]``, go on only if each of the
 ``count`` int32 at ``address`` lies in ``[0, bound)``; otherwise stop with ``STATUS_BAD_INDEX``. A
 loaded graph has one before each op whose native code indexes with such values (an indexed array's
@@ -43,6 +47,7 @@ OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): 
 OP_CALL_ARGV = 18
 ARGV_ARGS = 20
 OP_CHECK_INDICES = 20
+OP_CHECK_IDS = 21
 
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
@@ -53,7 +58,8 @@ COL_LOOP = 4
 STATUS_DONE = 0
 STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
 STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
-# An OP_CHECK_INDICES row found an index out of range: the replay stopped before running anything
+# An OP_CHECK_INDICES row found an index out of range (or an OP_CHECK_IDS row an id that is not one of
+# the handles the kernel's array held): the replay stopped before running anything
 # past it. The interpreter returns STATUS_BAD_INDEX + 4 * row (row: that check's row in the table).
 STATUS_BAD_INDEX = 3
 
