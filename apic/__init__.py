@@ -11,6 +11,7 @@ from apic.errors import ApicError, BindingError, CaptureError, FormatError, Grap
 from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError, ReplayIndexError
 from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
+from apic.params import Param, param
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.record.shims import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
@@ -28,6 +29,7 @@ __all__ = [
     "GraphMemoryError",
     "IncompatibleGraphError",
     "LoopLimitError",
+    "Param",
     "ReplayIndexError",
     "ScopedCapture",
     "UnsupportedOperationError",
@@ -42,6 +44,7 @@ __all__ = [
     "profile",
     "ProfileReport",
     "is_installed",
+    "param",
     "max_loop_iterations",
     "set_max_loop_iterations",
     "uninstall",

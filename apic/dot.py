@@ -131,15 +131,16 @@ def _structure(ops, lo: int, hi: int, region_name) -> list:
             continue
         cond = f"int32 at {region_name(op.cond.region)}+{op.cond.offset}"
         last = ops[t - 1]
+        # the branch (and the jump that closes a body) are drawn inside the cluster they control
         if t - 1 > p and isinstance(last, rec.Jump) and last.target == p:  # while: branch; body; jump top
-            items += [p, _Block(f"while {cond} != 0", _structure(ops, p + 1, t - 1, region_name)), t - 1]
+            items.append(_Block(f"while {cond} != 0", [p, *_structure(ops, p + 1, t - 1, region_name), t - 1]))
             p = t
         elif t - 1 > p and isinstance(last, rec.Jump) and t <= last.target <= hi:  # if / else
-            items += [p, _Block(f"if {cond} != 0", _structure(ops, p + 1, t - 1, region_name)), t - 1,
+            items += [_Block(f"if {cond} != 0", [p, *_structure(ops, p + 1, t - 1, region_name), t - 1]),
                       _Block("else", _structure(ops, t, last.target, region_name))]
             p = last.target
         else:
-            items += [p, _Block(f"if {cond} != 0", _structure(ops, p + 1, t, region_name))]
+            items.append(_Block(f"if {cond} != 0", [p, *_structure(ops, p + 1, t, region_name)]))
             p = t
     return _fold(items, ops)
 
@@ -193,8 +194,10 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
     clusters: list = []
 
     def emit(items, indent: str) -> None:
+        previous = None  # the last plain op of this list: an invisible edge keeps execution order top to bottom
         for item in items:
             if isinstance(item, _Block):
+                previous = None
                 clusters.append(item)
                 cluster = f"cluster_{len(clusters)}"
                 style = 'style="dashed"; color="#4c72b0"' if item.count > 1 else 'style="rounded"; color="#c44e52"'
@@ -212,6 +215,9 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
             label = f"#{item} {_op_label(ops[item], recording.kernels, region_name)}"
             shape = ', shape=diamond, fillcolor="#fbeeee"' if isinstance(ops[item], rec.CONTROL_TYPES) else ""
             lines.append(f'{indent}{node} [label="{escape(label)}"{shape}];')
+            if previous is not None:
+                lines.append(f"{indent}{previous} -> {node} [style=invis];")
+            previous = node
 
     emit(_structure(ops, 0, len(ops), region_name), "  ")
     for pos, shown in folded.items():

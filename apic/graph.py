@@ -21,7 +21,8 @@ class Graph:
 
     A graph loaded by ``wp.capture_load`` / ``wp.capture_load_from_bytes`` also has named
     parameters: :attr:`params`, :meth:`set_param`, :meth:`get_param` and :meth:`get_param_ptr`,
-    as in Warp 1.19, which check dtype and shape as well as size.
+    as in Warp 1.19, which check dtype and shape as well as size. Named scalar parameters
+    (``apic.param``) can be set and read on live and loaded graphs alike.
     """
 
     def __init__(self, recording: Recording, device, *, apic: bool, keepalive=(), is_loaded: bool = False,
@@ -44,6 +45,9 @@ class Graph:
         self.program: Program = lower(recording, self.address_of, list(kernel_addresses), checked=is_loaded,
                                       id_arrays=self.id_arrays)
         self._checks_blocks = any(k.cpu_blocks for k in recording.kernels)
+        # named scalar parameters (apic.param): their types, current values and arena bytes
+        self.scalars = {p.name: p for p in recording.params}
+        self.param_values = {p.name: p.value for p in recording.params}  # name -> packed bytes
 
     def address_of(self, target) -> int:
         """The live address of a region reference, or the id of a ``HandleRef``'s object."""
@@ -83,26 +87,43 @@ class Graph:
     # --- named parameters (loaded graphs), as warp.Graph in Warp 1.19 ---------------------------------
     @property
     def params(self) -> dict:
-        """Parameter name -> ``{"size": bytes, "kind", "dtype", "shape", "strides"}``; empty unless loaded."""
-        return {name: b.describe() for name, b in self.bindings.items()}
+        """Parameter name -> ``{"size": bytes, "kind", "dtype", "shape", "strides"}`` for the array bindings of a
+        loaded graph, and ``{"size", "kind": "scalar", "dtype", "shape": (), "value"}`` for each named scalar."""
+        found = {name: b.describe() for name, b in self.bindings.items()}
+        found.update((name, p.describe(self.param_values[name])) for name, p in self.scalars.items())
+        return found
 
     def _binding(self, name: str, method: str):
+        if name in self.scalars:
+            raise BindingError(f"{method}('{name}'): '{name}' is a named scalar parameter, not an array: "
+                               f"set it with set_param('{name}', value) and read it with get_param('{name}')")
         if not self.is_loaded:
+            if self.scalars:  # a BindingError is a RuntimeError too, as upstream raises here
+                raise BindingError(f"{method}(): this live graph has no parameter named {name!r} (its named scalar "
+                                   f"parameters: {', '.join(sorted(self.scalars))}); array parameters are only "
+                                   "supported on loaded APIC graphs")
             raise RuntimeError(f"{method}() is only supported on loaded APIC graphs")
         binding = self.bindings.get(name)
         if binding is None:
-            from apic.errors import BindingError
-
-            known = ", ".join(sorted(self.bindings)) or "none"
+            known = ", ".join(sorted(self.params)) or "none"
             raise BindingError(f"{method}(): the graph has no parameter named {name!r} (its parameters: {known})")
         return binding
 
     def set_param(self, name: str, arr) -> None:
         """Copy ``arr`` into the named parameter: a Warp array (dtype, shape and size must match) or any
         array-like NumPy takes (NumPy, list, memoryview, torch tensor; shape ``shape + element shape``).
-        Always a copy: changing ``arr`` later does not change the graph."""
+        Always a copy: changing ``arr`` later does not change the graph.
+
+        For a named scalar parameter (``apic.param``; live or loaded graph), ``arr`` is its new value: a
+        number, or a vector / matrix as a Warp value or a sequence of its shape. It is checked (type,
+        integer range, shape) and packed as Warp packs a kernel argument, then written into every launch
+        that received the parameter; the next replay sees it."""
         from apic import bindings as b
 
+        scalar = self.scalars.get(name)
+        if scalar is not None:
+            self._set_scalar(scalar, arr)
+            return
         binding = self._binding(name, "set_param")
         where = f"set_param('{name}')"
         if b.is_warp_array(arr):
@@ -112,12 +133,36 @@ class Graph:
         source = b.array_like_copy(binding, arr, where)
         b.typed_view(binding, self.region_addresses[binding.region], self)[...] = source
 
-    def get_param(self, name: str, arr) -> None:
+    def _set_scalar(self, scalar, value) -> None:
+        from apic.params import pack
+
+        packed = pack(scalar, value, f"set_param('{scalar.name}')")
+        offsets = self.program.param_offsets.get(scalar.name)
+        if offsets is not None:  # every launch argument block that received it, in the replay arena
+            from apic.replay.param_slots import write_slots
+
+            write_slots(self.program.arena, offsets, np.frombuffer(packed, dtype=np.uint8))
+        self.param_values[scalar.name] = packed
+
+    def get_param(self, name: str, arr=None):
         """Copy the named parameter into ``arr``: a Warp array (dtype, shape and size must match) or a
         NumPy array of the parameter's element type and ``shape + element shape``. A read-only
-        destination raises ``BindingError``; nothing is written."""
+        destination raises ``BindingError``; nothing is written.
+
+        A named scalar parameter (``apic.param``) is returned instead (``arr`` omitted): a Python
+        ``float`` / ``int`` / ``bool``, or a NumPy array for a vector or matrix."""
         from apic import bindings as b
 
+        scalar = self.scalars.get(name)
+        if scalar is not None:
+            if arr is not None:
+                raise BindingError(f"get_param('{name}'): '{name}' is a named scalar parameter; "
+                                   f"get_param('{name}') returns its value")
+            from apic.params import unpack
+
+            return unpack(scalar, self.param_values[name])
+        if arr is None:
+            raise TypeError(f"get_param('{name}'): pass the array to copy the parameter into")
         binding = self._binding(name, "get_param")
         where = f"get_param('{name}')"
         b.check_writable(arr, where)
@@ -132,6 +177,9 @@ class Graph:
 
     def get_param_ptr(self, name: str):
         """Host address of the named parameter's first element, or None if there is no such parameter."""
+        if name in self.scalars:
+            raise BindingError(f"get_param_ptr('{name}'): a named scalar parameter has no one address (each launch "
+                               f"that received it holds a copy); use set_param('{name}', value)")
         if not self.is_loaded:
             raise RuntimeError("get_param_ptr() is only supported on loaded APIC graphs")
         binding = self.bindings.get(name)

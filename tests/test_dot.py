@@ -44,6 +44,11 @@ def test_dot_of_control_flow_and_handles(tmp_path):
     assert 'op11 -> op12' in text and 'op12 -> op13 [label="Mesh 0"]' in text  # lift, refit, query
     assert 'op3 -> op0 [style=dashed' in text  # the loop's way back
     assert "read+write" not in text and "reading and writing every array" in text
+    # a body's branch and closing jump are drawn inside its cluster; its ops keep their order (invisible edges)
+    for line in text.splitlines():
+        if re.match(r"\s*op(0|3|4|6) \[", line):
+            assert line.startswith("    op"), line  # nested one level: inside the while / if cluster
+    assert "op0 -> op1 [style=invis]" in text and "op1 -> op2 [style=invis]" in text
 
 
 def test_dot_demo_folds_the_substeps():
@@ -76,21 +81,28 @@ def test_escape():
     assert dot.escape('a"b\\c\nd\x01') == 'a\\"b\\\\c\\nd\\\\x01'
 
 
-def test_cli_inspect_dot_and_png(tmp_path):
+def _inspect_flow(tmp_path, *extra):
     graph, state = _flow_graph()
     wrp = str(tmp_path / "flow.wrp")
     wp.capture_save(graph, wrp, inputs={"x": state["x"], "flag": state["flag"]})
-    dot_path, png_path = tmp_path / "flow.dot", tmp_path / "flow.png"
-    args = [sys.executable, "-m", "apic", "inspect", wrp, "--dot", str(dot_path)]
-    if shutil.which("dot"):
-        args += ["--png", str(png_path)]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    dot_path = tmp_path / "flow.dot"
+    result = subprocess.run([sys.executable, "-m", "apic", "inspect", wrp, "--dot", str(dot_path), *extra],
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "loads here: yes" in result.stdout
     text = dot_path.read_text()
     assert 'if int32 at flag+0 != 0' in text and '[label="x"]' in text  # bindings name their regions
-    if shutil.which("dot"):
-        assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_inspect_dot(tmp_path):
+    _inspect_flow(tmp_path)
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is not installed (apt-get install graphviz)")
+def test_cli_inspect_png(tmp_path):
+    png_path = tmp_path / "flow.png"
+    _inspect_flow(tmp_path, "--png", str(png_path))
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_png_without_graphviz_says_how_to_get_it(monkeypatch, tmp_path):

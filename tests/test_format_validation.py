@@ -256,6 +256,12 @@ def test_random_edits_are_refused_cleanly(doc, draw):
         pass
 
 
+def test_rejects_a_launch_dim_of_2_to_the_64_threads_or_more(doc):
+    """Found by the random edits: such a dim made the bounds check raise struct.error, not FormatError."""
+    i = op_index(doc, schema.WireOp.LAUNCH)
+    rejects(edit(doc, ("ops", i, "dim"), [(1 << 32) - 1] * 3), "dim")
+
+
 def test_sequence_indexes_ops(doc):
     n = len(doc["ops"])
     read(edit(doc, ("sequence",), np.array([n - 1, 0], dtype="<u4").tobytes()))

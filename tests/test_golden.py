@@ -9,6 +9,7 @@ whose kernels read native Warp structs (a mesh query) replays only under the war
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -57,6 +58,26 @@ def test_golden_file_replays_bit_for_bit(folder):
     for name in expected.files:
         got = graph.param_numpy(name)
         assert got.tobytes() == np.ascontiguousarray(expected[name]).tobytes(), f"{folder}: {name}"
+
+
+@pytest.mark.parametrize("folder", [f for f in FOLDERS if os.path.exists(os.path.join(GOLDEN, f, "set.json"))])
+def test_golden_scalar_parameters_set_after_load(folder):
+    """Format 3: the named scalar parameters set to ``set.json``'s values give ``expected_set.npz`` (eager)."""
+    graph = wp.capture_load(os.path.join(GOLDEN, folder, "graph.wrp"))
+    with open(os.path.join(GOLDEN, folder, "set.json")) as f:
+        settings = json.load(f)
+    assert settings and set(settings) <= {n for n, p in graph.params.items() if p["kind"] == "scalar"}
+    for name, value in settings.items():
+        graph.set_param(name, value)
+    for _ in range(REPLAYS):
+        wp.capture_launch(graph)
+    expected = np.load(os.path.join(GOLDEN, folder, "expected_set.npz"))
+    for name in expected.files:
+        assert graph.param_numpy(name).tobytes() == np.ascontiguousarray(expected[name]).tobytes(), f"{folder}: {name}"
+
+
+def test_format_3_golden_files_exist_for_both_warp_versions():
+    assert {f for f in FOLDERS if _parts(f)[0] == schema.PARAMS_VERSION} >= {"v3-warp1.12.1", "v3-warp1.19.0"}
 
 
 @pytest.mark.parametrize("folder", FOLDERS)

@@ -48,7 +48,22 @@ def test_profile_matches_eager_demo():
     assert abs(sum(r.share for r in report.rows) - 1.0) < 1e-9
     assert all(r.total_ns > 0 for r in report.rows)
     text = report.table()
-    assert "spring_forces" in text and "share" in text
+    assert "spring_forces" in text
+    assert text.splitlines()[0].split() == ["kind", "name", "ops", "calls", "total", "ms", "mean", "us", "share"]
+
+
+def test_capture_launch_stays_unprofiled():
+    """``wp.capture_launch`` runs the plain interpreter, also after a profile of the same graph."""
+    from apic.replay import _profile_loop, interpreter, program
+
+    chain = Chain(8, 1)
+    with wp.ScopedCapture(device="cpu") as capture:
+        chain.step()
+    apic.profile(capture.graph, replays=2)
+    wp.capture_launch(capture.graph)
+    if program._run_table is not None and program._run_table.__module__ == interpreter.__name__:
+        assert program._run_table is interpreter.run_table
+    assert program._run_table is not _profile_loop.run_table_profiled
 
 
 def test_profile_counts_loop_iterations_and_matches_eager():

@@ -171,10 +171,30 @@ def describe(path: str) -> dict:
              "region": b.region, "offset": b.offset, "nbytes": b.nbytes}
             for b in saved.bindings
         ],
+        "scalar_params": _scalar_params(recording),
         "op_count": len(recording.ops),
         "op_counts": dict(sum((collections.Counter({op["kind"]: op["count"]}) for op in ops), collections.Counter())),
         "ops": ops,
     }
+
+
+def _scalar_params(recording) -> list:
+    """Each named scalar parameter: its type, saved value and how many launch arguments hold it."""
+    from apic.params import unpack
+    from apic.record import ops as rec
+
+    slots: collections.Counter = collections.Counter()
+    seen: set = set()
+    for op in recording.ops:
+        if isinstance(op, rec.Launch) and id(op) not in seen:
+            seen.add(id(op))
+            slots.update(s.name for blob in (op.args, op.adj_args) if blob is not None for s in blob.params)
+    found = []
+    for p in recording.params:
+        value = unpack(p, p.value)
+        found.append({"name": p.name, "dtype": p.dtype, "value": value.tolist() if hasattr(value, "tolist") else value,
+                      "nbytes": p.nbytes, "slots": slots[p.name]})
+    return found
 
 
 def _picture(args) -> None:
@@ -295,6 +315,10 @@ def _text(info: dict) -> str:
     for b in info["bindings"]:
         lines.append(f"  {b['name']}: {b['kind']} {b['dtype']} {tuple(b['shape'])} "
                      f"at r{b['region']}+{b['offset']} ({b['nbytes']:,} B)")
+    if info["scalar_params"]:
+        lines.append(f"scalar parameters ({len(info['scalar_params'])}, set with --set NAME=VALUE):")
+        for p in info["scalar_params"]:
+            lines.append(f"  {p['name']}: {p['dtype']} = {p['value']} (in {p['slots']} distinct launch argument blocks)")
     counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
     lines.append(f"ops ({info['op_count']}{': ' + counts if counts else ''}; {len(info['ops'])} distinct):")
     for i, op in enumerate(info["ops"]):

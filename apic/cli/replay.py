@@ -19,6 +19,9 @@ def add_parser(subparsers):
     parser.add_argument("--iters", type=int, default=1, metavar="N", help="number of replays (default 1)")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="set the named parameter from a .npy file before replaying (repeatable)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="set_values",
+                        help="set a named scalar parameter before replaying: dt=0.005, or a vector / matrix as "
+                             "comma-separated components in row order, g=0,-9.8,0 (repeatable)")
     parser.add_argument("--output", action="append", default=[], metavar="NAME=FILE.npy",
                         help="write the named parameter to a .npy file after replaying (repeatable)")
     parser.add_argument("--time", action="store_true", help="print how long the replays took")
@@ -28,14 +31,45 @@ def add_parser(subparsers):
     return parser
 
 
-def _pairs(values: list[str], option: str) -> list[tuple[str, str]]:
+def _pairs(values: list[str], option: str, form: str = "NAME=FILE.npy") -> list[tuple[str, str]]:
     pairs = []
     for value in values:
         name, sep, path = value.partition("=")
         if not sep or not name or not path:
-            raise UserError(f"{option} expects NAME=FILE.npy, got {value!r}")
+            raise UserError(f"{option} expects {form}, got {value!r}")
         pairs.append((name, path))
     return pairs
+
+
+def _scalar_value(graph, name: str, text: str):
+    """The value ``--set NAME=TEXT`` gives a named scalar parameter: numbers as its components' kind."""
+    import numpy as np
+
+    scalar = graph.scalars.get(name)
+    if scalar is None:
+        known = ", ".join(sorted(graph.scalars)) or "none"
+        raise UserError(f"--set {name}: the graph has no named scalar parameter {name!r} (its scalar parameters: {known})")
+    kind = np.dtype(scalar.np_dtype).kind
+    words = [word.strip() for word in text.split(",")]
+    try:
+        if kind == "b":
+            truth = {"true": True, "1": True, "false": False, "0": False}
+            items = [truth[word.lower()] for word in words]
+        elif kind in "iu":
+            items = [int(word, 0) for word in words]
+        else:
+            items = [float(word) for word in words]
+    except (KeyError, ValueError):
+        what = {"b": "true/false", "i": "integers", "u": "integers"}.get(kind, "numbers")
+        raise UserError(f"--set {name}={text}: expected {what} for a {scalar.dtype} parameter") from None
+    if not scalar.elem_shape:
+        if len(items) != 1:
+            raise UserError(f"--set {name}={text}: {scalar.dtype} is one number, got {len(items)}")
+        return items[0]
+    size = int(np.prod(scalar.elem_shape))
+    if len(items) != size:
+        raise UserError(f"--set {name}={text}: {scalar.dtype} has {size} components, got {len(items)}")
+    return np.array(items, dtype=object).reshape(scalar.elem_shape)
 
 
 def _view(graph, name: str, option: str):
@@ -56,6 +90,7 @@ def run(args) -> int:
     from apic import _compat
 
     inputs = _pairs(args.input, "--input")
+    settings = _pairs(args.set_values, "--set", "NAME=VALUE")
     outputs = _pairs(args.output, "--output")
     if args.iters < 0:
         raise UserError(f"--iters must be 0 or more, got {args.iters}")
@@ -68,6 +103,12 @@ def run(args) -> int:
         raise UserError(f"--device {args.device}: apic graphs replay on the CPU")
 
     graph = wp.capture_load(args.path, device=device)
+
+    for name, text in settings:
+        try:
+            graph.set_param(name, _scalar_value(graph, name, text))
+        except apic.BindingError as error:
+            raise UserError(f"--set {name}={text}: {error}") from None
 
     for name, path in inputs:
         view = _view(graph, name, "--input")

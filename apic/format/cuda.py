@@ -148,7 +148,7 @@ def _ops_and_sequence(ops) -> dict:
             if op.kind not in OP_KINDS:
                 raise UnsupportedOperationError(f"saving a {type(op).__name__} op in a CUDA graph")
             j = index[id(op)] = len(distinct)
-            distinct.append(_launch(op) if isinstance(op, rec.CudaLaunch) else _op(op))
+            distinct.append(_launch(op) if isinstance(op, rec.CudaLaunch) else _op(op, {}))
         sequence[i] = j
     return {"ops": distinct, "sequence": sequence.tobytes()}
 

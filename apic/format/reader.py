@@ -32,6 +32,7 @@ from apic.format import manifest as kernel_manifest
 from apic.format import schema
 from apic.record import natives
 from apic.record import ops as rec
+from apic.params import COMPONENT_SIZES as PARAM_COMPONENT_SIZES
 from apic.record.handles import GRID_POINT_SIZES
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
@@ -204,6 +205,7 @@ class _Context:
         self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
         self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)
         self.launch_layouts: dict = {}  # kernel -> the argument layout its first launch in the file has
+        self.scalars: dict = {}  # binding index -> apic.params.ScalarParam (format 3: named scalar parameters)
 
     def region(self, value, where: str) -> Region:
         if not self.regions:
@@ -282,7 +284,33 @@ class _Context:
             if not claimed.isdisjoint(range(reloc.at, reloc.at + 8)):
                 _fail(where, f"a handle id at byte {reloc.at} overlaps an array descriptor or another handle")
             claimed.update(range(reloc.at, reloc.at + 8))
-        return rec.Blob(blob.data, blob.relocs + tuple(handles), tuple(slots))
+        params = self.param_slots(value, blob.data, claimed, where)
+        return rec.Blob(blob.data, blob.relocs + tuple(handles), tuple(slots), params)
+
+    def param_slots(self, value: dict, data: bytes, claimed: set, where: str) -> tuple:
+        """``params``: where named scalar parameters lie in a launch's argument blob (format 3). Each slot
+        holds its parameter's value and overlaps no pointer, handle or other slot: setting a parameter
+        rewrites only plain scalar bytes."""
+        entries = _list(value.get("params", []), f"{where}.params", len(data))
+        slots = []
+        for i, entry in enumerate(entries):
+            w = f"{where}.params[{i}]"
+            pair = _list(entry, w, 2)
+            if len(pair) != 2:
+                _fail(w, "expected [at, binding index]")
+            index = _int(pair[1], f"{w}[1]", 0, schema.MAX_INT)
+            param = self.scalars.get(index)
+            if param is None:
+                _fail(f"{w}[1]", f"bindings[{index}] is not a named scalar parameter")
+            at = _int(pair[0], f"{w}[0]", 0, max(len(data) - param.nbytes, 0))
+            if at + param.nbytes > len(data) or not claimed.isdisjoint(range(at, at + param.nbytes)):
+                _fail(w, f"the {param.nbytes} bytes of parameter '{param.name}' at byte {at} do not fit in the "
+                         f"{len(data)}-byte blob or overlap an array descriptor, a handle or another parameter")
+            if data[at : at + param.nbytes] != param.value:
+                _fail(w, f"the bytes at {at} are not the value of parameter '{param.name}' (bindings[{index}].value)")
+            claimed.update(range(at, at + param.nbytes))
+            slots.append(rec.ParamSlot(at, param.name))
+        return tuple(sorted(slots))
 
     def descriptor(self, blob: rec.Blob, array_type: int, elem_size: int, where: str) -> tuple[int, ...]:
         """Check a native array descriptor (``array_t`` or ``indexedarray_t``) as Warp's copy/fill reads it.
@@ -407,6 +435,7 @@ def read(data) -> SavedGraph:
     ctx.handle_count = len(handles)
     ctx.handle_kinds = [h.kind for h in handles]
     handle_slots = wire_handles.read_slots(doc.get("handle_slots", []), ctx, len(handles))
+    bindings, ctx.scalars = _bindings(doc["bindings"], ctx, version, device)  # before the ops, whose blobs use them
     modules = _modules(doc["modules"], device)
     kernels = _kernels(doc["kernels"], len(modules), device)
     # by value: warp <= 1.12's one bounds layout; by pointer: 1.13's (32 bytes) or 1.14+'s templated ones
@@ -422,7 +451,6 @@ def read(data) -> SavedGraph:
     problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
     if problem is not None:
         _fail("sequence", problem)
-    bindings = _bindings(doc["bindings"], ctx)
 
     recording = Recording(
         abi=abi,
@@ -431,6 +459,7 @@ def read(data) -> SavedGraph:
         kernels=kernels,
         ops=ops,
         handles=tuple(handles),
+        params=tuple(ctx.scalars.values()),
     )
     return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body),
                       device, tuple(volume_data), handle_slots)
@@ -636,6 +665,8 @@ def _templated_bounds(dim: tuple, rank: int) -> bytes:
     dimensions are 1, extra ones fold into ``coord_mult``)."""
     padded = tuple(dim) + (1,) * max(0, rank - len(dim))
     kept, folded = padded[:rank], math.prod(padded[rank:])
+    if math.prod(kept) * folded >> 64:  # no launch of 2^64 threads or more: these bounds cannot be Warp's
+        return b""
     shape = struct.pack(f"<{rank}I", *kept).ljust(-(-4 * rank // 8) * 8, b"\0")
     return shape + struct.pack("<QQ", math.prod(kept) * folded, folded)
 
@@ -775,19 +806,60 @@ def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     return rec.HandleCall(name, handle, ints, radius, points, groups)
 
 
-def _bindings(value, ctx: _Context) -> tuple[Binding, ...]:
-    bindings, names = [], set()
+def _np_dtype(value, elem_shape: tuple, elem_size: int, where: str) -> str:
+    """A NumPy scalar type of numbers (``dtype.str``) whose ``elem_shape`` components make ``elem_size`` bytes."""
+    np_dtype = _str(value, where, max_len=16)
+    if not _NP_DTYPE.fullmatch(np_dtype):
+        _fail(where, f"{np_dtype!r} is not a NumPy dtype of numbers (as '<f4', '|b1')")
+    try:
+        parsed = np.dtype(np_dtype)
+    except (TypeError, ValueError):
+        _fail(where, f"{np_dtype!r} is not a NumPy dtype")
+    if parsed.kind not in "biufc" or parsed.itemsize * math.prod(elem_shape) != elem_size:
+        _fail(where, f"{np_dtype!r} x {elem_shape} does not describe {elem_size}-byte elements")
+    return np_dtype
+
+
+def _scalar_binding(entry: dict, where: str):
+    """A named scalar parameter (format 3): a Warp value type of numbers and its current value."""
+    from apic.params import ScalarParam
+
+    entry = _map(entry, where, ("name", "kind", "dtype", "nbytes", "np_dtype", "elem_shape", "value"))
+    nbytes = _int(entry["nbytes"], f"{where}.nbytes", 1, 1 << 12)
+    elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 8, max_len=2)
+    np_dtype = _np_dtype(entry["np_dtype"], elem_shape, nbytes, f"{where}.np_dtype")
+    parsed = np.dtype(np_dtype)
+    if parsed.itemsize not in PARAM_COMPONENT_SIZES.get(parsed.kind, ()) or parsed.byteorder == ">":
+        _fail(f"{where}.np_dtype", f"{np_dtype!r} is not a component type of a Warp value (little-endian bool, "
+                                   "int8 to uint64, float16 to float64)")
+    value = _bin(entry["value"], f"{where}.value")
+    if len(value) != nbytes:
+        _fail(f"{where}.value", f"{len(value)} bytes for a {nbytes}-byte parameter")
+    return ScalarParam(_str(entry["name"], f"{where}.name", max_len=1024), _str(entry["dtype"], f"{where}.dtype",
+                       max_len=256), np.dtype(np_dtype).str, elem_shape, value)
+
+
+def _bindings(value, ctx: _Context, version: int, device) -> tuple[tuple[Binding, ...], dict]:
+    """The array bindings, and the named scalar parameters by binding index (format 3)."""
+    bindings, scalars, names = [], {}, set()
     for i, entry in enumerate(_list(value, "bindings")):
         where = f"bindings[{i}]"
-        entry = _map(entry, where, ("name", "kind", "region", "offset", "nbytes", "dtype", "shape", "strides",
-                                    "elem_size", "np_dtype", "elem_shape"))
+        entry = _map(entry, where, ("name", "kind"))
         name = _str(entry["name"], f"{where}.name", max_len=1024)
         if not name or name in names:
             _fail(f"{where}.name", f"{name!r} is empty or used twice")
         names.add(name)
         kind = _str(entry["kind"], f"{where}.kind", max_len=16)
+        if kind == schema.SCALAR_KIND:
+            if version < schema.PARAMS_VERSION or device is not None:
+                _fail(f"{where}.kind", f"a named scalar parameter in a {'CUDA graph' if device else ''} format version "
+                                       f"{version} file (they need version {schema.PARAMS_VERSION}, CPU graphs)")
+            scalars[i] = _scalar_binding(entry, where)
+            continue
         if kind not in schema.BINDING_KINDS:
-            _fail(f"{where}.kind", f"{kind!r} is not one of {schema.BINDING_KINDS}")
+            _fail(f"{where}.kind", f"{kind!r} is not one of {(*schema.BINDING_KINDS, schema.SCALAR_KIND)}")
+        entry = _map(entry, where, ("name", "kind", "region", "offset", "nbytes", "dtype", "shape", "strides",
+                                    "elem_size", "np_dtype", "elem_shape"))
         region = ctx.region(entry["region"], f"{where}.region")
         offset = _int(entry["offset"], f"{where}.offset")
         shape = _ints(entry["shape"], f"{where}.shape", 0, (1 << 31) - 1)
@@ -804,18 +876,10 @@ def _bindings(value, ctx: _Context) -> tuple[Binding, ...]:
         elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 16)
         np_dtype = entry["np_dtype"]
         if np_dtype is not None:
-            np_dtype = _str(np_dtype, f"{where}.np_dtype", max_len=16)
-            if not _NP_DTYPE.fullmatch(np_dtype):
-                _fail(f"{where}.np_dtype", f"{np_dtype!r} is not a NumPy dtype of numbers (as '<f4', '|b1')")
-            try:
-                parsed = np.dtype(np_dtype)
-            except (TypeError, ValueError):
-                _fail(f"{where}.np_dtype", f"{np_dtype!r} is not a NumPy dtype")
-            if parsed.kind not in "biufc" or parsed.itemsize * math.prod(elem_shape) != elem_size:
-                _fail(f"{where}.np_dtype", f"{np_dtype!r} x {elem_shape} does not describe {elem_size}-byte elements")
+            np_dtype = _np_dtype(np_dtype, elem_shape, elem_size, f"{where}.np_dtype")
         bindings.append(Binding(
             name=name, kind=kind, region=region.id, offset=offset, nbytes=nbytes,
             dtype=_str(entry["dtype"], f"{where}.dtype", max_len=256), shape=shape, strides=strides,
             elem_size=elem_size, np_dtype=np_dtype, elem_shape=elem_shape,
         ))
-    return tuple(bindings)
+    return tuple(bindings), scalars

@@ -33,13 +33,20 @@ Changelog (one entry per format version; never change the meaning of a written v
   the optional module key ``source`` (``source_fallback=True``: generated C++ and build options;
   docs/FORMAT.md 2.5.1), and the optional module key ``manifest`` (the module's kernel manifest, a
   content-addressed ``.kernels`` file beside the binary that fixes each launched symbol's argument
-  layout and handle kinds; docs/FORMAT.md 2.5.2), all also valid in version 1 files: readers that
-  predate them ignore them. A file without manifests is read as before, unless its modules folder
+  layout and handle kinds; docs/FORMAT.md 2.5.2), all valid in every version (the manifest in 1 to 3):
+  readers that predate them ignore them. A file without manifests is read as before, unless its modules folder
   holds a manifest of one of its module files (then the ``.wrp`` must name it). A ``handle_call``
   must be a method of its handle's kind.
   Every version is read more strictly since: repeated map keys, launch bounds that are not Warp's for
   the op's ``dim``, backward jumps that do not return to a loop's branch, and a cuBQL Bvh rebuild at
   replay are refused.
+* 3 (2026-11-25): named scalar parameters (``apic.param``; ``Graph.set_param(name, value)``). A binding of
+  kind ``"scalar"`` (``name``, ``dtype``, ``nbytes``, ``np_dtype``, ``elem_shape``, ``value``: no region), and
+  launch ``args`` / ``adj_args`` blobs may list ``"params": [[at, binding index]]``, the bytes a loader
+  rewrites when the parameter is set. Written only for a graph that has a named scalar parameter (with
+  or without native handles); every other graph is written as before (1, or 2 with handles). A reader
+  refuses a scalar binding in a file of version 1 or 2. An older apic would refuse the binding kind
+  anyway; the version says why.
 
 Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every format version from
 ``MIN_READ_VERSION`` to ``FORMAT_VERSION``; ``MIN_READ_VERSION`` moves only in a new minor release, and a
@@ -55,9 +62,10 @@ from apic.record.ops import OpKind
 
 MAGIC = b"APICWRP\0"
 FORMAT_NAME = "apic.wrp"
-FORMAT_VERSION = 2  # the newest version this apic writes (and reads)
-BASE_VERSION = 1  # what it writes for a graph without native handles
+FORMAT_VERSION = 3  # the newest version this apic writes (and reads)
+BASE_VERSION = 1  # what it writes for a graph without native handles or named scalar parameters
 HANDLES_VERSION = 2  # a graph with native handles (Mesh, Bvh, HashGrid, Volume: "handles" in the body)
+PARAMS_VERSION = 3  # a graph with named scalar parameters ("scalar" bindings, blob "params")
 MIN_READ_VERSION = 1  # oldest version this apic still reads
 
 HEADER = struct.Struct("<8sIIQ32s")  # magic, format version, reserved, body length, body SHA-256
@@ -103,8 +111,9 @@ INDEXEDARRAY_T_SIZE = 104  # wp::indexedarray_t
 ARRAY_T_POINTER_SLOTS = (0, 8)  # data, grad
 INDEXEDARRAY_T_POINTER_SLOTS = (0, 8, 56, 64, 72, 80)  # data, grad, indices[4]
 
-# Binding kinds.
+# Binding kinds: views of arrays, and (format 3) named scalar parameters held in launch arguments.
 BINDING_KINDS = ("input", "output")
+SCALAR_KIND = "scalar"
 
 # Limits a reader enforces (a file beyond them is refused, not attempted).
 MAX_REGION_BYTES = 1 << 46

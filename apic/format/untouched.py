@@ -27,6 +27,7 @@ class SaveView:
     handle_ids: list
     bindings: dict
     apic: bool = True
+    param_values: dict = dataclasses.field(default_factory=dict)  # named scalar parameters' current values
 
 
 def _untouched_ranges(graph, named) -> list[tuple[int, int, str]]:
@@ -83,4 +84,4 @@ def with_untouched(graph, named) -> object:
         addresses.append(lo)
     recording = dataclasses.replace(graph.recording, regions=tuple(regions))
     return SaveView(recording, addresses, list(getattr(graph, "handle_ids", ())), dict(getattr(graph, "bindings", {})),
-                    apic=graph.apic)
+                    apic=graph.apic, param_values=dict(getattr(graph, "param_values", {})))

@@ -41,7 +41,7 @@ import numpy as np
 
 from apic import _compat
 from apic.bindings import Binding, make_binding
-from apic.errors import CaptureError, UnsupportedOperationError
+from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.format import handles as wire_handles
 from apic.format import manifest as kernel_manifest
 from apic.format import ownership
@@ -108,11 +108,18 @@ def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
     return bool(len(rec_handles.id_words(rec_handles.as_words(data), handle_ids)))
 
 
-def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:
-    """A blob on the wire; relocated slots (and handle ids) are zeroed so no live address leaks into the file."""
+def _blob(blob: rec.Blob, clear: tuple[slice, ...] = (), params: dict | None = None) -> dict:
+    """A blob on the wire; relocated slots (and handle ids) are zeroed so no live address leaks into the file.
+
+    ``params`` maps each named scalar parameter to ``(binding index, current value)``: its slots hold
+    the value the graph has now (``set_param`` changed the arena, not the recording) and are listed.
+    """
     data = bytearray(blob.data)
     for reloc in blob.relocs:
         data[reloc.at : reloc.at + 8] = bytes(8)
+    for slot in blob.params:
+        value = params[slot.name][1]
+        data[slot.at : slot.at + len(value)] = value
     for part in clear:
         data[part] = bytes(len(data[part]))
     relocs = [[r.at, r.target.region, r.target.offset] for r in blob.relocs if isinstance(r.target, rec.Ref)]
@@ -121,6 +128,8 @@ def _blob(blob: rec.Blob, clear: tuple[slice, ...] = ()) -> dict:
         wire["arrays"] = [[a.at, a.elem_size, a.indexed] for a in blob.arrays]
     if len(relocs) != len(blob.relocs):
         wire["handles"] = wire_handles.blob_handles(blob)
+    if blob.params:
+        wire["params"] = [[slot.at, params[slot.name][0]] for slot in blob.params]
     return wire
 
 
@@ -133,11 +142,12 @@ def _ref(ref: rec.Ref) -> list:
 _DESCRIPTOR_FLAGS = (slice(50, 56),)
 
 
-def _op(op) -> dict:
+def _op(op, params: dict) -> dict:
     if isinstance(op, rec.Launch):
         return {
             "kind": int(schema.WireOp.LAUNCH), "kernel": op.kernel, "dim": list(op.dim), "bounds": _blob(op.bounds),
-            "args": _blob(op.args), "adj_args": None if op.adj_args is None else _blob(op.adj_args),
+            "args": _blob(op.args, (), params),
+            "adj_args": None if op.adj_args is None else _blob(op.adj_args, (), params),
         }
     if isinstance(op, rec.Memcpy):
         return {"kind": int(schema.WireOp.MEMCPY), "dst": _ref(op.dst), "src": _ref(op.src), "nbytes": op.nbytes}
@@ -211,11 +221,21 @@ def named_arrays(inputs, outputs):
             yield kind, name, arr
 
 
+def _scalar_binding(param, value: bytes) -> dict:
+    """A named scalar parameter on the wire (format 3): its type and value; the launch blobs list its slots."""
+    return {"name": param.name, "kind": "scalar", "dtype": param.dtype, "nbytes": param.nbytes,
+            "np_dtype": param.np_dtype, "elem_shape": list(param.elem_shape), "value": bytes(value)}
+
+
 def collect_bindings(graph, inputs, outputs) -> list[Binding]:
     """The named bindings of ``inputs`` and ``outputs`` (name -> Warp array) for ``graph``."""
     regions = graph.recording.regions
+    scalars = {p.name for p in graph.recording.params}
     found: dict[str, Binding] = {}
     for kind, name, arr in named_arrays(inputs, outputs):
+        if name in scalars:
+            raise BindingError(f"{kind} '{name}': the graph has a named scalar parameter '{name}' (apic.param); "
+                               "an array binding cannot take its name")
         found[name] = make_binding(name, kind, arr, regions, graph.region_addresses)
     # A loaded graph saved again keeps its parameters, unless a new binding takes the name.
     kept = [b for name, b in getattr(graph, "bindings", {}).items() if name not in found]
@@ -258,10 +278,15 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
         modules.append({"name": info.name, "file": name, "sha256": digest, "size": len(image),
                         "native_types": list(native)})
 
+    # each named scalar parameter: (index in "bindings", its value now), after the array bindings
+    values = getattr(graph, "param_values", {})
+    params = {p.name: (len(bindings) + i, values.get(p.name, p.value)) for i, p in enumerate(recording.params)}
     for op in recording.ops:
         if isinstance(op, rec.Launch):
             for blob in (op.args, op.adj_args):
-                if blob is not None and _holds_handle(_blob(blob)["data"], handle_ids):
+                # a parameter's bytes are the user's number, never a native object's id
+                unnamed = None if blob is None else tuple(slice(s.at, s.at + len(params[s.name][1])) for s in blob.params)
+                if blob is not None and _holds_handle(_blob(blob, unnamed, params)["data"], handle_ids):
                     kernel = recording.kernels[op.kernel].key
                     raise UnsupportedOperationError(
                         f"capture_save of a launch of '{kernel}' with an unrecorded native object id argument",
@@ -284,13 +309,14 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
              **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i)}
             for i, k in enumerate(recording.kernels)
         ],
-        **_ops_and_sequence(recording.ops),
-        "bindings": [_binding(b) for b in bindings],
+        **_ops_and_sequence(recording.ops, params),
+        "bindings": [_binding(b) for b in bindings]
+        + [_scalar_binding(p, params[p.name][1]) for p in recording.params],
     }
     if recording.handles:  # a graph without handles stays readable by apic releases that predate them
         doc["handles"] = [wire_handles.handle_wire(h) for h in recording.handles]
         doc["handle_slots"] = slots
-        doc["format_version"] = required_version(doc)
+    doc["format_version"] = required_version(doc)
     return doc, images
 
 
@@ -302,7 +328,7 @@ def region_wire(region, contents: bytes | None) -> dict:
     return {"nbytes": region.nbytes, "owned": region.owned, "array": array, "contents": contents}
 
 
-def _ops_and_sequence(ops) -> dict:
+def _ops_and_sequence(ops, params: dict) -> dict:
     """Each distinct op once (``ops``), and the order they run in (``sequence``, uint32 indices)."""
     index: dict[int, int] = {}  # id(op) -> position in "ops"; the recording shares equal ops
     distinct = []
@@ -311,14 +337,20 @@ def _ops_and_sequence(ops) -> dict:
         j = index.get(id(op))
         if j is None:
             j = index[id(op)] = len(distinct)
-            distinct.append(_op(op))
+            distinct.append(_op(op, params))
         sequence[i] = j
     return {"ops": distinct, "sequence": sequence.tobytes()}
 
 
 def required_version(doc) -> int:
-    """The format version a body needs: 2 if it holds native handles, else 1 (readable by older apic)."""
-    return schema.HANDLES_VERSION if isinstance(doc, dict) and "handles" in doc else schema.BASE_VERSION
+    """The format version a body needs: the oldest that holds it, so older apic releases keep reading it:
+    3 if it has named scalar parameters, 2 if it holds native handles, else 1."""
+    if not isinstance(doc, dict):
+        return schema.BASE_VERSION
+    bindings = doc.get("bindings")
+    if isinstance(bindings, list) and any(isinstance(b, dict) and b.get("kind") == schema.SCALAR_KIND for b in bindings):
+        return schema.PARAMS_VERSION
+    return schema.HANDLES_VERSION if "handles" in doc else schema.BASE_VERSION
 
 
 def encode(doc: dict) -> bytes:

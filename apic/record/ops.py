@@ -72,17 +72,26 @@ class ArraySlot(NamedTuple):
     indexed: bool
 
 
+class ParamSlot(NamedTuple):
+    """A named scalar parameter (``apic.param``) packed at byte ``at`` of a launch's argument blob."""
+
+    at: int
+    name: str
+
+
 @dataclass(frozen=True)
 class Blob:
     """Bytes that live in the replay arena (packed kernel args, array descriptors, fill values).
 
     ``arrays`` lists the array descriptors inside packed kernel arguments; every relocation of such
-    a blob is a pointer field of one of them.
+    a blob is a pointer field of one of them. ``params`` lists the named scalar parameters in it,
+    whose bytes ``Graph.set_param`` rewrites in the arena.
     """
 
     data: bytes
     relocs: tuple[Reloc, ...] = ()
     arrays: tuple[ArraySlot, ...] = ()
+    params: tuple[ParamSlot, ...] = ()
 
 
 class RawPtr(NamedTuple):  # a tuple, not a dataclass: made for every pointer of every captured op
@@ -100,6 +109,7 @@ class RawBlob:
     data: bytes
     pointers: tuple[tuple[int, RawPtr], ...] = ()
     arrays: tuple[ArraySlot, ...] = ()
+    params: tuple[ParamSlot, ...] = ()
 
 
 Pointer = Union[Ref, RawPtr]
@@ -307,17 +317,18 @@ def resolve_op(op, resolve: Callable[[int], Ref], handle: Callable[[int], Handle
             changes[name] = handle(value)
         elif isinstance(value, RawBlob):
             relocs = tuple(Reloc(at, target(ptr)) for at, ptr in value.pointers)
-            changes[name] = Blob(value.data, relocs, value.arrays)
+            changes[name] = Blob(value.data, relocs, value.arrays, value.params)
         elif type(value) is tuple and any(isinstance(v, RawPtr) for v in value):
             changes[name] = tuple(resolve(v.address) if isinstance(v, RawPtr) else v for v in value)
     return dataclasses.replace(op, **changes) if changes else op
 
 
-def unresolve_op(op, address_of: Callable[[Ref], int]):
+def unresolve_op(op, address_of: Callable[[Ref], int], param_values: dict | None = None):
     """The inverse of ``resolve_op``: region references back to live addresses (``RawPtr``/``RawBlob``).
 
     Used to record a finished graph into another capture. The byte ranges of the ``RawPtr`` are
-    empty: the caller notes the graph's regions whole. ``address_of`` also gives a ``HandleRef``'s id.
+    empty: the caller notes the graph's regions whole. ``address_of`` also gives a ``HandleRef``'s id;
+    ``param_values`` (name -> bytes) are the graph's current scalar parameter values, written into their slots.
     """
 
     def raw(target):
@@ -331,12 +342,16 @@ def unresolve_op(op, address_of: Callable[[Ref], int]):
             changes[name] = raw(value)
         elif isinstance(value, Blob):
             data = bytearray(value.data)
+            for slot in value.params:
+                current = (param_values or {}).get(slot.name)
+                if current is not None:
+                    data[slot.at : slot.at + len(current)] = current
             pointers = []
             for reloc in value.relocs:
                 address = address_of(reloc.target)
                 data[reloc.at : reloc.at + 8] = address.to_bytes(8, "little")
                 pointers.append((reloc.at, raw(reloc.target)))
-            changes[name] = RawBlob(bytes(data), tuple(pointers), value.arrays)
+            changes[name] = RawBlob(bytes(data), tuple(pointers), value.arrays, value.params)
         elif type(value) is tuple and any(isinstance(v, Ref) for v in value):
             changes[name] = tuple(
                 RawPtr(address_of(v), address_of(v), address_of(v)) if isinstance(v, Ref) else v for v in value

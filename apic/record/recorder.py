@@ -14,14 +14,15 @@ import threading
 
 from apic import _compat
 from apic._compat import wp_types
-from apic.errors import CaptureError, UnsupportedOperationError
+from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.record import handles, layout
 from apic.record import natives
 from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, HandleCall, HandleRef, Jump, Launch
-from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, RawBlob, RawHandle, RawPtr, intern_op
+from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, ParamSlot, RawBlob, RawHandle, RawPtr, intern_op
 from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.params import Param
 
 _local = threading.local()
 
@@ -106,6 +107,9 @@ class Recorder:
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
         self.invalid_handles: list[str] = []  # wp.handle arguments that hold no live object's id
         self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
+        # (adjoint, argument index, apic.Param) packed by the wp.launch call in progress (None: no call)
+        self.pending_params: list | None = None
+        self._params: dict = {}  # name -> apic.params.ScalarParam of every named parameter the ops hold
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @classmethod
@@ -132,6 +136,7 @@ class Recorder:
             self.note_handle(handles.lookup(value))  # an id stored in memory the ops use
         regions, resolve = self._ranges.build()
         index = {value: i for i, value in enumerate(self._handles)}
+        params = self._param_values()
         ops = resolve_ops(self.ops, resolve, lambda value: HandleRef(index[value]))
         return Recording(
             abi=_compat.KERNEL_ABI,
@@ -141,7 +146,50 @@ class Recorder:
             ops=ops,
             handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
             invalid_handles=tuple(dict.fromkeys(self.invalid_handles)),
+            params=params,
         )
+
+    # --- named scalar parameters (apic.param) ------------------------------------------------------------
+    def note_param(self, spec) -> None:
+        """A named parameter the ops hold: one name, one type (its value is read from the ops at the end)."""
+        known = self._params.setdefault(spec.name, spec)
+        if (known.dtype, known.np_dtype, known.elem_shape) != (spec.dtype, spec.np_dtype, spec.elem_shape):
+            raise BindingError(f"parameter '{spec.name}' is used as {known.dtype} and as {spec.dtype} in one capture; "
+                               "one name is one parameter of one type")
+
+    def _param_slots(self, kernel, entries, layout_) -> tuple:
+        """``ParamSlot`` of each ``(argument index, apic.Param)`` packed into a blob of ``layout_``."""
+        slots = []
+        for index, param in entries:
+            field = getattr(layout_.struct_type, f"a{index}")
+            if field.size != param.spec.nbytes:  # pragma: no cover - pack_arg checked the argument's type
+                raise BindingError(f"parameter '{param.name}' ({param.spec.nbytes} bytes) packed into a "
+                                   f"{field.size}-byte argument of kernel '{kernel.key}'")
+            self.note_param(param.spec)
+            slots.append(ParamSlot(field.offset, param.name))
+        return tuple(sorted(slots))
+
+    def _param_values(self) -> tuple:
+        """Each named parameter with its value, read from the blobs; every launch must agree on it."""
+        from apic.params import unpack
+
+        values: dict = {}
+        seen: set = set()
+        for op in self.ops:
+            if id(op) in seen or not isinstance(op, Launch):
+                continue
+            seen.add(id(op))
+            for blob in (op.args, op.adj_args):
+                for slot in () if blob is None else blob.params:
+                    spec = self._params[slot.name]
+                    data = bytes(blob.data[slot.at : slot.at + spec.nbytes])
+                    first = values.setdefault(slot.name, data)
+                    if first != data:
+                        raise CaptureError(
+                            f"parameter '{slot.name}' was passed with two values in one capture "
+                            f"({unpack(spec, first)!r} and {unpack(spec, data)!r}); a named parameter has one "
+                            "value at a time (change it with graph.set_param after the capture)")
+        return tuple(dataclasses.replace(spec, value=values.get(name, spec.value)) for name, spec in self._params.items())
 
     # --- native handles (Mesh, Bvh, HashGrid, Volume) --------------------------------------------------
     def note_handle(self, obj) -> None:
@@ -265,6 +313,9 @@ class Recorder:
         self.keepalive.append(graph)  # its arrays, external buffers, modules and loaded memory
         for handle in recording.handles:
             self.note_handle(handle.obj)
+        for spec in recording.params:
+            self.note_param(spec)
+        values = getattr(graph, "param_values", {})
         addresses = graph.region_addresses
         for region in recording.regions:
             lo = addresses[region.id]
@@ -275,7 +326,7 @@ class Recorder:
         for op in recording.ops:
             done = converted.get(id(op))
             if done is None:
-                done = unresolve_op(op, graph.address_of)
+                done = unresolve_op(op, graph.address_of, values)
                 if isinstance(done, Launch):
                     done = dataclasses.replace(done, kernel=kernels[done.kernel])
                 elif isinstance(done, (Branch, Jump)):
@@ -304,7 +355,9 @@ class Recorder:
         for value in values:
             if id(value) in noted or value is None or isinstance(value, (int, float, bool)):
                 continue
-            if hasattr(type(value), "_constructors"):  # a @wp.struct instance
+            if type(value) is Param:  # a named parameter: the graph has it even where no launch packs it (dim 0)
+                self.note_param(value.spec)
+            elif hasattr(type(value), "_constructors"):  # a @wp.struct instance
                 # Its fields can be reassigned between launches (and after the capture): walk it
                 # every time, and keep the arrays in it alive themselves, not through the struct.
                 self.note_values([getattr(value, name) for name, _ in type(value)._constructors])
@@ -360,6 +413,7 @@ class Recorder:
         entry = self._entry_points.get((id(hooks), adjoint))
         if entry is None:
             entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks)
+        pending = self.pending_params
         if params[0].size == 0:
             return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
         kernel_index, nargs = entry
@@ -370,33 +424,40 @@ class Recorder:
         bounds = bytes(params[0])
         args_data = fwd_layout.pack(fwd)
         adj_data = adj_layout.pack(adj) if adjoint else None
+        fwd_slots = adj_slots = ()
+        if pending:  # named parameters (apic.param) packed by this wp.launch call: where each one landed
+            fwd_slots = self._param_slots(kernel, [(i, p) for a, i, p in pending if not a], fwd_layout)
+            if adjoint:
+                adj_slots = self._param_slots(kernel, [(i, p) for a, i, p in pending if a], adj_layout)
         # A simulation step repeats the same launch (same kernel, bounds and arguments) many times:
         # such launches share one immutable op, so resolving and lowering it happens once.
-        key = (kernel_index, bounds, args_data, adj_data)
+        key = (kernel_index, bounds, args_data, adj_data, fwd_slots, adj_slots)
         op = self._launches.get(key)
         if op is None:
             op = self._launches[key] = Launch(
                 kernel=kernel_index,
                 dim=layout.launch_dim(params[0]),
                 bounds=RawBlob(bounds),
-                args=self._args_blob(args_data, fwd_layout),
-                adj_args=self._args_blob(adj_data, adj_layout) if adjoint else None,
+                args=self._args_blob(args_data, fwd_layout, fwd_slots),
+                adj_args=self._args_blob(adj_data, adj_layout, adj_slots) if adjoint else None,
             )
             self._append(op)
         else:
             self.ops.append(op)
 
-    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout) -> RawBlob:
+    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout, params: tuple = ()) -> RawBlob:
         pointers = layout.blob_pointers(data, args_layout.slots)
         if args_layout.words:
-            pointers += tuple(self._handle_words(data, args_layout.words))
+            # a uint64 parameter is the user's number, never a handle id to remap
+            words = [at for at in args_layout.words if all(at != slot.at for slot in params)]
+            pointers += tuple(self._handle_words(data, words))
         for at in args_layout.handles:
             # A wp.handle argument must hold a live object's id: one that holds none is refused at save, as
             # upstream does (a live replay dereferences it as eager Warp would).
             value = int.from_bytes(data[at : at + 8], "little")
             if value and handles.lookup(value) is None:
                 self.invalid_handles.append(f"a wp.handle argument (byte {at} of a launch's arguments) holds {value:#x}")
-        return RawBlob(data, pointers, args_layout.slots)
+        return RawBlob(data, pointers, args_layout.slots, params)
 
     def _args_layout(self, kernel, params) -> layout.ArgsLayout:
         # keyed by id: hashing a Warp Kernel costs more than this whole lookup (kept alive by hooks)

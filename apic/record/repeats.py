@@ -20,6 +20,7 @@ is never reused within it.
 from __future__ import annotations
 
 from apic._compat import wp_context, wp_types
+from apic.params import Param
 
 _ARRAY = wp_types.array
 _DEVICE = wp_context.Device
@@ -46,6 +47,8 @@ def _value_key(value):
         return (kind, *keys)
     if kind is _DEVICE:
         return (kind, id(value))
+    if kind is Param:  # kept alive by the capture (its id stays unique); its bytes are what a launch packs
+        return (kind, id(value), value.packed)
     return None
 
 

@@ -25,7 +25,8 @@ import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
-from apic.errors import CaptureError, UnsupportedOperationError
+from apic.errors import BindingError, CaptureError, UnsupportedOperationError
+from apic.params import Param
 from apic.record import handles, native_layer, natives
 from apic.record.ops import Launch
 from apic.record.recorder import active, paused
@@ -92,7 +93,11 @@ def _launch(*args, **kwargs):
             if values:
                 recorder.note_values(values)
     before = len(recorder.ops)
-    result = _launch_eagerly(args, kwargs)
+    recorder.pending_params = []  # named parameters (apic.param) this call packs, for its launch op
+    try:
+        result = _launch_eagerly(args, kwargs)
+    finally:
+        recorder.pending_params = None
     if key is not None and len(recorder.ops) == before + 1 and type(recorder.ops[-1]) is Launch:
         recorder.repeats[key] = recorder.ops[-1]  # the call made exactly one CPU launch op
     return result
@@ -128,6 +133,13 @@ def _launch_object_launch(self, *args, **kwargs):
             "a parameter holds a raw array ctype (set_param_at_index_from_ctype), which keeps no array alive; "
             "pass the warp.array with set_param_at_index() during a CPU capture",
         )
+    named = next((v for v in values if type(v) is Param), None)
+    if named is not None:
+        raise UnsupportedOperationError(
+            f"wp.Launch.launch() of kernel '{self.kernel.key}' with the named parameter '{named.name}'",
+            "a Launch command holds its arguments packed, so the capture could not find the parameter; "
+            "pass apic.param values to wp.launch",
+        )
     recorder.keepalive.append(self)
     recorder.note_values(values)
     recorder.launch_module_exec = getattr(self, "module_exec", None)
@@ -149,6 +161,41 @@ def _launch_object_set_ctype(self, index, value, *args, **kwargs):
     _originals["Launch.set_param_at_index_from_ctype"](self, index, value, *args, **kwargs)
     adjoint = bool(args[0] if args else kwargs.get("adjoint", False))
     vars(self).setdefault("_apic_args", {})[(adjoint, index)] = value
+
+
+def _pack_arg(kernel, arg_type, arg_name, value, device, adjoint=False):
+    """Warp's ``pack_arg``; a named parameter (``apic.Param``) is packed as its value, and a CPU capture
+    notes which argument of the launch in progress received it (``Recorder.pending_params``)."""
+    if type(value) is not Param:
+        return _originals["pack_arg"](kernel, arg_type, arg_name, value, device, adjoint)
+    from apic.bindings import dtype_name
+
+    if dtype_name(arg_type) != value.spec.dtype:
+        raise BindingError(
+            f"Error launching kernel '{kernel.key}': argument '{arg_name}' is {dtype_name(arg_type)}, but the named "
+            f"parameter '{value.name}' passed to it is {value.spec.dtype}")
+    dev = device if isinstance(device, wp_context.Device) else wp.get_device(device)
+    recorder = active()
+    if dev.is_cpu and recorder is not None:
+        if recorder.pending_params is None:  # a wp.Launch command's parameter, set during the capture
+            raise UnsupportedOperationError(
+                f"the named parameter '{value.name}' given to a wp.Launch command of kernel '{kernel.key}'",
+                "a Launch command holds its arguments packed, so the capture could not find the parameter; "
+                "pass apic.param values to wp.launch")
+        index = next(i for i, a in enumerate(kernel.adj.args) if a.label == arg_name)
+        recorder.pending_params.append((bool(adjoint), index, value))
+    elif not dev.is_cpu and (recorder is not None or dev.is_capturing):
+        raise UnsupportedOperationError(
+            f"the named parameter '{value.name}' in a launch of kernel '{kernel.key}' on {dev}",
+            "named parameters are recorded by CPU captures only; pass the value itself")
+    return _originals["pack_arg"](kernel, arg_type, arg_name, value.warp_value(arg_type), device, adjoint)
+
+
+def enable_params() -> None:
+    """Route Warp's ``pack_arg`` through ``_pack_arg`` (on the first ``apic.param``: no cost before)."""
+    if _python_patches and wp_context.pack_arg is not _pack_arg:
+        _originals["pack_arg"] = wp_context.pack_arg
+        _python_patches.set(wp_context, "pack_arg", _pack_arg)
 
 
 def _recorded_call(recorder, original, args, kwargs):
@@ -477,6 +524,10 @@ def install() -> None:
     from apic.record import cuda  # recording alongside Warp's CUDA capture (apic=True), layered on top
 
     cuda.install(_python_patches)
+    from apic import params
+
+    if params.created():  # placeholders made before an uninstall / install cycle still work
+        enable_params()
 
 
 def uninstall() -> None:

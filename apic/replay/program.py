@@ -13,6 +13,7 @@ import os
 import signal
 import struct
 import threading
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +70,8 @@ class Program:
     table: np.ndarray
     arena: np.ndarray
     loops: int = 0  # loop heads in the table (branches a backward jump returns to)
+    # named scalar parameter -> arena byte offsets of its slots (one per distinct blob that holds it)
+    param_offsets: dict = dataclasses.field(default_factory=dict)
 
     def run(self, repeats: int = 1) -> None:
         """Run every op once (``repeats`` times) in one call into the jitted interpreter.
@@ -160,6 +163,14 @@ class _Arena:
 
     def address(self, blob: rec.Blob) -> int:
         return self.base + self._offsets[id(blob)]
+
+    def param_offsets(self) -> dict:
+        """Named parameter -> the arena offsets of its slots (``Graph.set_param`` writes there)."""
+        found: dict = {}
+        for blob in self._blobs:
+            for slot in blob.params:
+                found.setdefault(slot.name, []).append(self._offsets[id(blob)] + slot.at)
+        return {name: np.array(offsets, dtype=np.intp) for name, offsets in found.items()}
 
 
 def _blobs_of(op) -> list[rec.Blob]:
@@ -386,7 +397,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             sequence.append(row)
         sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
-    return Program(np.ascontiguousarray(table), arena.buffer, len(heads))
+    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets())
 
 
 def control_flow_problem(ops) -> str | None:

@@ -10,10 +10,17 @@ supports, when a format version is added; never rewrite a folder that is checked
 
 * format 1: ``capture_while`` (a countdown), ``capture_if``/else and plain launches; no native handles.
 * format 2: a ``wp.Mesh`` whose points a kernel moves, refit inside the capture, then queried.
+* format 3: named scalar parameters (a float32 ``dt`` in two kernels, a ``vec3`` ``g`` in a ``capture_while``
+  body), captured with one value, set to ``SAVED`` on the live graph before the save; ``set.json`` holds
+  other values (``SET``) and ``expected_set.npz`` the eager results with them, which a load must give
+  after ``set_param``.
+
+    python tests/data/golden/generate.py 3        (only format 3: folders already checked in are never rewritten)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -76,6 +83,39 @@ def flow_step(s: dict) -> None:
     wp.launch(add, dim=8, inputs=[s["x"], 0.125], device=CPU)
 
 
+@wp.kernel
+def push(v: wp.array(dtype=wp.vec3), x: wp.array(dtype=float), g: wp.vec3, dt: float):
+    i = wp.tid()
+    v[i] = v[i] + g * dt
+    x[i] = x[i] + v[i][1] * dt
+
+
+# format 3: the values the capture sees, those saved (set on the live graph), those a load sets
+CAPTURED = {"dt": 0.5, "g": (1.0, 2.0, 3.0)}
+SAVED = {"dt": 0.125, "g": (0.0, -9.8, 0.0)}
+SET = {"dt": 1.0 / 3.0, "g": (0.5, -1.5, 2.0)}
+PARAMS = {"dt": apic.param("dt", wp.float32, CAPTURED["dt"]), "g": apic.param("g", wp.vec3, CAPTURED["g"])}
+
+
+def params_state() -> dict:
+    return {"x": wp.array(np.linspace(-1.0, 1.0, 8, dtype=np.float32), dtype=float, device=CPU),
+            "v": wp.zeros(8, dtype=wp.vec3, device=CPU),
+            "counter": wp.zeros(1, dtype=wp.int32, device=CPU),
+            "steps": wp.array(np.array([2], dtype=np.int32), dtype=wp.int32, device=CPU)}
+
+
+def params_step(s: dict) -> None:
+    """v += g dt, x += v.y dt twice (a while loop), then x *= dt."""
+    wp.launch(reload, dim=1, inputs=[s["counter"], s["steps"]], device=CPU)
+
+    def body():
+        wp.launch(push, dim=8, inputs=[s["v"], s["x"], PARAMS["g"], PARAMS["dt"]], device=CPU)
+        wp.launch(decrement, dim=1, inputs=[s["counter"]], device=CPU)
+
+    wp.capture_while(s["counter"], body)
+    wp.launch(scale, dim=8, inputs=[s["x"], PARAMS["dt"]], device=CPU)
+
+
 def mesh_state() -> dict:
     points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], dtype=np.float32), dtype=wp.vec3,
                       device=CPU)
@@ -95,18 +135,33 @@ def mesh_step(s: dict) -> None:
 PROGRAMS = {
     schema.BASE_VERSION: (flow_state, flow_step, ("steps", "flag"), ("x", "counter")),
     schema.HANDLES_VERSION: (mesh_state, mesh_step, ("queries",), ("points", "out")),
+    schema.PARAMS_VERSION: (params_state, params_step, ("steps",), ("x", "v")),
 }
+
+
+def _eager(make, step, values: dict | None = None) -> dict:
+    """``REPLAYS`` eager steps from a fresh state, the named parameters holding ``values``."""
+    for name, value in (values or {}).items():
+        PARAMS[name].value = value
+    state = make()
+    for _ in range(REPLAYS):
+        step(state)
+    return state
 
 
 def write(version: int, folder: str) -> None:
     """Capture, save and run eagerly the program of format ``version`` into ``folder``."""
     make, step, inputs, outputs = PROGRAMS[version]
-    eager = make()
-    for _ in range(REPLAYS):
-        step(eager)
+    params = version == schema.PARAMS_VERSION
+    eager = _eager(make, step, SAVED if params else None)
+    for name, value in CAPTURED.items():
+        PARAMS[name].value = value
     captured = make()
     with wp.ScopedCapture(device=CPU, apic=True) as capture:
         step(captured)
+    if params:  # the file must hold the values set on the live graph, not those captured
+        for name, value in SAVED.items():
+            capture.graph.set_param(name, value)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "graph.wrp")
     # source_fallback: a golden file must replay on any CPU of its kind, and a saved object runs only on
@@ -118,12 +173,21 @@ def write(version: int, folder: str) -> None:
     if written != version:
         raise SystemExit(f"format {version}: the program was written as format {written}")
     np.savez(os.path.join(folder, "expected.npz"), **{n: eager[n].numpy() for n in outputs})
+    if params:
+        with open(os.path.join(folder, "set.json"), "w") as f:
+            json.dump(SET, f)
+        again = _eager(make, step, SET)
+        np.savez(os.path.join(folder, "expected_set.npz"), **{n: again[n].numpy() for n in outputs})
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    """Write the folders of the format versions named on the command line (default: all), never over one."""
+    versions = [int(v) for v in (sys.argv[1:] if argv is None else argv)] or list(PROGRAMS)
     wp.init()
-    for version in PROGRAMS:
+    for version in versions:
         folder = os.path.join(HERE, f"v{version}-warp{wp.config.version}")
+        if os.path.exists(folder):
+            raise SystemExit(f"{os.path.relpath(folder)} exists: a golden folder is never rewritten")
         write(version, folder)
         print(f"wrote {os.path.relpath(folder)}")
     return 0
