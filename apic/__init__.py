@@ -8,16 +8,16 @@ version, and a captured graph replays in one native call with no Python per oper
 
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
 from apic.errors import ApicError, BindingError, CaptureError, FormatError, GraphMemoryError
-from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError, ReplayIndexError
-from apic.errors import UnsupportedOperationError
+from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
+from apic.errors import ReplayError, ReplayIndexError, UnsupportedOperationError
 from apic.graph import Graph
 from apic.params import Param, param
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
-from apic.record.shims import install, is_installed, uninstall
+from apic.installation import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
 from apic.replay.profile import ProfileReport, profile
 
-__version__ = "0.1.0"
+from apic._version import __version__
 
 __all__ = [
     "ApicError",
@@ -30,6 +30,7 @@ __all__ = [
     "IncompatibleGraphError",
     "LoopLimitError",
     "Param",
+    "ReplayError",
     "ReplayIndexError",
     "ScopedCapture",
     "UnsupportedOperationError",

@@ -9,24 +9,37 @@ from __future__ import annotations
 import ctypes
 import functools
 import inspect
+import os
 import platform
 import re
 import sys
+import tempfile
 
 import warp as wp
+
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
+from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
 try:  # warp-lang 1.10 and later keep the internals in warp._src
     from warp._src import build as wp_build
     from warp._src import codegen as wp_codegen
     from warp._src import context as wp_context
     from warp._src import types as wp_types
+    from warp._src import utils as wp_utils
 except ImportError:  # pragma: no cover - warp-lang <= 1.9, outside the supported range
     from warp import build as wp_build  # type: ignore[no-redef]
     from warp import codegen as wp_codegen  # type: ignore[no-redef]
     from warp import context as wp_context  # type: ignore[no-redef]
     from warp import types as wp_types  # type: ignore[no-redef]
+    from warp import utils as wp_utils  # type: ignore[no-redef]
+import warp.utils  # noqa: E402,F401  (the public module: apic's shims also replace the names it holds)
 
 WARP_VERSION: str = wp.config.version
+
+# Where Warp keeps its internals (warp._src from 1.10), and so its warp.fem temporaries' store.
+_INTERNALS = wp_context.__name__.rsplit(".", 1)[0]
+FEM_CACHE_MODULE: str = _INTERNALS + ".fem.cache"
+SPARSE_MODULE: str = _INTERNALS + ".sparse"  # where warp.sparse's functions and BsrMatrix are defined
 
 # --- CPU kernel entry ABI -------------------------------------------------------------------------
 # warp 1.9-1.12 export `f(launch_bounds_t dim, args*)` with the 32-byte bounds struct *by value*;
@@ -52,7 +65,7 @@ BOUNDS_BY_VALUE: bool = _probe_bounds_by_value()
 SYSV_X86_64: bool = platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32"
 
 # Name of the ABI, written into saved files so a loader can refuse an incompatible one.
-KERNEL_ABI: str = "bounds-by-value-v1" if BOUNDS_BY_VALUE else "bounds-by-pointer-v1"
+KERNEL_ABI: str = ABI_BY_VALUE if BOUNDS_BY_VALUE else ABI_BY_POINTER
 
 # A ``Launch`` made by ``wp.launch(record_cmd=True)`` keeps the original Python arguments
 # (``fwd_args``/``adj_args``) from warp 1.15 on; before, it keeps only their packed ctypes values,
@@ -96,13 +109,20 @@ def kernel_symbol(module_exec, kernel, adjoint: bool) -> str:
     """The exported symbol name of a kernel's CPU entry point."""
     getter = getattr(module_exec, "get_kernel_mangled_name", None)  # 1.18+
     mangled = getter(kernel) if getter is not None else kernel.get_mangled_name()
-    return f"{mangled}_cpu_{'backward' if adjoint else 'forward'}"
+    return mangled + CPU_KERNEL_SUFFIX[bool(adjoint)]
 
 
 def allocator_alloc_name() -> str:
     """Allocator method name: ``alloc`` up to 1.12, ``allocate`` from 1.13."""
     alloc = runtime().cpu_device.get_allocator()
     return "allocate" if hasattr(alloc, "allocate") else "alloc"
+
+
+@functools.lru_cache(maxsize=None)
+def parameters_of(function) -> frozenset:
+    """The parameter names this warp-lang's ``function`` takes (keyword arguments come and go between
+    releases: ``capture_begin``'s ``capture_mode`` and ``apic``, the handle constructors' options)."""
+    return frozenset(inspect.signature(function).parameters)
 
 
 def quiet_warp() -> None:
@@ -115,8 +135,6 @@ def quiet_warp() -> None:
 # --- Saved graphs: module binaries, native object loading, host target -----------------------------
 def _cache_folders(module_name: str, module_exec) -> list[tuple[str, str]]:
     """``(stem, folder)`` where warp < 1.19 may keep a module's binaries: hashed name first, then ``strip_hash``."""
-    import os
-
     digest = getattr(module_exec, "module_hash", None)
     stems = [f"wp_{module_name}_{digest.hex()[:7]}"] if digest else []
     stems.append(f"wp_{module_name}")
@@ -129,8 +147,6 @@ def module_binary_path(module_name: str, module_exec) -> str:
     warp 1.19 records it as ``module_exec.binary_path``. Earlier versions keep it at
     ``<kernel cache>/wp_<name>_<hash7>/<same>[.cpu<isa>].o`` (``wp_<name>`` with ``strip_hash``).
     """
-    import os
-
     path = getattr(module_exec, "binary_path", None)
     if path:
         return os.fspath(path)
@@ -152,8 +168,6 @@ def module_binary_path(module_name: str, module_exec) -> str:
 
 def module_source_path(binary_path: str) -> str | None:
     """The generated C++ source next to a module binary in the cache, if it is there."""
-    import os
-
     folder = os.path.dirname(binary_path)
     stem = os.path.basename(folder)
     path = os.path.join(folder, stem + ".cpp")
@@ -191,9 +205,6 @@ def load_object(data: bytes, name: str) -> None:
     Uses ``wp_load_obj_from_bytes`` where Warp has it (1.19+), else a private unnamed (or temporary) file.
     ``name`` must be unique in the process: loading a name twice returns the old module's code.
     """
-    import os
-    import tempfile
-
     llvm = _llvm()
     flag = _legacy_linker_arg()
     from_bytes = getattr(llvm, "wp_load_obj_from_bytes", None) if flag else None
@@ -243,7 +254,7 @@ def unload_object(name: str) -> None:
 def host_target() -> dict:
     """The CPU this process runs on: OS, machine, CPU name and the instruction-set features it has."""
     try:
-        from llvmlite import binding as llvm_binding  # numba's dependency, so always present
+        from llvmlite import binding as llvm_binding  # lazy, numba's dependency: loading LLVM costs time
 
         cpu = llvm_binding.get_host_cpu_name()
         features = sorted(k for k, v in llvm_binding.get_host_cpu_features().items() if v)
@@ -261,7 +272,7 @@ def host_target() -> dict:
     }
 
 
-# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda, apic.replay.cuda_params) ----
+# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda, apic.targets.cuda) ----------
 # wp_cuda_launch_kernel's parameters by warp-lang version, told apart by their number (argtypes):
 # <= 1.12: 8; 1.13-1.14 add a trailing APICLaunchInfo*; 1.15+ add grid_stride and cluster_dim.
 _CUDA_LAUNCH_PARAMS = {
@@ -305,14 +316,24 @@ def launch_bounds_type(kernel_dim: int) -> type:
     return type(wp_types.launch_bounds_t((1,) * max(1, int(kernel_dim))))
 
 
+def kernel_bounds_type(kernel) -> type:
+    """The ctypes type of the launch bounds ``kernel`` receives (``Adjoint.kernel_dim`` exists from 1.14)."""
+    return launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))
+
+
+def bounds_shape(bounds) -> tuple:
+    """The launch shape a ``launch_bounds`` struct holds: ``shape[:ndim]`` up to 1.13; from 1.14 the struct is
+    templated on the rank, has no ``ndim`` and its whole ``shape`` is the launch's."""
+    ndim = getattr(bounds, "ndim", None)
+    return tuple(bounds.shape[:ndim] if ndim is not None else bounds.shape)
+
+
 def cuda_module_binary_path(module, module_exec) -> str:
     """Path of the ``.cubin`` or ``.ptx`` behind a loaded CUDA ``module_exec`` in Warp's kernel cache.
 
     warp 1.19 records it as ``module_exec.binary_path``; earlier versions keep it at
     ``<kernel cache>/wp_<name>_<hash7>/wp_<name>_<hash7>.sm<arch>[a].{cubin,ptx}``.
     """
-    import os
-
     path = getattr(module_exec, "binary_path", None)
     if path:
         return os.fspath(path)
@@ -343,7 +364,7 @@ def cuda_driver():
     """cuda-python's driver bindings: ``cuda.bindings.driver`` (cuda-python 11.8.4+/12.6+; the only
     name from 13.0, which removed ``cuda.cuda``), else ``cuda.cuda`` (older releases)."""
     try:
-        from cuda.bindings import driver
+        from cuda.bindings import driver  # lazy: cuda-python is optional (the cuda extra)
     except ImportError:
         try:
             from cuda import cuda as driver  # cuda-python before 12.6 / 11.8.4
@@ -402,9 +423,6 @@ def compile_cpu_source(source: bytes, options: dict) -> bytes:
     Options this warp-lang's ``build_cpu`` does not take are left out (1.12 takes mode, verify_fp,
     fast_math and fuse_fp only, and reads the tile setting from its config).
     """
-    import os
-    import tempfile
-
     if getattr(wp_context, "runtime", None) is None:
         wp.init()
     _llvm()
@@ -417,17 +435,6 @@ def compile_cpu_source(source: bytes, options: dict) -> bytes:
         wp_build.build_cpu(obj_path, cpp_path, **kwargs)
         with open(obj_path, "rb") as f:
             return f.read()
-
-
-# --- Parallel replay: compile a range entry with the options Warp used for the module -------------
-def build_cpu_like_module(obj_path: str, cpp_path: str, module, module_exec=None) -> None:
-    """Compile ``cpp_path`` to ``obj_path`` with Warp's CPU compiler and ``module``'s CPU build options
-    (``module_build_options``: the same options, so the same code as Warp's own object)."""
-    with open(cpp_path, "rb") as f:
-        source = f.read()
-    obj = compile_cpu_source(source, module_build_options(module.name, module_exec))
-    with open(obj_path, "wb") as f:
-        f.write(obj)
 
 
 def is_plain_array_type(arg_type) -> bool:

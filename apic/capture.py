@@ -9,17 +9,20 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 from __future__ import annotations
 
 import ctypes
-import inspect
 
 import warp as wp
 
+from apic import _compat
 from apic import dot as _dot
-from apic._compat import wp_context
-from apic.errors import CaptureError
+from apic import patches as _patches
+from apic._compat import wp_context, wp_types, wp_utils
+from apic.cuda_graph import CapturedCudaGraph, CudaGraph
+from apic.errors import CaptureError, UnsupportedOperationError
 from apic.graph import Graph
+from apic.record import cuda
 from apic.record import recorder as _recorder
 
-_originals: dict[str, object] = {}
+_originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
 
 
 def _resolve_device(device, stream):
@@ -31,7 +34,7 @@ def _warp_kwargs(name: str, **kwargs) -> dict:
 
     Dropping ``apic`` keeps Warp's native APIC recorder off under apic on warp 1.13+.
     """
-    accepted = inspect.signature(_originals[name]).parameters
+    accepted = _compat.parameters_of(_originals[name])
     return {k: v for k, v in kwargs.items() if k in accepted and k != "apic"}
 
 
@@ -61,9 +64,7 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
         if not apic:
             return _originals["capture_begin"](device=device, **kwargs)
         # apic=True: record alongside Warp's own capture, so that the graph can be saved
-        from apic.record import cuda
-
-        cuda.ensure_native_sinks()
+        _patches.before_capture(cuda=True)
         recording = cuda.CudaRecorder.begin(dev, int((stream or dev.stream).cuda_stream or 0))
         try:
             return _originals["capture_begin"](device=device, **kwargs)
@@ -72,9 +73,7 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
             raise
     if external:
         raise CaptureError("external=True is only meaningful for CUDA captures")
-    from apic.record.shims import ensure_native_sinks
-
-    ensure_native_sinks()
+    _patches.before_capture(cuda=False)
     if force_module_load:
         wp.force_load(device=dev)
     _recorder.Recorder.begin(dev, apic=bool(apic))
@@ -93,8 +92,6 @@ def capture_end(device=None, stream=None):
                 "the CPU graph capture on this thread is paused; call wp.capture_resume() before wp.capture_end()"
             )
         raise CaptureError("no CPU graph capture is in progress on this thread")
-    from apic.record import cuda
-
     cuda_recorder = cuda.active()
     if cuda_recorder is None or not cuda_recorder.owns(dev):
         return _originals["capture_end"](device=device, stream=stream)
@@ -102,23 +99,26 @@ def capture_end(device=None, stream=None):
         warp_graph = _originals["capture_end"](device=device, stream=stream)
     finally:
         cuda_recorder.abort()
-    from apic.cuda_graph import CapturedCudaGraph
+    return CapturedCudaGraph(warp_graph, cuda_recorder.end(), dev, _originals["capture_launch"],
+                             keepalive=[cuda_recorder.keepalive])
 
-    return CapturedCudaGraph(warp_graph, cuda_recorder.end(), dev, keepalive=[cuda_recorder.keepalive])
 
-
-def capture_launch(graph, stream=None):
+def capture_launch(graph, stream=None, threads=None):
     """Launch a previously captured (or loaded) graph.
 
     An apic graph replays in one call of the native interpreter; a CUDA graph goes to Warp.
     Inside a CPU capture, launching an apic graph records its operations into the capture
     (as a CUDA graph launched during stream capture becomes part of it); nothing runs then.
+
+    ``threads`` (apic CPU graphs only; default the graph's ``threads`` attribute, itself 1) > 1 runs
+    each launch whose kernel is proved splittable, and that is large enough, split over that many
+    threads, bit-identical to the serial replay; everything else runs as before (docs/PARALLEL.md).
     """
     if isinstance(graph, Graph):
-        graph.launch()
+        graph.launch(threads=threads)
         return
-    from apic.cuda_graph import CudaGraph
-
+    if threads is not None:
+        raise ValueError("wp.capture_launch(threads=...) is only for apic CPU graphs")
     _refuse_in_cuda_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
     if isinstance(graph, CudaGraph):  # captured with apic=True (Warp's graph) or loaded (cuda-python)
         graph.launch(stream=stream)
@@ -182,11 +182,7 @@ def abort_all() -> None:
 
 def _refuse_in_cuda_recording(api: str) -> None:
     """apic's CUDA recording is one linear stream of ops: refuse what would branch or pause it."""
-    from apic.record import cuda
-
     if cuda.active() is not None:
-        from apic.errors import UnsupportedOperationError
-
         raise UnsupportedOperationError(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")
 
 
@@ -239,8 +235,6 @@ def capture_resume(graph, device=None, stream=None, **kwargs):
 
 # --- conditional execution ----------------------------------------------------------------------------
 def _check_condition(condition) -> None:
-    from apic._compat import wp_types
-
     if not isinstance(condition, wp_types.array) or condition.dtype is not wp.int32:
         raise TypeError("Condition must be a Warp array of int32 with a single element")
 
@@ -266,8 +260,6 @@ def _record_body(recorder, body, what: str, kwargs: dict):
     if isinstance(body, Graph):
         return lambda: recorder.record_graph(body)
     if isinstance(body, _warp_graph_type()):
-        from apic.errors import UnsupportedOperationError
-
         raise UnsupportedOperationError(f"a warp.Graph as the {what} of a CPU capture", "pass an apic graph or a callable")
     if not callable(body):
         raise TypeError(f"{what} must be a Callable or a Graph")
@@ -351,10 +343,8 @@ def _device_is_capturing(original):
     return property(is_capturing)
 
 
-def install_capture_api(patches) -> None:
-    """Point warp's capture API at this module (called by ``apic.record.shims.install``)."""
-    from warp._src import utils as wp_utils  # noqa: F401  (present on every supported version)
-
+def patch(patches) -> None:
+    """Point warp's capture API at this module, recording each change in ``patches`` (``apic.installation``)."""
     for name in ("capture_begin", "capture_end", "capture_launch"):
         _originals[name] = getattr(wp_context, name)
     for owner in (wp, wp_context):
@@ -376,10 +366,3 @@ def install_capture_api(patches) -> None:
     patches.set(wp_context.Device, "is_capturing", _device_is_capturing(vars(wp_context.Device)["is_capturing"]))
     for owner in (wp, wp_utils):
         patches.set(owner, "ScopedCapture", ScopedCapture)
-    # Saving and loading: apic's own (warp <= 1.12 has none; 1.13+ has upstream's native APIC,
-    # which must never see an apic graph). Uninstall restores or deletes them exactly.
-    from apic import persist
-
-    for owner in (wp, wp_context):
-        for name in ("capture_save", "capture_load", "capture_load_from_bytes"):
-            patches.set(owner, name, getattr(persist, name))

@@ -8,7 +8,10 @@ file returns an ``apic.replay.cuda.LoadedCudaGraph``, replayed with cuda-python 
 
 from __future__ import annotations
 
+import warp as wp
+
 from apic.record.recording import Recording
+from apic.targets.cuda import module_arch
 
 
 class CudaGraph:
@@ -34,8 +37,9 @@ class CapturedCudaGraph(CudaGraph):
     recording. Attributes of ``warp.Graph`` that user code reads are forwarded to it.
     """
 
-    def __init__(self, warp_graph, recording: Recording, device, keepalive=()) -> None:
+    def __init__(self, warp_graph, recording: Recording, device, replay, keepalive=()) -> None:
         self.warp_graph = warp_graph
+        self._replay = replay  # Warp's own capture_launch (apic's replaces it in warp)
         self.recording = recording
         self.device = device
         self.apic = True
@@ -51,15 +55,11 @@ class CapturedCudaGraph(CudaGraph):
         return getattr(self.warp_graph, name)
 
     def launch(self, stream=None) -> None:
-        from apic import capture
-
-        capture._originals["capture_launch"](self.warp_graph, stream=stream)
+        self._replay(self.warp_graph, stream=stream)
 
     # --- what saving needs --------------------------------------------------------------------------
     def read_region(self, index: int) -> bytes:
         """The current contents of region ``index`` (device to host, after the device is idle)."""
-        import warp as wp
-
         region = self.recording.regions[index]
         if not region.nbytes:
             return b""
@@ -77,8 +77,6 @@ class CapturedCudaGraph(CudaGraph):
 
     def module_image(self, index: int) -> tuple[bytes, tuple[int, str, str]]:
         """The ``.cubin``/``.ptx`` of module ``index`` from Warp's kernel cache, and ``(arch, suffix, kind)``."""
-        from apic.format.cuda import module_arch
-
         path = self.recording.modules[index].module_exec.binary_path()
         with open(path, "rb") as f:
             image = f.read()

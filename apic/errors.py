@@ -67,6 +67,14 @@ class LoopLimitError(ApicError, RuntimeError):
     """A replayed ``capture_while`` loop ran more iterations than ``apic.max_loop_iterations()`` allows."""
 
 
-class ReplayIndexError(ApicError, IndexError, RuntimeError):
-    """A loaded graph's replay stopped before native code would index with a value out of range: an
-    indexed array's index, or a Mesh's triangle index, that graph memory holds at that point."""
+class ReplayError(ApicError, RuntimeError):
+    """A replay stopped at an operation whose inputs in graph memory are invalid (a segmented sort's range).
+
+    A ``RuntimeError``, as upstream Warp's ``capture_launch`` raises: "CPU graph replay failed: ...".
+    """
+
+
+class ReplayIndexError(ReplayError, IndexError):
+    """A loaded graph's replay stopped before native code would use a value of graph memory out of range:
+    an indexed array's index, a Mesh's triangle index, or an array of handle ids holding something else
+    than the id of a handle of the kinds its kernel took (a ``ReplayError``)."""

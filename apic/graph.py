@@ -5,11 +5,29 @@ from __future__ import annotations
 import numpy as np
 
 from apic import _compat
+from apic import bindings as b
 from apic.errors import BindingError
+from apic.params import pack, unpack
 from apic.record.ops import HandleRef
 from apic.record.recorder import active
 from apic.record.recording import Recording
+from apic.replay import range_entry
+from apic.replay import table as tbl
+from apic.replay.parallel import MIN_TASKS_PER_THREAD
 from apic.replay.program import Program, lower
+from apic.targets import cpu as cpu_target
+
+
+def _split_unavailable() -> str | None:
+    from apic.replay.split import unavailable  # imports Numba: only when a parallel replay is asked for
+
+    return unavailable()
+
+
+def _check_threads(value) -> int:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"threads must be an integer >= 1, got {value!r}")
+    return value
 
 
 class Graph:
@@ -48,6 +66,80 @@ class Graph:
         # named scalar parameters (apic.param): their types, current values and arena bytes
         self.scalars = {p.name: p for p in recording.params}
         self.param_values = {p.name: p.value for p in recording.params}  # name -> packed bytes
+        self._threads = 1
+        self._min_tasks = MIN_TASKS_PER_THREAD
+        self._parallel: dict[tuple[int, int], Program] = {}  # (threads, min tasks) -> parallel program
+        self._range_entries: dict[int, int] = {}  # kernel -> range entry address (0: none)
+        self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
+
+    # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        """Threads a plain ``wp.capture_launch(graph)`` splits launches over (1, the default: serial)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, value: int) -> None:
+        self._threads = _check_threads(value)
+
+    @property
+    def min_tasks_per_thread(self) -> int:
+        """A launch splits only into ranges of at least this many tasks (default 4096): smaller launches
+        cost less than waking a thread, so they run serially."""
+        return self._min_tasks
+
+    @min_tasks_per_thread.setter
+    def min_tasks_per_thread(self, value: int) -> None:
+        if type(value) is not int or value < 1:
+            raise ValueError(f"min_tasks_per_thread must be an integer >= 1, got {value!r}")
+        self._min_tasks = value
+
+    def _range_entry(self, kernel: int) -> int:
+        found = self._range_entries.get(kernel)
+        if found is None:
+            info = self.recording.kernels[kernel]
+            module = self.recording.modules[info.module]
+            try:
+                symbol = info.symbol[: -len(cpu_target.KERNEL_SUFFIX[False])]
+                found = range_entry.range_entry(module.name, module.module_exec, symbol)
+            except (FileNotFoundError, LookupError) as error:  # no source to build it from: serial
+                self._range_missing[kernel] = str(error)
+                found = 0
+            self._range_entries[kernel] = found
+        return found
+
+    def parallel_program(self, threads: int) -> Program:
+        """The program a replay on ``threads`` threads runs (built once per thread count)."""
+        key = (_check_threads(threads), self._min_tasks)
+        program = self._parallel.get(key)
+        if program is None:
+            program = self.program
+            if threads > 1 and self.program.splits and _split_unavailable() is None:
+                program = self.program.parallel(threads, self._min_tasks, self._range_entry)
+            self._parallel[key] = program
+        return program
+
+    def parallel_report(self, threads: int | None = None) -> list[dict]:
+        """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per distinct
+        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "count", "why"}``
+        (``chunks`` 0 and ``why`` the reason when it runs serially; ``count`` its executions per replay).
+        Launches of other kernels always run serially and are not listed."""
+        threads = self._threads if threads is None else threads
+        program = self.parallel_program(threads)
+        report = []
+        for split in self.program.splits:
+            row = program.table[split.rows[0]]
+            chunks = int(row[7]) if row[0] == tbl.OP_SPLIT else 0
+            why = ""
+            if not chunks:
+                why = (("threads=1" if threads == 1 else None) or _split_unavailable()
+                       or self._range_missing.get(split.kernel) or f"fewer than 2 x {self._min_tasks} tasks")
+            report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
+                           "chunks": chunks, "count": len(split.rows), "why": why})
+        for kernel, why in self.program.refusals:
+            report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "count": 0,
+                           "why": why})
+        return report
 
     def address_of(self, target) -> int:
         """The live address of a region reference, or the id of a ``HandleRef``'s object."""
@@ -60,9 +152,11 @@ class Graph:
         """Number of recorded ops (allocations included)."""
         return len(self.recording.ops)
 
-    def launch(self, repeats: int = 1) -> None:
+    def launch(self, repeats: int = 1, threads: int | None = None) -> None:
         """Replay the graph ``repeats`` times with one call into the native interpreter.
 
+        ``threads`` (default :attr:`threads`) > 1 splits each launch proved splittable and large enough
+        over that many threads (docs/PARALLEL.md); the results are the serial replay's, bit for bit.
         During a CPU capture on this thread, record its operations ``repeats`` times instead.
         """
         recorder = active()
@@ -72,12 +166,15 @@ class Graph:
             for _ in range(repeats):
                 recorder.record_graph(self)
             return
+        if threads is None:
+            threads = self._threads
+        program = self.program if threads == 1 and type(threads) is int else self.parallel_program(threads)
         if not self._checks_blocks:
-            self.program.run(repeats)
+            program.run(repeats)
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
-        self.program.run(repeats)
+        program.run(repeats)
         error = take_error()
         if error:
             # Reported after the replay, not at the failing launch (the interpreter does not stop).
@@ -118,8 +215,6 @@ class Graph:
         number, or a vector / matrix as a Warp value or a sequence of its shape. It is checked (type,
         integer range, shape) and packed as Warp packs a kernel argument, then written into every launch
         that received the parameter; the next replay sees it."""
-        from apic import bindings as b
-
         scalar = self.scalars.get(name)
         if scalar is not None:
             self._set_scalar(scalar, arr)
@@ -134,12 +229,10 @@ class Graph:
         b.typed_view(binding, self.region_addresses[binding.region], self)[...] = source
 
     def _set_scalar(self, scalar, value) -> None:
-        from apic.params import pack
-
         packed = pack(scalar, value, f"set_param('{scalar.name}')")
         offsets = self.program.param_offsets.get(scalar.name)
         if offsets is not None:  # every launch argument block that received it, in the replay arena
-            from apic.replay.param_slots import write_slots
+            from apic.replay.param_slots import write_slots  # lazy: imports Numba (a jitted loop)
 
             write_slots(self.program.arena, offsets, np.frombuffer(packed, dtype=np.uint8))
         self.param_values[scalar.name] = packed
@@ -151,15 +244,11 @@ class Graph:
 
         A named scalar parameter (``apic.param``) is returned instead (``arr`` omitted): a Python
         ``float`` / ``int`` / ``bool``, or a NumPy array for a vector or matrix."""
-        from apic import bindings as b
-
         scalar = self.scalars.get(name)
         if scalar is not None:
             if arr is not None:
                 raise BindingError(f"get_param('{name}'): '{name}' is a named scalar parameter; "
                                    f"get_param('{name}') returns its value")
-            from apic.params import unpack
-
             return unpack(scalar, self.param_values[name])
         if arr is None:
             raise TypeError(f"get_param('{name}'): pass the array to copy the parameter into")
@@ -187,8 +276,6 @@ class Graph:
 
     def param_numpy(self, name: str):
         """A zero-copy NumPy view of the named parameter (apic only; ``shape + element shape``)."""
-        from apic import bindings as b
-
         binding = self._binding(name, "param_numpy")
         return b.typed_view(binding, self.region_addresses[binding.region], self)  # keeps this graph alive
 

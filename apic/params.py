@@ -27,9 +27,12 @@ import numbers
 import struct
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
+from apic._compat import wp_codegen, wp_types
+from apic.bindings import dtype_name, numpy_layout
 from apic.errors import BindingError
 
 # NumPy kind -> byte sizes a parameter component may have ('b': bool, 'i'/'u': integers, 'f': floats)
@@ -63,10 +66,6 @@ def check_name(name) -> str:
 
 def spec_of(name: str, dtype) -> ScalarParam:
     """The type facts of a Warp value type ``dtype`` (a scalar, vector, matrix, quaternion or transform)."""
-    from apic._compat import wp_codegen, wp_types
-
-    from apic.bindings import dtype_name, numpy_layout
-
     if dtype in (bool, int, float):  # Python types, as Warp's kernel annotations take them
         dtype = {bool: wp_types.bool, int: wp_types.int32, float: wp_types.float32}[dtype]
     what = f"apic.param('{name}')"
@@ -90,8 +89,6 @@ def spec_of(name: str, dtype) -> ScalarParam:
 
 # --- packing (as Warp's pack_arg does) -----------------------------------------------------------------
 def _warp_scalar_types() -> tuple:
-    from apic._compat import wp_types
-
     return (*wp_types.scalar_types, wp_types.bool)
 
 
@@ -121,8 +118,6 @@ def _component(kind: str, size: int, value, where: str) -> bytes:
     except OverflowError:
         raise BindingError(f"{where}: {value} is too large for a float") from None
     if size == 2:  # Warp packs float16 through its own conversion (round to nearest even)
-        from apic._compat import wp_types
-
         return struct.pack("<H", wp_types.float_to_half_bits(value))
     # c_float / c_double of a Python float: the conversion Warp's pack_arg makes
     return bytes(ctypes.c_float(value)) if size == 4 else bytes(ctypes.c_double(value))
@@ -135,8 +130,6 @@ def pack(param: ScalarParam, value, where: str) -> bytes:
     if not param.elem_shape:
         return _component(kind, size, value, where)
     if isinstance(value, ctypes.Array) and hasattr(type(value), "_wp_scalar_type_"):
-        from apic.bindings import dtype_name
-
         if dtype_name(type(value)) != param.dtype:
             raise BindingError(f"{where}: a {dtype_name(type(value))} value (expected {param.dtype})")
         return bytes(value)
@@ -166,11 +159,20 @@ def unpack(param: ScalarParam, data: bytes):
 
 # --- the placeholder ------------------------------------------------------------------------------------
 _created = False  # whether any Param exists (or existed): apic.install() then routes Warp's pack_arg
+# Called when a Param is made: set by ``apic.installation`` while installed (it routes Warp's pack_arg
+# through the shims), so that this module imports nothing of the recording that uses it.
+_on_create: Callable[[], None] | None = None
 
 
 def created() -> bool:
     """Whether this process has made an ``apic.param`` (``apic.install`` patches ``pack_arg`` for it)."""
     return _created
+
+
+def set_on_create(hook: Callable[[], None] | None) -> None:
+    """Register ``hook()``, called by every new :class:`Param` (None: apic is uninstalled)."""
+    global _on_create
+    _on_create = hook
 
 
 class Param:
@@ -190,9 +192,8 @@ class Param:
         self.value = value
         global _created
         _created = True  # a later apic.install() routes pack_arg again for this placeholder
-        from apic.record import shims
-
-        shims.enable_params()
+        if _on_create is not None:
+            _on_create()
 
     @property
     def value(self):

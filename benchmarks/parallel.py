@@ -1,101 +1,129 @@
-"""Parallel CPU launches (issue 15): split vs serial, ratios measured in one run.
+"""Parallel graph replay (issue 15) on a real client's step: serial vs ``threads=N``, one run.
 
-    python -m benchmarks.parallel [--threads 2] [--rounds 7]
+    python -m benchmarks.parallel [--worlds 256] [--threads 2] [--rounds 7] [--min-tasks 4096 256]
 
-W2: 100 launches of dim 100,000 of the compute-bound ``heavy`` kernel (benchmarks/workloads.py),
-ping-ponging two buffers. Serial: Warp's own recorded launches (``Launch.launch``: one call of Warp's
-entry point per op, the single-thread native floor plus a ctypes call). Split: the same launches
-prepared by ``apic.replay.parallel.prepare`` with ``--threads`` threads. W1-dim16: 1,000 tiny launches
-(the three ``tiny_*`` kernels), which the split mode must not fan out. Each timing is the minimum over
-``--rounds`` rounds; after timing, the split buffers must equal the serial ones bit for bit.
+Captures one ``mjw.step`` of mujoco-warp (the scene of ``tests/clients/test_mujoco_warp.py``: a free
+box and a hinged capsule over a plane) with ``--worlds`` worlds, then replays it serially and split
+over ``--threads`` threads, for each ``--min-tasks`` (the graph's ``min_tasks_per_thread``: launches
+with fewer tasks per thread stay serial). Rounds interleave the modes; the minimum and the median per
+step are printed, with the kernels whose launches ran split and the heaviest ones that did not (and
+why). Before timing, a serial and a split replay of two graphs captured from identical states must
+leave every array of ``Data`` identical bit for bit. Needs ``pip install mujoco-warp``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import os
+import statistics
+import sys
 import time
 
 import numpy as np
 import warp as wp
 
-import apic  # noqa: F401  (quiet Warp, install the capture API)
-from apic.replay import parallel
-from benchmarks.workloads import heavy, tiny_blend, tiny_max, tiny_norm
+import apic
+from apic._compat import quiet_warp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients"))
 
 
-def _w2(threads):
-    rng = np.random.default_rng(2)
-    init = [rng.standard_normal(100_000).astype(np.float32) for _ in range(2)]
-    out = {}
-    for mode in ("serial", "split"):
-        bufs = [wp.array(a, device="cpu") for a in init]
-        ops = []
-        for i in range(100):
-            src, dst = bufs[i % 2], bufs[(i + 1) % 2]
-            if mode == "serial":
-                ops.append(wp.launch(heavy, dim=100_000, inputs=[src, dst], device="cpu", record_cmd=True).launch)
-            else:
-                run, split = parallel.prepare(heavy, 100_000, [src, dst], threads=threads)
-                assert split, "W2's heavy kernel should split"
-                ops.append(run)
-        out[mode] = (ops, bufs)
-    return out
+def _scene(worlds: int):
+    import mujoco
+    import mujoco_warp as mjw
+    from test_mujoco_warp import SCENE
+
+    mjm = mujoco.MjModel.from_xml_string(SCENE)
+    mjd = mujoco.MjData(mjm)
+    mjd.qvel[:3] = (0.4, -0.2, 0.0)
+    model = mjw.put_model(mjm)
+
+    def made():
+        return mjw.put_data(mjm, mjd, nworld=worlds, nconmax=16 * worlds, njmax=32 * worlds)
+
+    # put_data leaves a few arrays uninitialised (as wp.empty): both copies start them zeroed
+    from client_helpers import raw
+
+    first, second = _arrays(made()), _arrays(made())
+    uninitialised = [name for name in first if not np.array_equal(raw(first[name]), raw(second[name]))]
+
+    def fresh():
+        data = made()
+        arrays = _arrays(data)
+        for name in uninitialised:
+            arrays[name].zero_()
+        return data
+
+    return model, fresh, mjw.step
 
 
-def _w1(threads):
-    kernels = (tiny_blend, tiny_max, tiny_norm)
-    init = [np.linspace(0, 1, 16, dtype=np.float32) + k for k in range(4)]
-    out = {}
-    for mode in ("serial", "split"):
-        bufs = [wp.array(a, device="cpu") for a in init]
-        ops = []
-        for i in range(1000):
-            args = [bufs[i % 4], bufs[(i + 1) % 4], 0.5]
-            if mode == "serial":
-                ops.append(wp.launch(kernels[i % 3], dim=16, inputs=args, device="cpu", record_cmd=True).launch)
-            else:
-                run, split = parallel.prepare(kernels[i % 3], 16, args, threads=threads)
-                assert not split, "a 16-task launch must not fan out"
-                ops.append(run)
-        out[mode] = (ops, bufs)
-    return out
+def _arrays(data) -> dict:
+    from client_helpers import warp_arrays
+
+    return warp_arrays(data)
 
 
-def _time(ops, rounds):
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for op in ops:
-            op()
-        best = min(best, time.perf_counter() - t0)
-    return best / len(ops)
+def _capture(step, model, data):
+    with wp.ScopedCapture(device="cpu") as capture:
+        step(model, data)
+    return capture.graph
 
 
-def main(argv=None):
-    """Time serial vs split launches and print per-op times and ratios."""
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worlds", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
-    opts = parser.parse_args(argv)
-    for name, build in (("W2", _w2), ("W1-dim16", _w1)):
-        modes = build(opts.threads)
-        # Interleave the modes round by round so machine noise hits both alike.
-        times = {m: float("inf") for m in modes}
-        for _ in range(opts.rounds):
-            for m, (ops, _) in modes.items():
-                times[m] = min(times[m], _time(ops, 1))
-        same = all(
-            np.array_equal(a.numpy().view(np.uint32), b.numpy().view(np.uint32))
-            for a, b in zip(modes["serial"][1], modes["split"][1])
-        )
-        print(
-            f"{name}: serial {times['serial'] * 1e6:9.1f} us/op"
-            f"  split({opts.threads}) {times['split'] * 1e6:9.1f} us/op"
-            f"  ratio {times['split'] / times['serial']:.3f}  bit-identical {same}"
-        )
-        if not same:
-            raise SystemExit(1)
+    parser.add_argument("--steps", type=int, default=3, help="replays per timed sample")
+    parser.add_argument("--min-tasks", type=int, nargs="+", default=[4096, 256])
+    args = parser.parse_args(argv)
+    quiet_warp()
+    wp.init()
+    from client_helpers import raw
+
+    model, fresh, step = _scene(args.worlds)
+    step(model, fresh())  # compile every module before capturing
+    print(f"mujoco-warp step, {args.worlds} worlds, warp-lang {wp.config.version}, apic {apic.__version__}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of "
+          f"{args.steps} steps, ms per step (min / median)\n")
+    for min_tasks in args.min_tasks:
+        serial_data, again_data, split_data = fresh(), fresh(), fresh()
+        serial, again = _capture(step, model, serial_data), _capture(step, model, again_data)
+        split = _capture(step, model, split_data)
+        split.min_tasks_per_thread = min_tasks
+        for _ in range(2):
+            wp.capture_launch(serial)
+            wp.capture_launch(again)
+            wp.capture_launch(split, threads=args.threads)
+        a, b, c = _arrays(serial_data), _arrays(again_data), _arrays(split_data)
+        # arrays two serial replays leave different hold uninitialised memory (wp.empty past the contacts)
+        unset = [name for name in a if not np.array_equal(raw(a[name]), raw(b[name]))]
+        differ = [name for name in a if name not in unset and not np.array_equal(raw(a[name]), raw(c[name]))]
+        if differ:
+            print(f"split replay differs from serial replay in {differ}")
+            return 1
+        times = {1: [], args.threads: []}
+        for r in range(args.rounds):
+            for threads in (list(times) if r % 2 == 0 else list(times)[::-1]):
+                start = time.perf_counter()
+                for _ in range(args.steps):
+                    wp.capture_launch(split, threads=threads)
+                times[threads].append((time.perf_counter() - start) / args.steps * 1e3)
+        report = split.parallel_report(args.threads)
+        ran = collections.Counter(e["kernel"] for e in report for _ in range(e["count"]) if e["chunks"])
+        kept = collections.Counter((e["kernel"], e["why"]) for e in report if not e["chunks"])
+        (s_min, s_med), (p_min, p_med) = ((min(t), statistics.median(t)) for t in times.values())
+        print(f"min_tasks_per_thread {min_tasks}: serial {s_min:.1f} / {s_med:.1f}, threads={args.threads} "
+              f"{p_min:.1f} / {p_med:.1f}: ratio {p_min / s_min:.2f} (medians {p_med / s_med:.2f}); "
+              f"bit-identical to serial" + (f" (uninitialised, not compared: {', '.join(unset)})" if unset else ""))
+        print(f"  {sum(ran.values())} of {sum(1 for op in split.recording.ops if type(op).__name__ == 'Launch')} "
+              f"launches split: {', '.join(f'{k} x{n}' for k, n in ran.items()) or 'none'}")
+        print(f"  splittable kernels kept serial: {', '.join(f'{k} ({why})' for (k, why) in kept) or 'none'}")
+        proved = sum(1 for k in split.recording.kernels if k.split_writes is not None)
+        print(f"  {proved} of {len(split.recording.kernels)} kernels proved splittable at capture\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

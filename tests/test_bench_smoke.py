@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-METHODS = ("warp_launch", "launch_objects", "apic_live", "apic_loaded", "warp_native", "floor")
-ALWAYS_AVAILABLE = ("warp_launch", "launch_objects", "apic_live", "floor")
+METHODS = ("warp_launch", "launch_objects", "apic_live", "apic_parallel", "apic_loaded", "warp_native", "floor")
+ALWAYS_AVAILABLE = ("warp_launch", "launch_objects", "apic_live", "apic_parallel", "floor")
 
 
 def _number(value) -> bool:
@@ -34,7 +34,7 @@ def test_bench_quick_smoke(tmp_path):
     assert "The bar" in result.stdout
     data = json.loads(out.read_text())
 
-    assert [wl["key"] for wl in data["workloads"]] == ["W1-dim1", "W1-dim16", "W2", "W3"]
+    assert [wl["key"] for wl in data["workloads"]] == ["W1-dim1", "W1-dim16", "W2", "W3", "W4"]
     assert data["ladder"], "the ladder of graph sizes is empty"
     for wl in data["workloads"] + data["ladder"]:
         assert set(wl["methods"]) == set(METHODS), wl["key"]

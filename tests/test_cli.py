@@ -32,9 +32,10 @@ def eager(iters: int, overrides: dict | None = None) -> pk.Sim:
     return sim
 
 
-def test_replay_outputs_equal_eager(saved, tmp_path):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_replay_outputs_equal_eager(saved, tmp_path, threads):
     outputs = ["x", "energy", "grid", "acc", "w_adj"]
-    args = ["replay", str(saved), "--iters", str(ITERS)]
+    args = ["replay", str(saved), "--iters", str(ITERS), "--threads", str(threads)]
     for name in outputs:
         args += ["--output", f"{name}={tmp_path / name}.npy"]
     done = run_cli(args, cwd=tmp_path)

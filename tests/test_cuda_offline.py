@@ -1,6 +1,6 @@
 """CUDA support checked without a GPU: Warp compiles modules to PTX with NVRTC and no device present.
 
-* the param blob apic packs for a kernel (``apic.replay.cuda_params``) has exactly the parameters of
+* the param blob apic packs for a kernel (``apic.targets.cuda``) has exactly the parameters of
   the kernel's ``.entry`` in the PTX: count, size, alignment and so offset, for scalars of every
   dtype, vectors, matrices, quaternions, transforms, arrays of 1-4 dimensions, indexed arrays, nested
   structs holding arrays, launch bounds of 1-4 dimensions, forward and adjoint entry points;
@@ -30,7 +30,8 @@ from apic.errors import FormatError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import Region
-from apic.replay import cuda_params as cp
+from apic.record import cuda as record_cuda
+from apic.targets import cuda as cp
 
 ARCH = 75  # an architecture every NVRTC that Warp 1.12-1.19 ships compiles for
 
@@ -106,7 +107,7 @@ def test_bounds_size_follows_the_kernel_dimension(ptx):
 
 def test_cubin_holds_every_kernel_entry(cubin):
     path, image = cubin
-    from apic.format.cuda import module_arch
+    from apic.targets.cuda import module_arch
 
     assert image[:4] == b"\x7fELF"
     assert module_arch(path, image) == (ARCH, "", "cubin")
@@ -166,7 +167,7 @@ def test_param_types_are_what_warp_packs(kernel, adjoint):
     for param, at, size in zip(cmd.params, layout.offsets, layout.sizes):
         assert blob[at : at + size] == bytes(param)
     # every pointer in the blob is a field of an array descriptor apic knows about
-    slots = cp.array_slots(kernel, types, layout, adjoint)
+    slots = record_cuda.array_slots(kernel, types, layout, adjoint)
     pointers = {at for slot in slots for at in range(slot.at, slot.at + (104 if slot.indexed else 56))}
     from apic.record.layout import blob_pointers
 
@@ -334,7 +335,7 @@ def _saxpy_recording():
     x = wp.zeros(8, dtype=wp.float32, device="cpu")
     cmd = wp.launch(kernel, dim=8, inputs=[2.0, x, x], device="cpu", record_cmd=True)
     blob = bytearray(cp.pack_objects(layout, cmd.params))
-    slots = cp.array_slots(kernel, types, layout, False)
+    slots = record_cuda.array_slots(kernel, types, layout, False)
     relocs = []
     for slot in slots:
         blob[slot.at : slot.at + 8] = bytes(8)  # the data pointer becomes a relocation
@@ -508,8 +509,18 @@ def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
     assert cuda_format.CUDA_ABI == "cuda-params-v1"
 
 
+def test_source_fallback_of_a_cuda_graph_is_refused(ptx, tmp_path):
+    """What apic does less than upstream (README): a CUDA graph's .cu source is not kept; asking for it
+    raises NotImplementedError naming it, and nothing is written."""
+    recording, contents = _saxpy_recording()
+    graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
+    with pytest.raises(NotImplementedError, match=r"source_fallback=True\) of a CUDA graph"):
+        wp.capture_save(graph, str(tmp_path / "g"), source_fallback=True)
+    assert not os.listdir(tmp_path)
+
+
 def test_fill_kernel_ptx_declares_its_entry():
-    from apic.replay.cuda import FILL_PTX, FILL_SYMBOL
+    from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL
 
     entries = cp.ptx_entries(FILL_PTX.decode().rstrip("\0"))
     assert entries == {FILL_SYMBOL: [(8, 8)] * 4}
@@ -518,18 +529,18 @@ def test_fill_kernel_ptx_declares_its_entry():
 
 # --- installation -------------------------------------------------------------------------------------------
 def test_import_apic_does_not_import_cuda_python():
-    code = "import sys, apic; import apic.replay.cuda_params; assert not any(m == 'cuda' or m.startswith('cuda.') for m in sys.modules), sorted(m for m in sys.modules if m.startswith('cuda'))"
+    code = "import sys, apic; import apic.targets.cuda; assert not any(m == 'cuda' or m.startswith('cuda.') for m in sys.modules), sorted(m for m in sys.modules if m.startswith('cuda'))"
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
 def test_cuda_natives_are_restored_by_uninstall():
-    from apic.record import cuda
+    from apic import installation
 
     core = _compat.runtime().core
     apic.uninstall()  # Warp as it is without apic
     before = {k: v for k, v in vars(core).items() if k.startswith("wp_")}
     apic.install()
-    cuda.ensure_native_sinks()
+    installation.ensure_cuda_native_sinks()
     assert core.wp_cuda_launch_kernel is not before["wp_cuda_launch_kernel"]
     assert core.wp_memcpy_d2d is not before["wp_memcpy_d2d"]
     assert core.wp_alloc_device is before["wp_alloc_device"]  # allocation stays untouched
@@ -554,7 +565,7 @@ def test_integer_launch_arguments_are_found_in_the_param_blob():
     """The 64-bit integer slots a CUDA launch passes (where a handle id or raw pointer may hide)."""
     types = cp.param_types(ck.scalars, False)
     layout = cp.param_layout(types)
-    slots = cp.word_slots(ck.scalars, types, layout)
+    slots = record_cuda.word_slots(ck.scalars, types, layout)
     labels = [arg.label for arg in ck.scalars.adj.args]
     assert [label for _, label in slots] == ["i64", "u64"]
     assert [at for at, _ in slots] == [layout.offsets[1 + labels.index(n)] for n in ("i64", "u64")]

@@ -192,7 +192,7 @@ def test_without_a_driver_the_errors_are_apics(cu):
     reason = cuda_replay.unavailable_reason()
     assert reason and "driver" in reason
     with pytest.raises(cuda_replay.CudaReplayError, match="cuInit could not reach the CUDA driver") as info:
-        cuda_replay._Driver()("cuInit", 0)
+        cuda_replay.Driver()("cuInit", 0)
     assert isinstance(info.value, ApicError)
 
 
@@ -324,7 +324,7 @@ def test_a_wrong_argument_to_the_layout_check_is_not_swallowed(cu, ptx, monkeypa
     device = FakeDevice(cu)
     monkeypatch.setattr(_compat, "cuda_driver", lambda: device)
     graph = cuda_replay.LoadedCudaGraph.__new__(cuda_replay.LoadedCudaGraph)
-    graph._cu = cuda_replay._Driver()
+    graph._cu = cuda_replay.Driver()
     saved = _read(_document(ptx)[0])
     with pytest.raises(TypeError):
         graph._check_params("not a CUfunction", saved.recording.kernels[0])

@@ -61,8 +61,8 @@ def _core():
         # a utility apic records, reached directly, on memory that is no Warp array (recorded on Warp arrays)
         (lambda a, b: _core().wp_array_scan_float_host(_HOST.ctypes.data, b.ptr, 8, *([4, 4, 1] if _SCAN_7 else []),
                                                        True), "wp_array_scan_float_host"),
-        # a native host function apic does not record
-        (lambda a, b: _core().wp_mesh_refit_host(0), "wp_mesh_refit_host"),
+        # a native host function apic does not record (refused before Warp's code runs: the arguments are never read)
+        (lambda a, b: _core().wp_mesh_create_host(0, 0, 0, 0, 0, 0, 0), "wp_mesh_create_host"),
     ],
     ids=["utility_called_directly", "unknown_native"],
 )

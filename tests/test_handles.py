@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import inspect
 import os
 import subprocess
 import sys
@@ -94,6 +95,25 @@ def grid_neighbours(grid: wp.uint64, points: wp.array(dtype=wp.vec3), radius: fl
         if wp.length(points[index] - p) <= radius:
             total += index + 1
     out[i] = total
+
+
+@wp.kernel
+def regroup(groups: wp.array(dtype=wp.int32), step: int):
+    i = wp.tid()
+    groups[i] = (i + step) % 3
+
+
+if hasattr(wp, "handle"):  # warp 1.19's grouped query (the kernel is never built where the builtin is missing)
+    @wp.kernel
+    def grid_group_neighbours(grid: wp.uint64, points: wp.array(dtype=wp.vec3), radius: float,
+                              groups: wp.array(dtype=wp.int32), out: wp.array(dtype=int)):
+        i = wp.tid()
+        query = wp.hash_grid_query(grid, points[i], radius, groups[i])
+        index = int(0)
+        count = int(0)
+        while wp.hash_grid_query_next(query, index):
+            count += index + 1
+        out[i] = count
 
 
 @wp.kernel
@@ -208,6 +228,56 @@ def volume_program(s, step: int):
     wp.launch(volume_sample, dim=48, inputs=[s["volume"].id, s["points"], s["value"]], device=CPU)
 
 
+# --- the same methods' natives called directly, as a library would (upstream records them at the native layer)
+def _core():
+    from apic import _compat
+
+    return _compat.runtime().core
+
+
+def mesh_direct_program(s, step: int):
+    wp.launch(drift, dim=s["points"].shape[0], inputs=[s["points"], float(step)], device=CPU)
+    _core().wp_mesh_refit_host(s["mesh"].id)
+    wp.launch(mesh_distance, dim=24, inputs=[s["mesh"].id, s["queries"], s["dist"]], device=CPU)
+
+
+def bvh_direct_program(s, step: int):
+    for arr in (s["lowers"], s["uppers"]):
+        wp.launch(drift, dim=32, inputs=[arr, float(step)], device=CPU)
+    if step % 2:
+        _core().wp_bvh_rebuild_host(s["bvh"].id, 0)  # the SAH constructor, the CPU default
+    else:
+        _core().wp_bvh_refit_host(s["bvh"].id)
+    wp.launch(bvh_overlaps, dim=32, inputs=[s["bvh"].id, s["lowers"], s["uppers"], s["hits"]], device=CPU)
+
+
+def grid_direct_program(s, step: int):
+    wp.launch(drift, dim=64, inputs=[s["points"], float(step)], device=CPU)
+    grid, points = s["grid"], s["points"]
+    update = _core().wp_hash_grid_update_host
+    extra = (None,) * (len(getattr(update, "__wrapped__", update).argtypes) - 4)  # warp 1.19 adds the groups
+    update(grid.id, grid._type_id, 0.3, ctypes.byref(points.__ctype__()), *extra)
+    wp.launch(grid_neighbours, dim=64, inputs=[grid.id, points, 0.3, s["near"]], device=CPU)
+
+
+HAS_GROUPS = "groups" in inspect.signature(wp.HashGrid.build).parameters  # warp 1.19: grouped hash grids
+
+
+def grouped_state():
+    s = grid_state(build_before=False)
+    s["groups"] = wp.array(np.arange(64, dtype=np.int32) % 3, dtype=wp.int32, device=CPU)
+    s["grid"].build(s["points"], 0.3, s["groups"])  # eagerly first: what a load builds the grid from
+    return s
+
+
+def grouped_program(s, step: int):
+    wp.launch(drift, dim=64, inputs=[s["points"], float(step)], device=CPU)
+    wp.launch(regroup, dim=64, inputs=[s["groups"], step], device=CPU)
+    s["grid"].build(s["points"], 0.3, s["groups"])
+    wp.launch(grid_group_neighbours, dim=64, inputs=[s["grid"].id, s["points"], 0.3, s["groups"], s["near"]],
+              device=CPU)
+
+
 CASES = {
     "mesh": (mesh_state, mesh_program, ("dist", "ray", "faces")),
     "bvh": (bvh_state, bvh_program, ("hits",)),
@@ -215,6 +285,10 @@ CASES = {
     "hash_grid_built_before": (grid_state, grid_query_only, ("near",)),
     "hash_grid_built_only_in_capture": (lambda: grid_state(build_before=False), grid_program, ("near",)),
     "volume": (volume_state, volume_program, ("value",)),
+    "mesh_direct": (mesh_state, mesh_direct_program, ("dist",)),
+    "bvh_direct": (bvh_state, bvh_direct_program, ("hits",)),
+    "hash_grid_direct": (grid_state, grid_direct_program, ("near",)),
+    **({"hash_grid_groups": (grouped_state, grouped_program, ("near",))} if HAS_GROUPS else {}),
 }
 
 
@@ -345,6 +419,22 @@ def test_building_a_mesh_inside_a_capture_is_refused():
             wp.Mesh(points=pts, indices=idx)
 
 
+def test_direct_handle_call_outside_warp_memory_or_on_no_object_is_refused():
+    """A direct hash grid build whose points are NumPy memory (nothing the graph could keep alive), or a refit
+    of an id that is no live object, is refused naming the native."""
+    grid = wp.HashGrid(4, 4, 4, device=CPU)
+    host = np.zeros((8, 3), dtype=np.float32)
+    desc = wp.array(host, dtype=wp.vec3, device=CPU, copy=False).__ctype__()  # a view of the NumPy memory
+    update = _core().wp_hash_grid_update_host
+    extra = (None,) * (len(getattr(update, "__wrapped__", update).argtypes) - 4)
+    with pytest.raises(apic.UnsupportedOperationError, match="wp_hash_grid_update_host.*argument 3.*not inside"):
+        with wp.ScopedCapture(device=CPU):
+            update(grid.id, grid._type_id, 0.3, ctypes.byref(desc), *extra)
+    with pytest.raises(apic.CaptureError, match="wp_bvh_refit_host: 0x1 is not the id of a live Warp object"):
+        with wp.ScopedCapture(device=CPU):
+            _core().wp_bvh_refit_host(1)
+
+
 def _saved_doc(tmp_path, case="mesh"):
     make, program, _ = CASES[case]
     _, graph = _captured(make, program)
@@ -388,6 +478,28 @@ def test_corrupt_handle_fields_are_refused(tmp_path, edit, message):
     edit(doc)
     with pytest.raises(apic.FormatError, match=message):
         reader.read(_encode(doc))
+
+
+@pytest.mark.skipif(not HAS_GROUPS, reason="this warp-lang's HashGrid.build takes no groups")
+def test_corrupt_hash_grid_groups_are_refused(tmp_path):
+    """A build's groups are an int32 array descriptor with as many entries as points, inside a region."""
+    import copy
+    import struct
+
+    doc = _saved_doc(tmp_path, "hash_grid_groups")
+    at = next(i for i, op in enumerate(doc["ops"]) if op["kind"] == int(rec.OpKind.HANDLE_CALL) and op["groups"])
+    reader.read(_encode(doc))  # the file itself is valid
+    for edit, message in [
+        (lambda op: op.update(groups=[0, 0]), "groups"),  # a ref, as an older apic wrote it
+        (lambda op: op["groups"].update(data=op["groups"]["data"][:16] + struct.pack("<i", 63)
+                                        + op["groups"]["data"][20:]), "as many int32 as points"),
+        (lambda op: op["groups"].update(data=op["groups"]["data"][:32] + struct.pack("<i", 1 << 20)
+                                        + op["groups"]["data"][36:]), "reaches bytes"),
+    ]:
+        bad = copy.deepcopy(doc)
+        edit(bad["ops"][at])
+        with pytest.raises(apic.FormatError, match=message):
+            reader.read(_encode(bad))
 
 
 def test_version_1_file_with_handles_is_refused(tmp_path):

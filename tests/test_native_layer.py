@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ import warp as wp
 
 import apic
 from apic import _compat
+from apic.record import natives
 from conftest import CPU, eager_vs_replay
 from persist_helpers import child_env, run_child, same_bits
 from test_utils_ops import (
@@ -240,6 +242,37 @@ def test_import_apic_after_a_warp_submodule(submodule, order, tmp_path):
     if submodule == "warp.fem":
         assert report["bound"], "warp.fem binds array_scan at its import: that binding must have been used"
     assert report["refused"] and "without run_count" in report["refused"]
+
+
+# --- the matrix: every recorded native, both ways, apic imported before and after Warp's submodules ----
+def _natives_here() -> list:
+    """Every native host utility apic records that this warp-lang exports (a signature for its arity)."""
+    found = []
+    for name in natives.NAMES:
+        arity = natives.host_arity(name)
+        if arity is not None and natives.signature(name, arity) is not None:
+            found.append(name)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("order", ["before", "after"])
+@pytest.mark.parametrize("submodule", ["warp.fem", "warp.sparse", "warp.optim"])
+def test_every_native_both_ways_in_either_import_order(submodule, order, tmp_path):
+    """Each native apic records here, called through its Python function (as the submodule bound it, or
+    wp.utils / warp.sparse) and directly, with apic imported before or after the submodule: both captures
+    replay bit for bit as the eager wp.utils program (tests/native_matrix_child.py) and record every one."""
+    if importlib.util.find_spec(submodule) is None:
+        pytest.skip(f"this warp-lang has no {submodule}")
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "native_matrix_child.py")
+    result = subprocess.run([sys.executable, child, order, submodule], cwd=tmp_path, env=child_env(),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    expected = _natives_here()
+    assert report["recorded"]["functions"] == expected
+    assert report["recorded"]["direct"] == expected
+    if submodule == "warp.fem":  # it binds these at its import: those bindings were the ones called
+        assert {"array_scan", "radix_sort_pairs", "runlength_encode"} <= set(report["bound_in"])
 
 
 # --- host memory functions called directly (upstream records them at the native layer too) ----------

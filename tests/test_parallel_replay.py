@@ -10,7 +10,7 @@ import pytest
 import warp as wp
 
 from apic.replay import parallel
-from apic.replay.splittable import kernel_verdict, launch_arrays_disjoint
+from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
 from tests import kernels as K
 from tests import persist_kernels as P
 
@@ -61,6 +61,41 @@ def _read_neighbour_of_written(out: wp.array(dtype=float)):
 def _user_func(x: wp.array(dtype=float), out: wp.array(dtype=float)):
     i = wp.tid()
     out[i] = _twice(x[i])
+
+
+@wp.func
+def _store_into(a: wp.array(dtype=float), i: int, x: float):
+    a[i] = x
+    return x
+
+
+@wp.func
+def _atomic_in_func(a: wp.array(dtype=float), x: float):
+    wp.atomic_add(a, 0, x)
+    return x
+
+
+@wp.func
+def _calls_pure(x: float):
+    return _twice(x) + wp.sin(x)
+
+
+@wp.kernel
+def _user_func_writes(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = _store_into(x, 0, x[i])
+
+
+@wp.kernel
+def _user_func_atomic(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = _atomic_in_func(x, 1.0)
+
+
+@wp.kernel
+def _user_func_nested(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = _calls_pure(x[i])
 
 
 @wp.kernel
@@ -154,7 +189,8 @@ REFUSED = {
     _inplace_shared: "in-place update",
     _write_other: "index other than the task id",
     _read_neighbour_of_written: "reads out",
-    _user_func: "not a Warp builtin",
+    _user_func_writes: "stores through a subscript",
+    _user_func_atomic: "atomic_add",
     _tid_reassigned: "index other than the task id",
     _tid_transposed: "index other than the task id",
     _passes_written_to_call: "reads out",
@@ -174,7 +210,7 @@ def test_cross_task_kernels_stay_serial(kernel):
 
 
 ACCEPTED = [
-    _elementwise_math, K.array_accum, K.scalar_accum, K.accum_2d, K.accum_3d, K.accum_4d,
+    _elementwise_math, _user_func, _user_func_nested, K.array_accum, K.scalar_accum, K.accum_2d, K.accum_3d, K.accum_4d,
     K.stamp_1d, K.stamp_4d, K.bool_toggle, K.transform_compose, K.mad_u32,
     P.apply_scaled, P.diffuse, P.gravity, P.integrate, P.square,
 ]  # fmt: skip

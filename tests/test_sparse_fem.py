@@ -451,11 +451,8 @@ def test_padded_capacity_array_without_nnz_capacity_is_refused():
 
 
 @needs_padded
-def test_padded_transpose_and_status_read_are_refused():
-    source = fixed_matrix(1)
+def test_status_read_is_refused():
     padded = sparse.bsr_zeros(NCOL, NROW, float, device=CPU, row_capacity=NROW)
-    _refused(lambda: sparse.bsr_set_transpose(padded, source, topology="padded"), apic.UnsupportedOperationError,
-             r"warp\.sparse\.bsr_set_transpose.*padded")
     s = {"t": counter(), **triplet_arrays()}
     fill_triplets(s, 0)
 
@@ -464,6 +461,153 @@ def test_padded_transpose_and_status_read_are_refused():
         padded.status_sync()
 
     _refused(status_read, apic.UnsupportedOperationError, r"BsrMatrix\.status_sync\(\)")
+
+
+# --- a padded transpose, recorded as upstream records it (warp-lang 1.13+) ---------------------------------
+def padded_transposes(s):
+    """``P = 0.5 A^T`` into rows with room for every block, ``Q = A^T`` into rows of 2 blocks: Q's rows that
+    overflow are left empty and its status says so. A has a new topology every step."""
+    wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+    build(s, "A", 0)
+    sparse.bsr_set_transpose(s["P"], 0.5 * s["A"], topology="padded")
+    sparse.bsr_set_transpose(s["Q"], s["A"], topology="padded")
+
+
+def padded_state():
+    P = sparse.bsr_zeros(NCOL, NROW, float, device=CPU, row_capacity=NROW)
+    Q = sparse.bsr_zeros(NCOL, NROW, float, device=CPU, row_capacity=2)
+    # the status arrays made up front, so that both runs' matrices hold theirs from the start
+    return {"t": counter(), "A": matrix(), "P": P, "P_status": P._ensure_status(), "Q": Q,
+            "Q_status": Q._ensure_status(), **triplet_arrays()}
+
+
+@needs_padded
+def test_padded_transpose():
+    graph, replayed = eager_vs_replay(padded_transposes, padded_state)
+    assert native_calls(graph) == ["bsr_matrix_from_triplets_host"] + ["bsr_transpose_host"] * 2
+    calls = [op for op in graph.recording.ops if isinstance(op, rec.NativeCall) and op.name == "bsr_transpose_host"]
+    assert [op.args[-1] for op in calls] == [NCOL * NROW, NCOL * 2], "the recorded capacities"
+    assert int(replayed["P_status"].numpy()[0]) == 0
+    assert int(replayed["Q_status"].numpy()[0]) == sparse.BSR_STATUS_ROW_CAPACITY_EXCEEDED, "no row overflowed"
+
+
+@needs_padded
+def test_padded_transpose_restores_the_destination_capacity():
+    """As upstream: the row offsets (the capacity layout) are those of the capture, restored before the
+    transpose at replay, so a destination whose offsets were reset after the capture is rebuilt."""
+
+    made = []  # eager_vs_replay makes the eager state first, then the replayed one
+
+    def make():
+        made.append(padded_state())
+        return made[-1]
+
+    def reset(_run):
+        for name in ("P", "Q"):
+            made[1][name].offsets.zero_()
+            made[1][name].row_counts.zero_()
+
+    eager_vs_replay(padded_transposes, make, between=reset)
+
+
+@needs_padded
+def test_saved_padded_transpose_replays_in_a_fresh_process(tmp_path):
+    state = padded_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        padded_transposes(state)
+    outputs = {f"{m}_{part}": getattr(state[m], part) for m in ("P", "Q")
+               for part in ("offsets", "row_counts", "columns", "values")}
+    outputs.update(P_status=state["P_status"], Q_status=state["Q_status"])
+    wp.capture_save(capture.graph, str(tmp_path / "padded"), outputs=outputs)
+    expected = padded_state()
+    for _ in range(ITERS):
+        padded_transposes(expected)
+    job = {"mode": "file", "path": str(tmp_path / "padded"), "iters": ITERS,
+           "get": {n: str(tmp_path / f"{n}.npy") for n in outputs}}
+    run_child(job, cwd=tmp_path)
+    got = {n: np.load(tmp_path / f"{n}.npy") for n in outputs}
+    for name in ("P_status", "Q_status"):
+        assert same_bits(got[name], expected[name].numpy()), name
+    for m in ("P", "Q"):
+        offsets, counts = got[f"{m}_offsets"][: NCOL + 1], got[f"{m}_row_counts"][:NCOL]
+        active = np.concatenate([np.arange(b, b + c) for b, c in zip(offsets[:-1], counts)] + [np.zeros(0, int)])
+        want = bsr_image(m, expected[m])
+        assert same_bits(offsets, want[f"{m}.offsets"]) and same_bits(counts, want[f"{m}.row_counts"]), m
+        assert same_bits(got[f"{m}_columns"][active], want[f"{m}.columns"]), m
+        assert np.array_equal(got[f"{m}_values"][active].view(np.uint8).reshape(-1), want[f"{m}.values"]), m
+    assert int(got["Q_status"][0]) == sparse.BSR_STATUS_ROW_CAPACITY_EXCEEDED
+
+
+@needs_padded
+def test_saved_padded_transpose_capacity_is_checked(tmp_path):
+    """The recorded capacity bounds what the call reaches: one past the destination's columns is refused."""
+    import copy
+
+    import msgpack
+
+    from apic.format import reader, schema, writer
+
+    state = padded_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        padded_transposes(state)
+    wp.capture_save(capture.graph, str(tmp_path / "padded"))
+    doc = msgpack.unpackb((tmp_path / "padded.wrp").read_bytes()[schema.HEADER.size :], raw=False)
+    i = next(k for k, op in enumerate(doc["ops"]) if op["kind"] == schema.WireOp.NATIVE_CALL
+             and op["fn"] == "bsr_transpose_host")
+    args = doc["ops"][i]["args"]
+    assert len(args) == 12
+    columns_bytes = doc["regions"][args[8][0]]["nbytes"] - args[8][1]
+    bad = copy.deepcopy(doc)
+    bad["ops"][i]["args"][11] = columns_bytes // 4 + 1
+    with pytest.raises(apic.FormatError, match="outside region"):
+        reader.read(writer.encode(bad))
+    reader.read(writer.encode(doc))
+
+
+@needs_padded
+def test_padded_transpose_into_rows_that_are_no_capacity_layout_is_refused():
+    """Row offsets that decrease when the transpose is captured are no capacity layout: refused, naming it."""
+    s = padded_state()
+    fill_triplets(s, 0)
+    sparse.bsr_set_from_triplets(s["A"], s["rows"], s["cols"], s["vals"])
+    offsets = s["P"].offsets.numpy()
+    offsets[1], offsets[2] = offsets[2] + 1, offsets[1]
+    s["P"].offsets.assign(offsets)
+    _refused(lambda: sparse.bsr_set_transpose(s["P"], s["A"], topology="padded"), apic.UnsupportedOperationError,
+             r"bsr_set_transpose.*padded.*not a row-capacity layout")
+
+
+@needs_padded
+@pytest.mark.parametrize("edit", ["past_capacity", "decreasing", "negative"])
+def test_changed_capacity_layout_stops_the_replay(tmp_path, edit):
+    """A file whose restored row offsets (the memtile before a padded transpose) no longer fit the recorded
+    capacity loads, and its replay stops before the transpose with a RuntimeError naming it."""
+    import msgpack
+
+    from apic.format import schema, writer
+
+    state = padded_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        padded_transposes(state)
+    wp.capture_save(capture.graph, str(tmp_path / "padded"))
+    doc = msgpack.unpackb((tmp_path / "padded.wrp").read_bytes()[schema.HEADER.size :], raw=False)
+    call = next(op for op in doc["ops"] if op["kind"] == schema.WireOp.NATIVE_CALL and op["fn"] == "bsr_transpose_host")
+    restore = next(op for op in doc["ops"] if op["kind"] == schema.WireOp.MEMTILE and op["dst"] == call["args"][6])
+    layout = np.frombuffer(restore["value"]["data"], dtype=np.int32).copy()
+    assert layout[-1] == call["args"][11], "the capacity recorded is the restored layout's last offset"
+    if edit == "past_capacity":
+        layout[-1] += 1
+    elif edit == "decreasing":
+        layout[1] = layout[2] + 1
+    else:
+        layout[0] = -1
+    restore["value"]["data"] = layout.tobytes()
+    modules = {f.name: f.read_bytes() for f in (tmp_path / "padded_modules").iterdir()}
+    graph = wp.capture_load_from_bytes(writer.encode(doc), modules)
+    with pytest.raises(RuntimeError, match=r"CPU graph replay failed: the row offsets of a padded "
+                                           r"bsr_set_transpose destination") as caught:
+        wp.capture_launch(graph)
+    assert isinstance(caught.value, apic.ReplayError)
 
 
 # --- save, load, fresh process -----------------------------------------------------------------------------

@@ -9,12 +9,16 @@ float32 contiguous arrays, and sorts with int32 values) are tested where the ins
 
 from __future__ import annotations
 
+import ctypes
+import re
+
 import msgpack
 import numpy as np
 import pytest
 import warp as wp
 
 import apic
+from apic import _compat
 from apic.format import reader, schema, writer
 from apic.record import natives
 from apic.record import ops as rec
@@ -204,6 +208,200 @@ def test_segmented_sort_pairs(key, explicit_ends):
         "t": counter(), "keys": zeros(2 * COUNT, key), "values": zeros(2 * COUNT, wp.int32),
         "starts": zeros(3, wp.int32), "ends": zeros(3, wp.int32), "bounds": zeros(4, wp.int32),
     })
+
+
+# --- segmented-sort ranges: checked at replay, as upstream Warp 1.19 -------------------------------
+# Warp 1.19's host sort checks every range (eagerly: ValueError; its CPU replay: RuntimeError); 1.12's
+# does not (an invalid range is undefined behaviour eagerly, so it is never run eagerly there).
+EAGER_CHECKS_SEGMENTS = _compat.runtime().core.wp_segmented_sort_pairs_int_host.restype is ctypes.c_bool
+BAD_STEP = 3  # the step whose ranges are invalid
+
+# each: how the second range goes wrong at BAD_STEP, and the [start, end) it then has
+BAD_RANGES = {"end_past_count": (0, (5, COUNT + 1)), "negative_start": (1, (-1, 8)), "end_before_start": (2, (6, 4))}
+
+
+@wp.kernel
+def gen_bad_segments(t: wp.array(dtype=wp.int32), how: int, bad_step: int, starts: wp.array(dtype=wp.int32),
+                     ends: wp.array(dtype=wp.int32)):
+    starts[0] = 0
+    ends[0] = 5
+    starts[1] = 5
+    ends[1] = COUNT
+    if t[0] == bad_step:
+        if how == 0:
+            ends[1] = COUNT + 1
+        if how == 1:
+            starts[1] = -1
+            ends[1] = 8
+        if how == 2:
+            starts[1] = 6
+            ends[1] = 4
+
+
+def _before_sort(s, how):
+    wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)
+    generate(s["t"], s["keys"], dim=COUNT)
+    wp.launch(gen_i32, dim=COUNT, inputs=[s["t"], s["values"], 50], device=CPU)
+    wp.launch(gen_bad_segments, dim=1, inputs=[s["t"], how, BAD_STEP, s["starts"], s["ends"]], device=CPU)
+
+
+def _sort_then_more(s):
+    wp.utils.segmented_sort_pairs(s["keys"], s["values"], COUNT, s["starts"], s["ends"])
+    wp.launch(gen_i32, dim=COUNT, inputs=[s["t"], s["after"], 7], device=CPU)  # must not run after a bad sort
+
+
+def _bad_range_state():
+    return {"t": counter(), "keys": zeros(2 * COUNT, wp.float32), "values": zeros(2 * COUNT, wp.int32),
+            "starts": zeros(2, wp.int32), "ends": zeros(2, wp.int32), "after": zeros(COUNT, wp.int32)}
+
+
+def _bytes(state):
+    return {name: a.numpy().copy() for name, a in state.items()}
+
+
+def _range_message(how) -> str:
+    start, end = BAD_RANGES[how][1]
+    return rf"Invalid segment range at index 1: \[{start}, {end}\) for count {COUNT}"
+
+
+def _expected_runs(how) -> list:
+    """The state after each good step and after the bad step's failed sort (eagerly, as far as Warp can)."""
+    state = _bad_range_state()
+    expected = []
+    for step in range(1, BAD_STEP + 1):
+        _before_sort(state, BAD_RANGES[how][0])
+        if step < BAD_STEP:
+            _sort_then_more(state)
+        elif EAGER_CHECKS_SEGMENTS:  # Warp 1.19 refuses the range itself and changes nothing
+            with pytest.raises(ValueError, match=_range_message(how)):
+                _sort_then_more(state)
+        expected.append(_bytes(state))
+    return expected
+
+
+@pytest.mark.parametrize("how", list(BAD_RANGES))
+def test_segmented_sort_invalid_range_stops_the_replay(how):
+    """A range that becomes invalid at replay (a kernel in the graph writes it) stops the replay at the sort
+    with upstream's ``RuntimeError`` and message, before the sort and everything after it: as the eager
+    program stops at Warp 1.19's ``ValueError``. The steps before are bit for bit eager."""
+    expected = _expected_runs(how)
+    state = _bad_range_state()
+    with wp.ScopedCapture(device=CPU) as capture:
+        _before_sort(state, BAD_RANGES[how][0])
+        _sort_then_more(state)
+    graph = capture.graph
+    for step in range(1, BAD_STEP):
+        wp.capture_launch(graph)
+        for name, want in expected[step - 1].items():
+            assert same_bits(state[name].numpy(), want), f"step {step}: {name}"
+    with pytest.raises(RuntimeError, match=r"CPU graph replay failed: Warp sort error: " + _range_message(how)) as err:
+        wp.capture_launch(graph)
+    assert isinstance(err.value, apic.ReplayError)
+    for name, want in expected[-1].items():
+        assert same_bits(state[name].numpy(), want), f"the failed step: {name}"
+    state["t"].assign([BAD_STEP - 1])  # the bad step again, through the profiled loop: it checks too
+    with pytest.raises(apic.ReplayError, match=_range_message(how)):
+        apic.profile(graph, replays=1)
+
+
+def _bad_arguments():
+    """Calls upstream 1.19's segmented_sort_pairs refuses before sorting: (arguments, error class, message)."""
+    keys, values = zeros(2 * COUNT, wp.int32), zeros(2 * COUNT, wp.int32)
+    starts, ends = wp.array([0, 3, 6], dtype=wp.int32, device=CPU), wp.array([3, 6], dtype=wp.int32, device=CPU)
+    return [
+        ((keys, values, COUNT, starts, ends), RuntimeError, r"must have the same size \(3 vs 2\)"),
+        ((keys, values, -1, starts), ValueError, "count must be non-negative, got -1"),
+        ((keys, values, 2**31, starts), ValueError, "count must not exceed 2147483647"),
+        ((keys, values, 10.5, starts), TypeError, "count must be an integer"),
+        ((keys, values, True, starts), TypeError, "count must be an integer"),
+        ((keys, values, COUNT + 1, starts), RuntimeError, "2\\*count elements"),
+        ((keys, values, COUNT, starts[::2]), RuntimeError, "requires a contiguous segment_start_indices"),
+        ((keys, values, COUNT, wp.array([[0, 3]], dtype=wp.int32, device=CPU)), RuntimeError,
+         "segment_start_indices must be one-dimensional"),
+        ((keys, values, COUNT, starts, wp.array([3.0, 6.0, 9.0], dtype=wp.float32, device=CPU)), RuntimeError,
+         "segment_end_indices array must be of type int32"),
+        ((keys, values[::2], 4, starts), RuntimeError, "requires a contiguous values array"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(10))
+def test_segmented_sort_arguments_checked_at_capture_as_upstream(index):
+    """Upstream 1.19's argument checks, with its classes and messages, at capture time on every warp-lang
+    (1.12's own function reads past a shorter end array and ignores strides): nothing is recorded."""
+    args, error, message = _bad_arguments()[index]
+    if EAGER_CHECKS_SEGMENTS:  # Warp 1.19 eagerly: the oracle
+        with pytest.raises(error, match=message):
+            wp.utils.segmented_sort_pairs(*args)
+    with pytest.raises(error, match=message):
+        with wp.ScopedCapture(device=CPU) as capture:
+            wp.utils.segmented_sort_pairs(*args)
+    assert capture.graph is None
+
+
+def test_segmented_sort_of_nothing_records_nothing():
+    """No element (count 0) or no segment (one start offset): upstream returns before sorting; so does replay."""
+    keys, values = zeros(2 * COUNT, wp.int32), zeros(2 * COUNT, wp.int32)
+    three, one, none = zeros(3, wp.int32), zeros(1, wp.int32), zeros(0, wp.int32)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.utils.segmented_sort_pairs(keys, values, 0, three)
+        wp.utils.segmented_sort_pairs(keys, values, COUNT, one)
+        wp.utils.segmented_sort_pairs(keys, values, COUNT, none, none)
+    assert capture.graph.recording.ops == ()
+
+
+SEGMENT_CHILD = """
+import json, sys
+import numpy as np
+import warp as wp
+wp.config.quiet = True
+import apic
+job = json.loads(sys.argv[1])
+graph = wp.capture_load(job["path"], device="cpu")
+out = {}
+for step in range(1, job["steps"] + 1):
+    try:
+        wp.capture_launch(graph)
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    got = {}
+    for name, p in graph.params.items():
+        a = wp.empty(shape=p["shape"], dtype=getattr(wp, p["dtype"]), device="cpu")
+        graph.get_param(name, a)
+        got[name] = a.numpy().view(np.uint8).reshape(-1).tolist()
+    out[step] = {"error": error, "arrays": got}
+print(json.dumps(out))
+"""
+
+
+def test_saved_segmented_sort_invalid_range_stops_the_replay_in_a_fresh_process(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from persist_helpers import child_env
+
+    how = "end_past_count"
+    expected = _expected_runs(how)
+    state = _bad_range_state()
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        _before_sort(state, BAD_RANGES[how][0])
+        _sort_then_more(state)
+    wp.capture_save(capture.graph, str(tmp_path / "segments"), outputs=state)
+    job = {"path": str(tmp_path / "segments"), "steps": BAD_STEP}
+    result = subprocess.run([sys.executable, "-c", SEGMENT_CHILD, json.dumps(job)], cwd=tmp_path, env=child_env(),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    for step in range(1, BAD_STEP + 1):
+        got = report[str(step)]
+        if step < BAD_STEP:
+            assert got["error"] is None, got["error"]
+        else:
+            assert got["error"] is not None and re.search(_range_message(how), got["error"]), got["error"]
+        for name, want in expected[step - 1].items():
+            assert np.array_equal(np.array(got["arrays"][name], dtype=np.uint8), want.view(np.uint8).reshape(-1)), \
+                f"step {step}: {name}"
 
 
 # --- run-length encoding, reductions ---------------------------------------------------------------

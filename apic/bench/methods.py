@@ -115,6 +115,25 @@ class ApicLive(Method):
         return _GraphRunner(workload, apic_capture(workload))
 
 
+class _ParallelRunner(_GraphRunner):
+    def run(self, k: int) -> None:
+        graph, launch, threads = self.graph, wp.capture_launch, PARALLEL_THREADS
+        for _ in range(k):
+            launch(graph, threads=threads)
+
+
+PARALLEL_THREADS = 2
+
+
+class ApicParallel(Method):
+    key = "apic_parallel"
+    label = f"apic replay (live), threads={PARALLEL_THREADS}"
+
+    def prepare(self, spec, prepared):
+        workload = spec.make()
+        return _ParallelRunner(workload, apic_capture(workload))
+
+
 def persistence_available() -> str | None:
     """None when this apic can save and load graphs, else the reason it cannot."""
     if hasattr(apic, "capture_save") and hasattr(apic, "capture_load"):
@@ -254,5 +273,7 @@ def floor_label() -> str:
     return "native floor (C)" if floor_mod.library() is not None else "native floor (Numba)"
 
 
-ALL_METHODS: tuple[Method, ...] = (WarpLaunch(), LaunchObjects(), ApicLive(), ApicLoaded(), WarpNative(), NativeFloor())
+ALL_METHODS: tuple[Method, ...] = (
+    WarpLaunch(), LaunchObjects(), ApicLive(), ApicParallel(), ApicLoaded(), WarpNative(), NativeFloor()
+)
 METHOD_KEYS = tuple(m.key for m in ALL_METHODS)

@@ -40,6 +40,9 @@ class Config:
     compute_ops: int  # W2
     compute_dim: int
     compute_rounds: int  # W2 batches are long and the machine noisy: more rounds
+    branch_count: int  # W4: independent chains of compute-bound launches
+    branch_ops: int
+    branch_dim: int
     demo_particles: int  # W3
     demo_substeps: int
     ladder: tuple[int, ...]  # graph sizes (ops) for the plot
@@ -53,6 +56,7 @@ FULL = Config(
     quick=False, rounds=15, batch_s=0.025, verify_reps=3,
     tiny_ops=1000, tiny_dims=(1, 16),
     compute_ops=100, compute_dim=100_000, compute_rounds=31,
+    branch_count=4, branch_ops=100, branch_dim=25_000,
     demo_particles=64, demo_substeps=8,
     ladder=(10, 100, 1000, 10_000, 100_000), ladder_rounds=5,
     capture_rounds=15, persist_ops=10_000, persist_rounds=9,
@@ -62,6 +66,7 @@ QUICK = Config(
     quick=True, rounds=2, batch_s=0.002, verify_reps=2,
     tiny_ops=1000, tiny_dims=(1, 16),
     compute_ops=10, compute_dim=10_000, compute_rounds=2,
+    branch_count=2, branch_ops=4, branch_dim=10_000,
     demo_particles=64, demo_substeps=8,
     ladder=(10, 100), ladder_rounds=2,
     capture_rounds=2, persist_ops=1000, persist_rounds=2,
@@ -297,6 +302,39 @@ def _ratio(workload: dict, a: str, b: str, stat: str = "us_per_op") -> float | N
     return ma[stat]["min"] / mb[stat]["min"]
 
 
+def _ratios(workload: dict, a: str, b: str, stat: str = "us_per_op") -> tuple[float, float] | None:
+    """(min(a) / min(b), median(a) / median(b)) per op over the rounds, or None if either did not run."""
+    ma, mb = workload["methods"][a], workload["methods"][b]
+    if not (ma.get("available") and mb.get("available")):
+        return None
+    sa, sb = ma[stat], mb[stat]
+    return sa["min"] / sb["min"], sa["median"] / sb["median"]
+
+
+def _parallel_bar(results: dict) -> list[dict]:
+    """Parallel replay (docs/PARALLEL.md): the targets of its issue, as min and median ratios of one run."""
+    by_key = {wl["key"]: wl for wl in results["workloads"]}
+    threads = m.PARALLEL_THREADS
+    items = []
+    for key, against, target, limit in (
+        ("W2", "floor", f"W2 with {threads} threads: at most 0.6x the single-thread native floor", 0.6),
+        ("W4", "apic_live", f"independent compute-bound branches (W4), {threads} threads: at most 0.6x serial replay",
+         0.6),
+        *((wl["key"], "apic_live", f"{wl['key']} (tiny ops), {threads} threads: at most 1.1x serial replay", 1.1)
+          for wl in results["workloads"] if wl["kind"] == "tiny"),
+    ):
+        found = _ratios(by_key[key], "apic_parallel", against) if key in by_key else None
+        # The replaying thread's CPU time shows how much of the work moved to the workers even where the
+        # machine had no free core for them (then the wall time cannot drop).
+        cpu = _ratios(by_key[key], "apic_parallel", against, "cpu_us_per_op") if key in by_key else None
+        measured = "n/a"
+        if found:
+            measured = f"{found[0]:.2f}x (medians: {found[1]:.2f}x; replaying thread's CPU time: {cpu[0]:.2f}x)"
+        items.append({"key": f"parallel:{key}", "target": target, "measured": measured,
+                      "pass": (found[0] <= limit) if found else None})
+    return items
+
+
 def evaluate_bar(results: dict) -> list[dict]:
     """The targets of the issue, each with the measured value and pass (True/False) or None (n/a)."""
     tiny = [wl for wl in results["workloads"] if wl["kind"] == "tiny"]
@@ -339,6 +377,8 @@ def evaluate_bar(results: dict) -> list[dict]:
         "pass": (wall[0] <= 0.03) if wall else None,
     })
 
+    bar += _parallel_bar(results)
+
     cap = results["capture"]
     capture_ratio = cap["apic_total"]["min"] / cap["eager_launch"]["min"]
     bar.append({
@@ -371,7 +411,16 @@ def workload_specs(config: Config) -> list[w.WorkloadSpec]:
     specs = [w.tiny(config.tiny_ops, dim, key=f"W1-dim{dim}") for dim in config.tiny_dims]
     specs.append(w.compute_bound(config.compute_ops, config.compute_dim))
     specs.append(w.demo_step(config.demo_particles, config.demo_substeps))
+    specs.append(w.branches(config.branch_count, config.branch_ops, config.branch_dim))
     return specs
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none): how busy the machine's cores were."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _environment(config: Config) -> dict:
@@ -388,6 +437,7 @@ def _environment(config: Config) -> dict:
         "platform": f"{platform.system()} {platform.machine()}",
         "processor": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(),
+        "load_average": _load_average(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "floor": m.floor_label(),
         "floor_compiler_error": m.floor_mod.library_error(),
@@ -439,6 +489,7 @@ def run_suite(config: Config = FULL, progress: Progress = _no_progress) -> dict:
         ),
     }
     results["elapsed_s"] = time.perf_counter() - started
+    results["load_average_end"] = _load_average()
     progress(total, total, "done")
     return results
 
@@ -453,6 +504,7 @@ def _cell(entry: dict) -> str:
 
 SHORT_LABELS = {
     "warp_launch": "wp.launch", "launch_objects": "Launch.launch", "apic_live": "apic live",
+    "apic_parallel": f"apic {m.PARALLEL_THREADS} threads",
     "apic_loaded": "apic saved+loaded", "warp_native": "Warp native replay", "floor": "floor",
 }
 
@@ -464,7 +516,9 @@ def format_report(results: dict) -> str:
     labels = [results["methods"][k] for k in keys]
     lines = [
         f"apic {env['apic']} bench: warp-lang {env['warp']} ({env['kernel_abi']}), Python {env['python']}, "
-        f"numba {env['numba']}, {env['platform']}, {env['cpus']} CPUs, {env['date']}",
+        f"numba {env['numba']}, {env['platform']}, {env['cpus']} CPUs, {env['date']}"
+        + (f", load average {env['load_average']} at start, {results.get('load_average_end')} at end"
+           if env.get("load_average") is not None else ""),
         f"{'quick smoke run (timings meaningless)' if cfg['quick'] else 'full run'}: min / median over "
         f"{cfg['rounds']} interleaved rounds (W2: {cfg['compute_rounds']}, ladder: {cfg['ladder_rounds']}); "
         "every method verified bit for bit against eager first",

@@ -143,6 +143,36 @@ class ComputeBound(Workload):
         ]
 
 
+class Branches(Workload):
+    """``branches`` independent chains of ``ops // branches`` compute-bound launches of ``dim`` threads
+    each, interleaved (chain 0, chain 1, ..., chain 0, ...): each chain ping-pongs its own two buffers."""
+
+    def __init__(self, branches: int, ops: int, dim: int) -> None:
+        self.branches, self.ops, self.dim = branches, ops, dim
+        arrays = {}
+        for b in range(branches):
+            arrays[f"a{b}"] = wp.array(np.linspace(-1.0, 1.0, dim, dtype=np.float32) + b, dtype=float, device=DEVICE)
+            arrays[f"b{b}"] = wp.array(np.linspace(1.0, 2.0, dim, dtype=np.float32) - b, dtype=float, device=DEVICE)
+        super().__init__(arrays)
+
+    def _launches(self):
+        a = self.arrays
+        for i in range(self.ops):
+            b, step = i % self.branches, i // self.branches
+            src, dst = (a[f"a{b}"], a[f"b{b}"]) if step % 2 == 0 else (a[f"b{b}"], a[f"a{b}"])
+            yield [src, dst]
+
+    def issue(self) -> None:
+        for inputs in self._launches():
+            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE)
+
+    def commands(self):
+        return [
+            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE, record_cmd=True).launch
+            for inputs in self._launches()
+        ]
+
+
 class DemoStep(Workload):
     """One step of the built-in mass-spring simulation (``apic.demo.Chain``): kernels, a copy, fills."""
 
@@ -202,6 +232,11 @@ def tiny(ops: int, dim: int, key: str | None = None, distinct: bool = False) -> 
 def compute_bound(ops: int, dim: int) -> WorkloadSpec:
     title = f"{ops} launches of dim {dim:,} (compute-bound)"
     return WorkloadSpec("W2", title, ops, lambda: ComputeBound(ops, dim), "compute")
+
+
+def branches(count: int, ops: int, dim: int) -> WorkloadSpec:
+    title = f"{count} independent branches, {ops} launches of dim {dim:,} in all (compute-bound)"
+    return WorkloadSpec("W4", title, ops, lambda: Branches(count, ops, dim), "compute")
 
 
 def demo_step(particles: int = 64, substeps: int = 8) -> WorkloadSpec:

@@ -25,6 +25,8 @@ def add_parser(subparsers):
     parser.add_argument("--output", action="append", default=[], metavar="NAME=FILE.npy",
                         help="write the named parameter to a .npy file after replaying (repeatable)")
     parser.add_argument("--time", action="store_true", help="print how long the replays took")
+    parser.add_argument("--threads", type=int, default=1, metavar="N",
+                        help="split large race-free launches over N threads (docs/PARALLEL.md; default 1: serial)")
     parser.add_argument("--profile", action="store_true",
                         help="time every op from inside the interpreter and print a table by kernel and op kind")
     parser.add_argument("--profile-plot", metavar="FILE.png", help="with --profile: also plot it (needs matplotlib)")
@@ -94,6 +96,8 @@ def run(args) -> int:
     outputs = _pairs(args.output, "--output")
     if args.iters < 0:
         raise UserError(f"--iters must be 0 or more, got {args.iters}")
+    if args.threads < 1:
+        raise UserError(f"--threads must be 1 or more, got {args.threads}")
     _compat.quiet_warp()
     try:
         device = wp.get_device(args.device)
@@ -103,6 +107,7 @@ def run(args) -> int:
         raise UserError(f"--device {args.device}: apic graphs replay on the CPU")
 
     graph = wp.capture_load(args.path, device=device)
+    graph.threads = args.threads
 
     for name, text in settings:
         try:
@@ -131,7 +136,7 @@ def run(args) -> int:
             report.plot(args.profile_plot)
         args.iters = 0  # the profiled replays were the replays
     if args.time:
-        graph.launch(0)  # load the jitted interpreter outside the timing (zero replays: no effect)
+        graph.launch(0)  # load the interpreter (and range entries) outside the timing (zero replays: no effect)
     start = time.perf_counter()
     graph.launch(args.iters)
     elapsed = time.perf_counter() - start

@@ -16,129 +16,104 @@ A CUDA graph file is a CPU graph file with these differences (docs/FORMAT.md, se
 from __future__ import annotations
 
 import hashlib
-import re
+import math
 
-from apic.errors import UnsupportedOperationError
+import numpy as np
+import warp as wp
+
+from apic import _compat
+from apic import bindings as b
+from apic._version import __version__
+from apic.errors import BindingError, UnsupportedOperationError
+from apic.format import fields, schema, writer
 from apic.record import ops as rec
+from apic.targets import cpu as cpu_target
+from apic.targets.cuda import ABI as CUDA_ABI
+from apic.targets.cuda import ARCH_SUFFIXES, BOUNDS_SIZES, DEVICE_KIND, MAX_PARAM_BYTES, MAX_SMEM
+from apic.targets.cuda import KERNEL_SUFFIX  # noqa: F401  (the reader reads it here with the rest)
+from apic.targets.cuda import MODULE_FILE
 
-CUDA_ABI = "cuda-params-v1"
-DEVICE_KIND = "cuda"
-MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,195}\.(cubin|ptx)")
-KERNEL_SUFFIX = {False: "_cuda_kernel_forward", True: "_cuda_kernel_backward"}
-ARCH_SUFFIXES = ("", "a", "f")
 # Op kinds a CUDA graph file may hold (host-only kinds, control flow and native calls are CPU-only).
 OP_KINDS = (rec.OpKind.CUDA_LAUNCH, rec.OpKind.MEMCPY, rec.OpKind.MEMSET, rec.OpKind.MEMTILE, rec.OpKind.ALLOC)
-MAX_PARAM_BYTES = 32764  # the CUDA limit on a kernel's parameters (4 KiB before CUDA 12.1 / Volta)
-MAX_SMEM = 1 << 24
-_ARCH_IN_NAME = re.compile(r"\.sm(\d+)([a-z]?)\.(cubin|ptx)$")
 
 
 # --- reading (called by apic.format.reader) ---------------------------------------------------------
 def read_device(value, abi: str) -> dict | None:
     """The ``device`` map of a CUDA graph file, checked; None for a CPU file (no ``device``)."""
-    from apic.format import reader as r
-
     if value is None:
         if abi == CUDA_ABI:
-            r._fail("device", f"a graph with kernel ABI {abi!r} must say its device")
+            fields.fail("device", f"a graph with kernel ABI {abi!r} must say its device")
         return None
-    device = r._map(value, "device", ("kind", "arch"))
-    kind = r._str(device["kind"], "device.kind", max_len=16)
+    device = fields.check_map(value, "device", ("kind", "arch"))
+    kind = fields.check_str(device["kind"], "device.kind", max_len=16)
     if kind != DEVICE_KIND:
-        r._fail("device.kind", f"unknown device kind {kind!r} (this apic knows {DEVICE_KIND!r})")
+        fields.fail("device.kind", f"unknown device kind {kind!r} (this apic knows {DEVICE_KIND!r})")
     if abi != CUDA_ABI:
-        r._fail("abi", f"a CUDA graph's kernels use ABI {CUDA_ABI!r}, not {abi!r}")
+        fields.fail("abi", f"a CUDA graph's kernels use ABI {CUDA_ABI!r}, not {abi!r}")
     return {
         "kind": kind,
-        "arch": r._int(device["arch"], "device.arch", 10, 10_000),
-        "name": r._str(device.get("name", ""), "device.name", max_len=256),
+        "arch": fields.check_int(device["arch"], "device.arch", 10, 10_000),
+        "name": fields.check_str(device.get("name", ""), "device.name", max_len=256),
     }
 
 
 def read_module_arch(entry: dict, where: str, file: str) -> tuple[int, str]:
     """``(arch, suffix)`` a module was compiled for; its file is a ``.cubin`` or a ``.ptx``."""
-    from apic.format import reader as r
-
-    arch = r._int(entry.get("arch"), f"{where}.arch", 10, 10_000)
-    suffix = r._str(entry.get("arch_suffix", ""), f"{where}.arch_suffix", max_len=1)
+    arch = fields.check_int(entry.get("arch"), f"{where}.arch", 10, 10_000)
+    suffix = fields.check_str(entry.get("arch_suffix", ""), f"{where}.arch_suffix", max_len=1)
     if suffix not in ARCH_SUFFIXES:
-        r._fail(f"{where}.arch_suffix", f"{suffix!r} is not one of {ARCH_SUFFIXES}")
+        fields.fail(f"{where}.arch_suffix", f"{suffix!r} is not one of {ARCH_SUFFIXES}")
     if not MODULE_FILE.fullmatch(file):
-        r._fail(f"{where}.file", f"{file!r} is not a CUDA module file name (<name>.cubin or <name>.ptx)")
+        fields.fail(f"{where}.file", f"{file!r} is not a CUDA module file name (<name>.cubin or <name>.ptx)")
     return arch, suffix
 
 
 def read_kernel_params(value, where: str) -> tuple[tuple[int, int], ...]:
     """A kernel's param layout: ``[[offset, size], ...]``, bounds first, in order, not overlapping."""
-    from apic.format import reader as r
-
     params, end = [], 0
-    for i, entry in enumerate(r._list(value, where, 4096)):
-        pair = r._list(entry, f"{where}[{i}]", 2)
+    for i, entry in enumerate(fields.check_list(value, where, 4096)):
+        pair = fields.check_list(entry, f"{where}[{i}]", 2)
         if len(pair) != 2:
-            r._fail(f"{where}[{i}]", "expected [offset, size]")
-        offset = r._int(pair[0], f"{where}[{i}][0]", 0, MAX_PARAM_BYTES)
-        size = r._int(pair[1], f"{where}[{i}][1]", 1, MAX_PARAM_BYTES)
+            fields.fail(f"{where}[{i}]", "expected [offset, size]")
+        offset = fields.check_int(pair[0], f"{where}[{i}][0]", 0, MAX_PARAM_BYTES)
+        size = fields.check_int(pair[1], f"{where}[{i}][1]", 1, MAX_PARAM_BYTES)
         if offset < end or offset + size > MAX_PARAM_BYTES:
-            r._fail(f"{where}[{i}]", f"parameter at [{offset}, {offset + size}) overlaps another or exceeds the limit")
+            fields.fail(f"{where}[{i}]", f"parameter at [{offset}, {offset + size}) overlaps another or exceeds the limit")
         end = offset + size
         params.append((offset, size))
-    if not params or params[0] != (0, params[0][1]) or params[0][1] not in (24, 32):
-        r._fail(where, "the first parameter must be the 24- or 32-byte launch bounds at offset 0")
+    if not params or params[0] != (0, params[0][1]) or params[0][1] not in BOUNDS_SIZES:
+        fields.fail(where, "the first parameter must be the 24- or 32-byte launch bounds at offset 0")
     return tuple(params)
 
 
 def read_launch(entry: dict, where: str, ctx, kernels) -> rec.CudaLaunch:
     """Op kind 11: a kernel of this file, its param blob (as its ``params`` say), grid, block, smem."""
-    from apic.format import reader as r
-
     if not kernels:
-        r._fail(f"{where}.kernel", "the graph has no kernels")
-    index = r._int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
+        fields.fail(f"{where}.kernel", "the graph has no kernels")
+    index = fields.check_int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
     kernel = kernels[index]
-    dim = r._ints(entry["dim"], f"{where}.dim", 0, (1 << 31) - 1)
+    dim = fields.check_ints(entry["dim"], f"{where}.dim", 0, (1 << 31) - 1)
     params = ctx.kernel_args(entry["params"], f"{where}.params")
     end = kernel.params[-1][0] + kernel.params[-1][1]
     if len(params.data) != end:
-        r._fail(f"{where}.params", f"{len(params.data)} bytes for a kernel whose parameters take {end}")
-    grid = r._ints(entry["grid"], f"{where}.grid", 1, (1 << 31) - 1, 3)
-    block = r._ints(entry["block"], f"{where}.block", 1, 1024, 3)
+        fields.fail(f"{where}.params", f"{len(params.data)} bytes for a kernel whose parameters take {end}")
+    grid = fields.check_ints(entry["grid"], f"{where}.grid", 1, (1 << 31) - 1, 3)
+    block = fields.check_ints(entry["block"], f"{where}.block", 1, 1024, 3)
     if len(grid) != 3 or len(block) != 3:
-        r._fail(where, "grid and block are [x, y, z]")
+        fields.fail(where, "grid and block are [x, y, z]")
     if grid[1] > 65535 or grid[2] > 65535 or block[0] * block[1] * block[2] > 1024:
-        r._fail(where, f"grid {grid} / block {block} exceed CUDA's limits")
-    smem = r._int(entry["smem"], f"{where}.smem", 0, MAX_SMEM)
+        fields.fail(where, f"grid {grid} / block {block} exceed CUDA's limits")
+    smem = fields.check_int(entry["smem"], f"{where}.smem", 0, MAX_SMEM)
     return rec.CudaLaunch(kernel=index, dim=dim, params=params, grid=grid, block=block, smem=smem)
 
 
 # --- writing ------------------------------------------------------------------------------------------
-def module_arch(path: str, image: bytes) -> tuple[int, str, str]:
-    """``(arch, suffix, kind)`` of a compiled CUDA module, from Warp's file name (or a PTX ``.target``)."""
-    match = _ARCH_IN_NAME.search(path)
-    if match:
-        return int(match.group(1)), match.group(2), match.group(3)
-    if path.endswith(".ptx"):
-        from apic.replay.cuda_params import ptx_target
-
-        target = ptx_target(image.decode("latin-1"))
-        if target:
-            return target[0], target[1], "ptx"
-    raise ValueError(f"cannot tell which GPU architecture the CUDA module {path} was compiled for")
-
-
 def _launch(op: rec.CudaLaunch) -> dict:
-    from apic.format.writer import _blob
-
-    return {"kind": int(rec.OpKind.CUDA_LAUNCH), "kernel": op.kernel, "dim": list(op.dim), "params": _blob(op.params),
+    return {"kind": int(rec.OpKind.CUDA_LAUNCH), "kernel": op.kernel, "dim": list(op.dim), "params": writer._blob(op.params),
             "grid": list(op.grid), "block": list(op.block), "smem": op.smem}
 
 
 def _ops_and_sequence(ops) -> dict:
-    import numpy as np
-
-    from apic.errors import UnsupportedOperationError
-    from apic.format.writer import _op
-
     index: dict[int, int] = {}
     distinct = []
     sequence = np.empty(len(ops), dtype="<u4")
@@ -148,21 +123,15 @@ def _ops_and_sequence(ops) -> dict:
             if op.kind not in OP_KINDS:
                 raise UnsupportedOperationError(f"saving a {type(op).__name__} op in a CUDA graph")
             j = index[id(op)] = len(distinct)
-            distinct.append(_launch(op) if isinstance(op, rec.CudaLaunch) else _op(op, {}))
+            distinct.append(_launch(op) if isinstance(op, rec.CudaLaunch) else writer._op(op, {}))
         sequence[i] = j
     return {"ops": distinct, "sequence": sequence.tobytes()}
 
 
 def collect_bindings(graph, inputs, outputs) -> list:
     """Named bindings of CUDA arrays (on the graph's device) inside the graph's regions."""
-    import math
-
-    from apic import bindings as b
-    from apic.errors import BindingError
-    from apic.format.writer import named_arrays
-
     found: dict = {}
-    for kind, name, arr in named_arrays(inputs, outputs):
+    for kind, name, arr in writer.named_arrays(inputs, outputs):
         if not isinstance(name, str) or not name:
             raise BindingError(f"binding names must be non-empty strings, got {name!r}")
         if not b.is_warp_array(arr):
@@ -191,25 +160,17 @@ def collect_bindings(graph, inputs, outputs) -> list:
 
 def document(graph, bindings) -> tuple[dict, dict[str, bytes]]:
     """The msgpack body of a CUDA graph and its module binaries (file name -> bytes)."""
-    import numpy as np
-    import warp as wp
-
-    import apic
-    from apic import _compat
-    from apic.format import schema
-    from apic.format.writer import _binding, module_file_name, region_wire
-
     recording = graph.recording
     regions = []
     for region in recording.regions:
-        regions.append(region_wire(region, None if region.owned else graph.read_region(region.id)))
+        regions.append(writer.region_wire(region, None if region.owned else graph.read_region(region.id)))
 
     images: dict[str, bytes] = {}
     modules = []
     for i, info in enumerate(recording.modules):
         image, (arch, suffix, kind) = graph.module_image(i)
         digest = hashlib.sha256(image).hexdigest()
-        name = module_file_name(info.name, digest)[: -len(".o")] + "." + kind
+        name = cpu_target.module_file_name(info.name, digest)[: -len(cpu_target.MODULE_EXTENSION)] + "." + kind
         images[name] = image
         modules.append({"name": info.name, "file": name, "sha256": digest, "size": len(image),
                         "arch": arch, "arch_suffix": suffix})
@@ -219,7 +180,7 @@ def document(graph, bindings) -> tuple[dict, dict[str, bytes]]:
     doc = {
         "format": schema.FORMAT_NAME,
         "format_version": schema.BASE_VERSION,
-        "writer": {"apic": apic.__version__, "warp": wp.config.version, "numpy": np.__version__},
+        "writer": {"apic": __version__, "warp": wp.config.version, "numpy": np.__version__},
         "target": target,
         "abi": CUDA_ABI,
         "device": {"kind": DEVICE_KIND, "arch": graph.arch, "name": graph.device_name},
@@ -231,15 +192,13 @@ def document(graph, bindings) -> tuple[dict, dict[str, bytes]]:
             for k in recording.kernels
         ],
         **_ops_and_sequence(recording.ops),
-        "bindings": [_binding(b) for b in bindings],
+        "bindings": [writer._binding(binding) for binding in bindings],
     }
     return doc, images
 
 
 def save(graph, path, inputs=None, outputs=None) -> str:
     """Write a CUDA graph to ``<stem>.wrp`` + ``<stem>_modules/`` (atomically, as a CPU graph)."""
-    from apic.format import writer
-
     wrp_path, modules_dir = writer.wrp_paths(path)
     if graph.recording.unsaveable:
         raise UnsupportedOperationError(

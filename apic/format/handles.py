@@ -19,8 +19,10 @@ import struct
 import numpy as np
 
 from apic.errors import FormatError
+from apic.format import fields
 from apic.record import handles as rec_handles
 from apic.record import ops as rec
+from apic.record import words as rec_words
 
 # NanoVDB grid buffers start with one of these magic numbers; the grid's byte size is a u64 at 32.
 _NANOVDB_MAGICS = (b"NanoVDB0", b"NanoVDB1", b"NanoVDB2")
@@ -48,8 +50,8 @@ def blob_handles(blob: rec.Blob) -> list:
 
 def find_slots(contents: bytes, region: int, ids: dict[int, int]) -> tuple[bytes, list]:
     """Words of ``contents`` that hold a handle id (``ids``: id -> index): zeroed, and listed."""
-    words = rec_handles.as_words(contents)
-    hits = rec_handles.id_words(words, list(ids))
+    words = rec_words.as_words(contents)
+    hits = rec_words.id_words(words, list(ids))
     if not len(hits):
         return contents, []
     slots = [[region, int(i) * 8, ids[int(words[i])]] for i in hits]
@@ -86,24 +88,23 @@ _REQUIRED = {"Mesh": ("points", "indices"), "Bvh": ("lowers", "uppers"), "HashGr
 
 def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | None]:
     """One handle map, checked: its arrays lie inside their regions, its options are in range."""
-    from apic.format import reader
-    entry = reader._map(entry, where, ("kind", "arrays", "options"))
-    kind = reader._str(entry["kind"], f"{where}.kind", max_len=16)
+    entry = fields.check_map(entry, where, ("kind", "arrays", "options"))
+    kind = fields.check_str(entry["kind"], f"{where}.kind", max_len=16)
     if kind not in rec_handles.KINDS:
         _fail(f"{where}.kind", f"{kind!r} is not one of {rec_handles.KINDS}")
     arrays = {}
-    for i, item in enumerate(reader._list(entry["arrays"], f"{where}.arrays", 8)):
+    for i, item in enumerate(fields.check_list(entry["arrays"], f"{where}.arrays", 8)):
         w = f"{where}.arrays[{i}]"
-        item = reader._list(item, w, 5)
+        item = fields.check_list(item, w, 5)
         if len(item) != 5:
             _fail(w, "expected [name, region, offset, dtype, length]")
-        name = reader._str(item[0], f"{w}[0]", max_len=32)
-        dtype = reader._str(item[3], f"{w}[3]", max_len=16)
+        name = fields.check_str(item[0], f"{w}[0]", max_len=32)
+        dtype = fields.check_str(item[3], f"{w}[3]", max_len=16)
         if name not in rec_handles.ARRAYS[kind] or name in arrays:
             _fail(w, f"a wp.{kind} has no array {name!r} (or it is listed twice)")
         if dtype not in rec_handles.DTYPES:
             _fail(w, f"unknown handle array dtype {dtype!r}")
-        length = reader._int(item[4], f"{w}[4]", 0, (1 << 31) - 1)
+        length = fields.check_int(item[4], f"{w}[4]", 0, (1 << 31) - 1)
         nbytes = length * rec_handles.DTYPE_SIZES[dtype]
         arrays[name] = rec_handles.HandleArray(ctx.ref(item[1:3], w, nbytes), dtype, length)
     options = {}
@@ -123,7 +124,7 @@ def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | Non
         _fail(where, f"a wp.{kind} without {', '.join(missing)}")
     data = None
     if kind == "Volume":
-        data = reader._bin(entry.get("data"), f"{where}.data")
+        data = fields.check_bin(entry.get("data"), f"{where}.data")
         if data[:8] not in _NANOVDB_MAGICS or len(data) < 40 or _NANOVDB_SIZE.unpack_from(data, 32)[0] > len(data):
             _fail(f"{where}.data", "not a NanoVDB grid buffer (bad magic or a grid larger than the buffer)")
     handle = rec_handles.Handle(kind, tuple(arrays.items()), tuple(options.items()))
@@ -132,29 +133,27 @@ def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | Non
 
 def read_blob_handles(value: dict, where: str, data_len: int, handle_count: int) -> list[rec.Reloc]:
     """The ``handles`` relocations of a blob (kernel arguments only), each 8 bytes inside it."""
-    from apic.format import reader
     relocs = []
-    for i, item in enumerate(reader._list(value.get("handles", []), f"{where}.handles", data_len // 8)):
+    for i, item in enumerate(fields.check_list(value.get("handles", []), f"{where}.handles", data_len // 8)):
         w = f"{where}.handles[{i}]"
-        item = reader._list(item, w, 2)
+        item = fields.check_list(item, w, 2)
         if len(item) != 2:
             _fail(w, "expected [at, handle]")
-        at = reader._int(item[0], f"{w}[0]", 0, max(data_len - 8, 0))
+        at = fields.check_int(item[0], f"{w}[0]", 0, max(data_len - 8, 0))
         if at + 8 > data_len:
             _fail(w, f"a handle at byte {at} does not fit in the {data_len}-byte blob")
         if not handle_count:
             _fail(w, "the graph has no handles")
-        relocs.append(rec.Reloc(at, rec.HandleRef(reader._int(item[1], f"{w}[1]", 0, handle_count - 1))))
+        relocs.append(rec.Reloc(at, rec.HandleRef(fields.check_int(item[1], f"{w}[1]", 0, handle_count - 1))))
     return relocs
 
 
 def read_slots(value, ctx, handle_count: int) -> tuple[tuple[int, int, int], ...]:
     """``handle_slots``: saved words of non-owned regions that get a rebuilt handle's id."""
-    from apic.format import reader
     slots, seen = [], set()
-    for i, item in enumerate(reader._list(value, "handle_slots")):
+    for i, item in enumerate(fields.check_list(value, "handle_slots")):
         w = f"handle_slots[{i}]"
-        item = reader._list(item, w, 3)
+        item = fields.check_list(item, w, 3)
         if len(item) != 3:
             _fail(w, "expected [region, offset, handle]")
         ref = ctx.ref(item[:2], w, 8)
@@ -165,7 +164,7 @@ def read_slots(value, ctx, handle_count: int) -> tuple[tuple[int, int, int], ...
         seen.add((ref.region, ref.offset))
         if not handle_count:
             _fail(w, "the graph has no handles")
-        slots.append((ref.region, ref.offset, reader._int(item[2], f"{w}[2]", 0, handle_count - 1)))
+        slots.append((ref.region, ref.offset, fields.check_int(item[2], f"{w}[2]", 0, handle_count - 1)))
     return tuple(slots)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 from apic.bindings import Binding
 from apic.errors import FormatError
 from apic.format import cuda as cuda_format
+from apic.format import fields
 from apic.format import source as source_format
 from apic.format import handles as wire_handles
 from apic.format import manifest as kernel_manifest
@@ -33,22 +34,24 @@ from apic.format import schema
 from apic.record import natives
 from apic.record import ops as rec
 from apic.params import COMPONENT_SIZES as PARAM_COMPONENT_SIZES
+from apic.params import ScalarParam
 from apic.record.handles import GRID_POINT_SIZES
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.replay.program import control_flow_problem
 from apic.record.regions import ArrayInfo, Region
+from apic.targets import cpu as cpu_target
+from apic.targets.cpu import INDEXED_TAIL as _INDEXED_TAIL
+from apic.targets.cpu import KERNEL_ABIS
+from apic.targets.cpu import KERNEL_SUFFIX as _KERNEL_SUFFIX
+from apic.targets.cpu import MODULE_FILE as _MODULE_FILE
 
-KERNEL_ABIS = ("bounds-by-pointer-v1", "bounds-by-value-v1")
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,1023}")
-_KERNEL_SUFFIX = {False: "_cpu_forward", True: "_cpu_backward"}  # of every Warp CPU kernel entry point
-_MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A NumPy scalar type as ``dtype.str`` writes it ("<f4", "|b1"); checked before NumPy parses it, whose
 # parser for other strings (comma lists, sub-array shapes) raises SyntaxError and more.
 _NP_DTYPE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
 _DESCRIPTOR = struct.Struct("<QQ4i4ii")  # data, grad, shape[4], strides[4], ndim (int32: the writer zeroes the flags)
-_INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
 
 
 @dataclass(frozen=True)
@@ -136,60 +139,9 @@ def check_header(data: memoryview) -> tuple[int, memoryview]:
     return version, body
 
 
-# --- field checks -----------------------------------------------------------------------------------
-def _fail(where: str, message: str):
-    raise FormatError(f"invalid apic graph file: {where}: {message}")
-
-
-def _map(value, where: str, required: tuple[str, ...]) -> dict:
-    if not isinstance(value, dict):
-        _fail(where, f"expected a map, found {type(value).__name__}")
-    missing = [k for k in required if k not in value]
-    if missing:
-        _fail(where, f"missing field(s) {', '.join(missing)}")
-    return value
-
-
-def _list(value, where: str, max_len: int | None = None) -> list:
-    if not isinstance(value, list):
-        _fail(where, f"expected a list, found {type(value).__name__}")
-    if max_len is not None and len(value) > max_len:
-        _fail(where, f"{len(value)} entries, at most {max_len} allowed")
-    return value
-
-
-def _int(value, where: str, lo: int = 0, hi: int = schema.MAX_INT) -> int:
-    if type(value) is not int:
-        _fail(where, f"expected an integer, found {type(value).__name__}")
-    if not lo <= value <= hi:
-        _fail(where, f"{value} is outside [{lo}, {hi}]")
-    return value
-
-
-def _ints(value, where: str, lo: int = 0, hi: int = schema.MAX_INT, max_len: int = schema.MAX_DIMS) -> tuple:
-    return tuple(_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(_list(value, where, max_len)))
-
-
-def _str(value, where: str, pattern: re.Pattern | None = None, max_len: int = 4096) -> str:
-    if not isinstance(value, str):
-        _fail(where, f"expected a string, found {type(value).__name__}")
-    if len(value) > max_len:
-        _fail(where, f"string of {len(value)} characters, at most {max_len} allowed")
-    if pattern is not None and not pattern.fullmatch(value):
-        _fail(where, f"{value!r} is not a valid value here")
-    return value
-
-
-def _bool(value, where: str) -> bool:
-    if type(value) is not bool:
-        _fail(where, f"expected a boolean, found {type(value).__name__}")
-    return value
-
-
-def _bin(value, where: str) -> bytes:
-    if not isinstance(value, bytes):
-        _fail(where, f"expected binary data, found {type(value).__name__}")
-    return value
+# --- field checks (apic.format.fields) ------------------------------------------------------------
+_fail, _map, _list, _int, _ints = fields.fail, fields.check_map, fields.check_list, fields.check_int, fields.check_ints
+_str, _bool, _bin = fields.check_str, fields.check_bool, fields.check_bin
 
 
 class _Context:
@@ -439,7 +391,7 @@ def read(data) -> SavedGraph:
     modules = _modules(doc["modules"], device)
     kernels = _kernels(doc["kernels"], len(modules), device)
     # by value: warp <= 1.12's one bounds layout; by pointer: 1.13's (32 bytes) or 1.14+'s templated ones
-    ctx.legacy_bounds = abi == "bounds-by-value-v1"
+    ctx.legacy_bounds = abi == cpu_target.ABI_BY_VALUE
     if device is None:
         ctx.args_sizes = _args_sizes(doc["kernels"])
     distinct = [_op(entry, f"ops[{i}]", ctx, kernels, abi) for i, entry in enumerate(_list(doc["ops"], "ops"))]
@@ -567,8 +519,25 @@ def _kernels(value, module_count: int, device: dict | None = None) -> tuple[Kern
             adjoint=adjoint,
             cpu_blocks=_bool(entry.get("cpu_blocks", False), f"{where}.cpu_blocks"),
             params=() if device is None else cuda_format.read_kernel_params(entry.get("params"), f"{where}.params"),
+            split_writes=_split_writes(entry.get("split_writes"), f"{where}.split_writes", adjoint or device is not None),
         ))
     return tuple(kernels)
+
+
+def _split_writes(value, where: str, refused: bool) -> tuple[int, ...] | None:
+    """A kernel's optional ``split_writes`` (parallel replay): increasing byte offsets of written arrays.
+
+    Only a CPU forward kernel may have it. The lowering checks each offset against every launch's
+    array slots; a launch where one is not a plain array runs serially.
+    """
+    if value is None:
+        return None
+    if refused:
+        _fail(where, "only a CPU forward kernel may be split")
+    offsets = _ints(value, where, 0, 1 << 24, max_len=4096)
+    if any(b <= a for a, b in zip(offsets, offsets[1:])):
+        _fail(where, "offsets must be strictly increasing")
+    return offsets
 
 
 def _op(entry, where: str, ctx: _Context, kernels, abi: str):
@@ -596,7 +565,7 @@ def _op(entry, where: str, ctx: _Context, kernels, abi: str):
         # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
         dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 32) - 1)
         bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
-        sizes = (32,) if abi == "bounds-by-value-v1" else (24, 32)
+        sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if abi == cpu_target.ABI_BY_VALUE else cpu_target.BOUNDS_SIZES
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
@@ -802,7 +771,10 @@ def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     if len(shape) != 1:
         _fail(f"{where}.points", "hash grid points must be a 1-d array")
     groups = entry.get("groups")
-    groups = None if groups is None else ctx.ref(groups, f"{where}.groups", 4 * shape[0])
+    if groups is not None:  # warp 1.19: an array descriptor of one int32 per point
+        groups = ctx.blob(groups, f"{where}.groups")
+        if ctx.descriptor(groups, schema.ARRAY_TYPE_REGULAR, 4, f"{where}.groups") != tuple(shape):
+            _fail(f"{where}.groups", "hash grid groups must be a 1-d array of as many int32 as points")
     return rec.HandleCall(name, handle, ints, radius, points, groups)
 
 
@@ -822,8 +794,6 @@ def _np_dtype(value, elem_shape: tuple, elem_size: int, where: str) -> str:
 
 def _scalar_binding(entry: dict, where: str):
     """A named scalar parameter (format 3): a Warp value type of numbers and its current value."""
-    from apic.params import ScalarParam
-
     entry = _map(entry, where, ("name", "kind", "dtype", "nbytes", "np_dtype", "elem_shape", "value"))
     nbytes = _int(entry["nbytes"], f"{where}.nbytes", 1, 1 << 12)
     elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 8, max_len=2)

@@ -47,8 +47,9 @@ from apic.format import manifest as kernel_manifest
 from apic.format import ownership
 from apic.format import schema
 from apic.format import source as source_format
-from apic.record import handles as rec_handles
+from apic.record import words as rec_words
 from apic.record import ops as rec
+from apic.targets.cpu import module_file_name
 
 _TEMP_TAG = ".apic-tmp"
 
@@ -64,12 +65,6 @@ def wrp_paths(path) -> tuple[str, str]:
     path = os.fspath(path)
     wrp = os.path.abspath(path if path.endswith(schema.EXTENSION) else path + schema.EXTENSION)
     return wrp, wrp[: -len(schema.EXTENSION)] + schema.MODULES_SUFFIX
-
-
-def module_file_name(name: str, sha256: str) -> str:
-    """The content-addressed file name of a module binary inside ``<stem>_modules/``."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")[:96] or "module"
-    return f"{safe}.{sha256[:16]}.o"
 
 
 def _module_image(info) -> tuple[bytes, tuple[str, ...]]:
@@ -105,7 +100,7 @@ def _live_handle_ids() -> np.ndarray:
 
 
 def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
-    return bool(len(rec_handles.id_words(rec_handles.as_words(data), handle_ids)))
+    return bool(len(rec_words.id_words(rec_words.as_words(data), handle_ids)))
 
 
 def _blob(blob: rec.Blob, clear: tuple[slice, ...] = (), params: dict | None = None) -> dict:
@@ -179,7 +174,7 @@ def _op(op, params: dict) -> dict:
         return {
             "kind": int(schema.WireOp.HANDLE_CALL), "fn": op.name, "handle": op.handle.index, "ints": list(op.ints),
             "radius": op.radius, "points": None if op.points is None else _blob(op.points, _DESCRIPTOR_FLAGS),
-            "groups": None if op.groups is None else _ref(op.groups),
+            "groups": None if op.groups is None else _blob(op.groups, _DESCRIPTOR_FLAGS),
         }
     raise UnsupportedOperationError(f"saving an op of type {type(op).__name__}", "this apic cannot write it yet")
 
@@ -246,7 +241,7 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
     """The msgpack body of ``graph`` and its module binaries (file name -> bytes)."""
     import warp as wp
 
-    import apic
+    from apic._version import __version__
 
     recording = graph.recording
     # ids of the graph's own handles are saved as relocations; any other live one cannot be
@@ -299,14 +294,15 @@ def document(graph, bindings: list[Binding]) -> tuple[dict, dict[str, bytes]]:
     doc = {
         "format": schema.FORMAT_NAME,
         "format_version": schema.BASE_VERSION,  # raised below for a graph with handles
-        "writer": {"apic": apic.__version__, "warp": wp.config.version, "numpy": np.__version__},
+        "writer": {"apic": __version__, "warp": wp.config.version, "numpy": np.__version__},
         "target": target,
         "abi": recording.abi,
         "regions": regions,
         "modules": modules,
         "kernels": [
             {"module": k.module, "key": k.key, "symbol": k.symbol, "adjoint": bool(k.adjoint),
-             **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i)}
+             **({"cpu_blocks": True} if k.cpu_blocks else {}), **_args_sizes(recording.ops, i),
+             **({"split_writes": list(k.split_writes)} if k.split_writes is not None else {})}
             for i, k in enumerate(recording.kernels)
         ],
         **_ops_and_sequence(recording.ops, params),

@@ -2,7 +2,8 @@
 
 Warp still captures its CUDA graph (every launch, copy and fill is enqueued on the capturing stream
 as before), and apic records the same operations, so that the graph can be saved and later
-replayed with cuda-python alone (``apic.replay.cuda``):
+replayed with cuda-python alone (``apic.replay.cuda``). This module is the recorder;
+``apic.record.cuda_shims`` puts it between Python and Warp:
 
 * **Python-level wrappers** (``wp.launch``, ``Launch.launch``, ``wp.copy``, ``array.zero_/fill_``,
   ``array._init_new``) tell the recorder which kernel is being launched and which arrays an
@@ -20,49 +21,33 @@ thread-local and tied to the capturing device.
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 
-import warp as wp
 
 from apic import _compat
-from apic._compat import wp_context, wp_types
+from apic._compat import wp_types
 from apic.errors import CaptureError
-from apic.format.cuda import CUDA_ABI  # by-value params after the launch bounds
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import handles, layout
 from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, intern_op, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
-from apic.record.shims import LAUNCH_ARRAY_ARGS, launch_arg
-from apic.replay import cuda_params
+from apic.record.launch_args import pointer_value as _as_int
+from apic.targets import cuda as cuda_target
 
 WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
 
 _local = threading.local()
 
 
-def _unsupported(operation: str, hint: str = "") -> _Unsupported:
+def unsupported(operation: str, hint: str = "") -> _Unsupported:
+    """The error for an operation an apic=True CUDA recording cannot record (``hint``: what to do instead)."""
     return _Unsupported(operation, hint, capture="CUDA (apic=True)")
 
 
 def active() -> "CudaRecorder | None":
     """The CUDA recording running on this thread, if any."""
     return getattr(_local, "recorder", None)
-
-
-def _as_int(value) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, ctypes._SimpleCData):
-        return value.value or 0
-    if isinstance(value, ctypes._Pointer):
-        return ctypes.addressof(value.contents)
-    if isinstance(value, (ctypes.Array, ctypes.Structure)):
-        return ctypes.addressof(value)
-    raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
 
 
 class CudaModule:
@@ -115,7 +100,7 @@ class CudaRecorder:
         self.abort()
         regions, resolve = self._ranges.build()
         ops = resolve_ops(self.ops, resolve)
-        return Recording(abi=CUDA_ABI, regions=tuple(regions), modules=tuple(self._module_infos),
+        return Recording(abi=cuda_target.ABI, regions=tuple(regions), modules=tuple(self._module_infos),
                          kernels=tuple(self._kernel_infos), ops=ops, unsaveable=self._dangling_words())
 
     def _dangling_words(self) -> tuple[str, ...]:
@@ -172,7 +157,7 @@ class CudaRecorder:
         if not root.ptr or not root.capacity:
             return
         if not self.owns(root.device):
-            raise _unsupported(
+            raise unsupported(
                 f"{api} with an array on {root.device} during an apic capture on {self.device}",
                 "a saved CUDA graph holds memory of the capturing device only",
             )
@@ -194,14 +179,14 @@ class CudaRecorder:
     def _check_stream(self, stream, what: str) -> None:
         handle = _as_int(stream)
         if handle not in (self.stream, WP_CURRENT_STREAM, 0):
-            raise _unsupported(
+            raise unsupported(
                 f"{what} on another stream than the capturing one", "apic records single-stream CUDA captures"
             )
 
     def record_launch(self, call: dict) -> None:
         """A ``wp_cuda_launch_kernel`` call (its arguments by name, see ``_compat.cuda_launch_params``)."""
         if not self.pending:
-            raise _unsupported(
+            raise unsupported(
                 "a CUDA kernel launch that did not come from wp.launch or Launch.launch",
                 "apic cannot tell which kernel it is",
             )
@@ -209,7 +194,7 @@ class CudaRecorder:
         fn = _as_int(call["kernel"])
         kernel, module_exec, adjoint = self._resolve(self.pending[-1], fn)
         if _compat.cuda_entry_abi(kernel) != "warp":
-            raise _unsupported(
+            raise unsupported(
                 f"a launch of '{kernel.key}' with entry_point_abi={_compat.cuda_entry_abi(kernel)!r}",
                 "apic records kernels with Warp's own entry point only",
             )
@@ -217,14 +202,14 @@ class CudaRecorder:
         args = call["args"]
         count = len(args) if isinstance(args, ctypes.Array) else None
         if count != len(params_layout):
-            raise _unsupported(
+            raise unsupported(
                 f"a launch of '{kernel.key}' with {count} parameters (its signature has {len(params_layout)})",
                 "deterministic-mode and other special launches are not recorded",
             )
         addresses = [_as_int(a) for a in args]
-        blob = cuda_params.pack(params_layout, addresses)
+        blob = cuda_target.pack(params_layout, addresses)
         dim = int(call["dim"])
-        grid = cuda_params.launch_grid(
+        grid = cuda_target.launch_grid(
             dim, int(call["block_dim"]), int(call["max_blocks"]), bool(call.get("grid_stride", 1)),
             int(call.get("cluster_dim", 1)), self.arch or None,
         )
@@ -265,7 +250,7 @@ class CudaRecorder:
                         self.keepalive.append(candidate)
                         found = self._functions[key] = (candidate, module_exec, adjoint)
                         return found
-        raise _unsupported(
+        raise unsupported(
             f"a CUDA launch of '{kernel.key}' apic cannot match to a loaded entry point of that kernel"
         )
 
@@ -273,10 +258,10 @@ class CudaRecorder:
         key = (id(kernel), adjoint)
         found = self._layouts.get(key)
         if found is None:
-            types = cuda_params.param_types(kernel, adjoint)
-            params_layout = cuda_params.param_layout(types)
-            slots = cuda_params.array_slots(kernel, types, params_layout, adjoint)
-            words = cuda_params.word_slots(kernel, types, params_layout)  # where an id or pointer may hide
+            types = cuda_target.param_types(kernel, adjoint)
+            params_layout = cuda_target.param_layout(types)
+            slots = array_slots(kernel, types, params_layout, adjoint)
+            words = word_slots(kernel, types, params_layout)  # where an id or pointer may hide
             found = self._layouts[key] = (types, params_layout, slots, words)
         return found
 
@@ -313,171 +298,21 @@ class CudaRecorder:
             self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
 
 
-# --- Python-level wrappers -------------------------------------------------------------------------
-def _wrap_launch(inner):
-    @functools.wraps(inner)
-    def launch(*args, **kwargs):
-        recorder = active()
-        if recorder is None or launch_arg(args, kwargs, "record_cmd", 10, False):
-            return inner(*args, **kwargs)
-        stream = launch_arg(args, kwargs, "stream", 7)
-        device = stream.device if stream is not None else wp.get_device(launch_arg(args, kwargs, "device", 6))
-        if not recorder.owns(device):
-            return inner(*args, **kwargs)
-        kernel = launch_arg(args, kwargs, "kernel", 0)
-        for name, position in LAUNCH_ARRAY_ARGS:
-            recorder.note_values(launch_arg(args, kwargs, name, position, ()) or (), f"wp.launch('{kernel.key}')")
-        recorder.pending.append(kernel)
-        try:
-            return inner(*args, **kwargs)
-        finally:
-            recorder.pending.pop()
-
-    return launch
+def array_slots(kernel, types: list, params_layout: cuda_target.ParamLayout, adjoint: bool) -> tuple:
+    """The array descriptors (``ArraySlot``) inside a param blob: pointers that need relocating."""
+    args = kernel.adj.args
+    found = []
+    entries = [(a, False) for a in args] + ([(a, True) for a in args] if adjoint else [])
+    for i, (arg, adj) in enumerate(entries, start=1):
+        label = f"adj_{arg.label}" if adj else arg.label
+        found += layout.array_slots(arg.type, types[i], params_layout.offsets[i], label)
+    return tuple(found)
 
 
-def _wrap_launch_object(inner):
-    def launch(self, *args, **kwargs):
-        recorder = active()
-        if recorder is None or not recorder.owns(self.device):
-            return inner(self, *args, **kwargs)
-        from apic.record.shims import _launch_arguments
-
-        recorder.keepalive.append(self)
-        recorder.note_values(_launch_arguments(self), f"Launch.launch('{self.kernel.key}')")
-        recorder.pending.append(self.kernel)
-        try:
-            return inner(self, *args, **kwargs)
-        finally:
-            recorder.pending.pop()
-
-    return launch
-
-
-def _wrap_copy(inner):
-    @functools.wraps(inner)
-    def copy(dest, src, *args, **kwargs):
-        recorder = active()
-        if recorder is not None and any(recorder.owns(getattr(a, "device", None)) for a in (dest, src)):
-            recorder.note_values([dest, src], "wp.copy")
-        return inner(dest, src, *args, **kwargs)
-
-    return copy
-
-
-def _wrap_array_method(name: str, inner):
-    @functools.wraps(inner)
-    def method(self, *args, **kwargs):
-        recorder = active()
-        if recorder is not None and recorder.owns(self.device):
-            recorder.note_values([self], f"array.{name}")
-        return inner(self, *args, **kwargs)
-
-    return method
-
-
-def _wrap_init_new(inner):
-    def _init_new(self, *args, **kwargs):
-        result = inner(self, *args, **kwargs)
-        recorder = active()
-        if recorder is not None and recorder.owns(self.device):
-            recorder.record_alloc(self)
-        return result
-
-    return _init_new
-
-
-def install(patches) -> None:
-    """Layer the Python-level wrappers over Warp (and apic's CPU shims); ``patches`` undoes them."""
-    for owner in (wp, wp_context):
-        patches.set(owner, "launch", _wrap_launch(getattr(owner, "launch")))
-        patches.set(owner, "copy", _wrap_copy(getattr(owner, "copy")))
-    patches.set(wp_context.Launch, "launch", _wrap_launch_object(vars(wp_context.Launch)["launch"]))
-    patches.set(wp_types.array, "_init_new", _wrap_init_new(vars(wp_types.array)["_init_new"]))
-    for value in list(vars(wp_types).values()):
-        if isinstance(value, type):
-            for name in ("zero_", "fill_"):
-                if name in vars(value):
-                    patches.set(value, name, _wrap_array_method(name, vars(value)[name]))
-
-
-# --- native sinks ------------------------------------------------------------------------------------
-def _launch_sink(original, names):
-    @functools.wraps(original)
-    def sink(*args):
-        recorder = active()
-        if recorder is not None:
-            call = dict(zip(names, args))
-            if _as_int(call["context"]) == recorder.context:
-                recorder.record_launch(call)
-        return original(*args)
-
-    return sink
-
-
-def _memory_sink(original, method: str):
-    @functools.wraps(original)
-    def sink(*args):
-        recorder = active()
-        if recorder is not None and args and _as_int(args[0]) == recorder.context:
-            getattr(recorder, method)(*args)
-        return original(*args)
-
-    return sink
-
-
-def _refusing_sink(name: str, original):
-    @functools.wraps(original)
-    def sink(*args):
-        if active() is not None:
-            raise _unsupported(
-                f"{name} (native) during an apic CUDA capture", "apic does not record this Warp operation on CUDA yet"
-            )
-        return original(*args)
-
-    return sink
-
-
-_MEMORY_SINKS = {"memcpy_d2d": "record_memcpy", "memset_device": "record_memset", "memtile_device": "record_memtile"}
-# Natives that move or compute device data and that apic does not record (refused during a recording).
-_REFUSED = ("memcpy_h2d", "memcpy_d2h", "memcpy_p2p", "memcpy_peer", "memcpy_batch", "cuda_graph_insert_memcpy",
-            "cuda_graph_update_memcpy")
-
-
-_native_patches = None  # apic.record.shims._Patches of the CUDA natives, while installed
-
-
-def ensure_native_sinks() -> None:
-    """Patch Warp's CUDA launch and device memory natives (once; needs an initialised runtime)."""
-    global _native_patches
-    if _native_patches:
-        return
-    from apic.record.shims import _Patches
-
-    patches = _Patches()
-    core = _compat.runtime().core
-    names = _compat.cuda_launch_params()
-    patches.set(core, "wp_cuda_launch_kernel", _launch_sink(core.wp_cuda_launch_kernel, names))
-    for attr, value in list(vars(core).items()):
-        if not attr.startswith("wp_") or not isinstance(value, ctypes._CFuncPtr):
-            continue
-        name = attr[3:]
-        if name in _MEMORY_SINKS:
-            patches.set(core, attr, _memory_sink(value, _MEMORY_SINKS[name]))
-        elif name.startswith(_REFUSED) or (
-            name.endswith("_device") and not name.startswith(("alloc_", "free_", "cuda_"))
-            and not name.endswith("_destroy_device")
-        ):
-            patches.set(core, attr, _refusing_sink(attr, value))
-    _native_patches = patches
-
-
-def uninstall() -> None:
-    """Abandon this thread's CUDA recording and restore the CUDA natives (``apic.uninstall``)."""
-    global _native_patches
-    recorder = active()
-    if recorder is not None:
-        recorder.abort()
-    if _native_patches is not None:
-        _native_patches.restore()
-        _native_patches = None
+def word_slots(kernel, types: list, params_layout: cuda_target.ParamLayout) -> tuple[tuple[int, str], ...]:
+    """``(offset, argument label)`` of every 64-bit integer (``uint64``, ``int64``, ``wp.handle``) among the
+    forward arguments in a param blob: where a native handle's id or a raw pointer may hide."""
+    found = []
+    for i, arg in enumerate(kernel.adj.args, start=1):
+        found += [(at, arg.label) for at in layout.word_slots(arg.type, types[i], params_layout.offsets[i])]
+    return tuple(found)

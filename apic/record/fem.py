@@ -12,7 +12,7 @@ own CPU capture, while a CPU capture records on this thread:
   (their memory goes when both the graph and the caller have dropped them).
 
 warp.fem is large and imported only by those who use it, so apic patches it at the first CPU capture
-that begins after it has been imported (``apic.record.shims.ensure_native_sinks``).
+that begins after it has been imported (``apic.installation.ensure_native_sinks``).
 """
 
 from __future__ import annotations
@@ -20,9 +20,12 @@ from __future__ import annotations
 import functools
 import sys
 
+import warp as wp
+
+from apic import _compat
 from apic.record.recorder import active
 
-_MODULE = "warp._src.fem.cache"
+_MODULE = _compat.FEM_CACHE_MODULE
 
 
 def _capturing_on(device) -> bool:
@@ -37,10 +40,7 @@ def _keep() -> None:
 def _borrow(original):
     @functools.wraps(original)
     def borrow(self, shape, dtype, pinned: bool = False, device=None, requires_grad: bool = False):
-        import warp as wp
-
-        from warp._src.fem import cache
-
+        cache = sys.modules[_MODULE]  # imported: install patched it
         dev = wp.get_device(device)
         if not _capturing_on(dev):
             return original(self, shape, dtype, pinned=pinned, device=device, requires_grad=requires_grad)

@@ -3,7 +3,7 @@
 A handle's ``id`` is the address of a native struct in this process, so a graph cannot carry the
 number itself. apic records *what the object was built from* instead, and rebuilds it on load:
 
-* **Registry.** ``install`` wraps the four classes' ``__init__`` (and ``HashGrid.build``) so every
+* **Registry.** ``apic.record.handle_shims`` wraps the four classes' ``__init__`` (and ``HashGrid.build``) so every
   object made after ``import apic`` is known by id, with the constructor options Warp does not keep
   as attributes. Objects made before are found once, on demand, by a sweep of the garbage collector.
 * **Capture.** A kernel argument (a ``uint64``/``int64``/``wp.handle`` scalar or struct field) or a
@@ -23,9 +23,7 @@ does not produce.
 from __future__ import annotations
 
 import enum
-import functools
 import gc
-import inspect
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +33,7 @@ import warp as wp
 
 from apic import _compat
 from apic.errors import UnsupportedOperationError
+from apic.targets.cpu import HANDLE_CALLS
 
 KINDS = ("Mesh", "Bvh", "HashGrid", "Volume")
 
@@ -85,19 +84,19 @@ _registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary
 _swept = False
 
 
-def _classes() -> dict[str, type]:
+def handle_classes() -> dict[str, type]:
     return {kind: vars(wp).get(kind) for kind in KINDS if isinstance(vars(wp).get(kind), type)}
 
 
 def kind_of(obj) -> str | None:
     """``"Mesh"``, ``"Bvh"``, ... for a handle object (exact class or subclass), else None."""
-    for kind, cls in _classes().items():
+    for kind, cls in handle_classes().items():
         if issubclass(type(obj), cls):  # type(), not isinstance(): a proxy's __class__ may lie
             return kind
     return None
 
 
-def _register(obj) -> None:
+def register(obj) -> None:
     value = getattr(obj, "id", None)
     if isinstance(value, int) and value and getattr(getattr(obj, "device", None), "is_cpu", False):
         _registry[value] = obj
@@ -116,23 +115,10 @@ def _sweep() -> None:
     """Register the handle objects made before ``import apic`` (once per process)."""
     global _swept
     _swept = True
-    classes = tuple(_classes().values())
+    classes = tuple(handle_classes().values())
     for obj in gc.get_objects():
         if issubclass(type(obj), classes):
-            _register(obj)
-
-
-def id_words(words: np.ndarray, ids) -> np.ndarray:
-    """Positions of the 64-bit ``words`` that equal one of ``ids``: how a handle id stored in memory is found
-    (in live regions at capture end, in saved contents and argument blobs at save)."""
-    if not len(words) or not len(ids):
-        return np.empty(0, dtype=np.intp)
-    return np.flatnonzero(np.isin(words, np.asarray(ids, dtype=np.uint64)))
-
-
-def as_words(data) -> np.ndarray:
-    """Bytes as little-endian 64-bit words (a trailing partial word is not one)."""
-    return np.frombuffer(data, dtype="<u8", count=len(data) // 8)
+            register(obj)
 
 
 def live_ids() -> np.ndarray:
@@ -142,77 +128,11 @@ def live_ids() -> np.ndarray:
     return np.array(sorted(_registry.keys()), dtype=np.uint64)
 
 
-def _init_shim(kind: str, original):
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        try:
-            original(self, *args, **kwargs)
-        except UnsupportedOperationError as error:  # its native build was refused by a CPU capture
-            raise UnsupportedOperationError(
-                f"wp.{kind}(...) inside a CPU capture", "build it before capture_begin and refit or rebuild it inside"
-            ) from error
-        try:
-            bound = signature.bind(self, *args, **kwargs).arguments
-        except TypeError:  # pragma: no cover - Warp accepted what its own signature does not
-            bound = {}
-        self._apic_options = {k: _option(v) for k, v in bound.items() if k in OPTIONS[kind]}
-        _register(self)
-
-    return __init__
+# The native exports a CPU capture records for a handle method (see ``apic.record.handle_shims``).
+NATIVE_CALLS = HANDLE_CALLS
 
 
-def _method_shim(original, remember_build: bool = False):
-    """A handle method whose native call a CPU capture records (refit, rebuild, build, reserve).
-
-    In a capture the method runs Warp's own code, whose native call (``wp_mesh_refit_host``, ...)
-    reaches apic's sink and is recorded; outside it runs as usual. ``HashGrid.build`` also remembers
-    its last eager build, which a save needs to build the grid again on load.
-    """
-
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def method(self, *args, **kwargs):
-        from apic.record.recorder import active
-
-        recorder = active()
-        if recorder is None or not self.device.is_cpu:
-            result = original(self, *args, **kwargs)
-            if remember_build and recorder is None:
-                bound = signature.bind(self, *args, **kwargs).arguments
-                self._apic_build = (bound["points"], float(bound["radius"]), bound.get("groups"))
-            return result
-        recorder.note_handle(self)
-        recorder.note_values([v for v in (*args, *kwargs.values()) if isinstance(v, wp.array)])
-        recorder.api_depth += 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            recorder.api_depth -= 1
-
-    return method
-
-
-# Handle methods a CPU capture records: (class, method), and the native exports they end in.
-METHODS = (("Mesh", "refit"), ("Bvh", "refit"), ("Bvh", "rebuild"), ("HashGrid", "build"), ("HashGrid", "reserve"))
-NATIVE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", "hash_grid_update_host",
-                "hash_grid_reserve_host")
-
-
-def install(patches) -> None:
-    """Wrap the handle classes (through apic's undo log ``patches``)."""
-    classes = _classes()
-    for kind, cls in classes.items():
-        patches.set(cls, "__init__", _init_shim(kind, vars(cls)["__init__"]))
-    for kind, name in METHODS:
-        cls = classes.get(kind)
-        if cls is not None and name in vars(cls):
-            patches.set(cls, name, _method_shim(vars(cls)[name], remember_build=(kind, name) == ("HashGrid", "build")))
-
-
-def _option(value):
+def option_value(value):
     """A constructor option as a msgpack scalar (Warp's enums by their lower-case name, dtypes by name)."""
     if isinstance(value, enum.Enum):  # BvhConstructor (an IntEnum: test before int)
         return value.name.lower()
@@ -244,13 +164,13 @@ def options_of(kind: str, obj) -> tuple[tuple[str, Any], ...]:
     if kind == "Mesh":
         options["support_winding_number"] = bool(getattr(obj, "support_winding_number", False))
     elif kind == "Bvh" and getattr(obj, "_constructor", None) is not None:
-        options["constructor"] = _option(obj._constructor)  # rebuild() may have changed it
+        options["constructor"] = option_value(obj._constructor)  # rebuild() may have changed it
     elif kind == "HashGrid":
         for axis in ("dim_x", "dim_y", "dim_z"):
             if axis not in options and hasattr(obj, "_" + axis):
                 options[axis] = int(getattr(obj, "_" + axis))
         if getattr(obj, "dtype", None) is not None:
-            options["dtype"] = _option(obj.dtype)
+            options["dtype"] = option_value(obj.dtype)
         if not all(axis in options for axis in ("dim_x", "dim_y", "dim_z")):
             raise UnsupportedOperationError(
                 "a wp.HashGrid made before `import apic`", "its dimensions are unknown; make it after importing apic"
@@ -278,7 +198,7 @@ def rebuild(handle: Handle, address_of, volume_data: bytes | None = None):
 
     ``address_of(ref)`` is the address of a region reference in the loaded graph.
     """
-    cls = _classes().get(handle.kind)
+    cls = handle_classes().get(handle.kind)
     if cls is None:
         raise UnsupportedOperationError(f"rebuilding a wp.{handle.kind}", f"warp-lang {_compat.WARP_VERSION} has none")
     arrays = {name: _view(a, address_of(a.start)) for name, a in handle.arrays}
@@ -299,7 +219,7 @@ def rebuild(handle: Handle, address_of, volume_data: bytes | None = None):
 
 def _accepted(function, kwargs: dict, required: tuple = ()) -> dict:
     """``kwargs`` less None values; refuse a set option this warp-lang's ``function`` does not take."""
-    parameters = inspect.signature(function).parameters
+    parameters = _compat.parameters_of(function)
     out = {}
     for name, value in kwargs.items():
         if value is None:

@@ -19,12 +19,13 @@ from apic import _compat
 from apic._compat import wp_codegen, wp_context, wp_types
 from apic.errors import UnsupportedOperationError
 from apic.record.ops import ArraySlot, RawPtr
+from apic.targets import cpu as cpu_target
 
 _ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim (low 16 bits)
-_INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88
-_INDEX_ELEM_SIZE = 4  # index buffers are int32
-_ARRAY_T_SIZE = ctypes.sizeof(wp_types.array_t)  # 56 in every supported version
-_INDEXEDARRAY_T_SIZE = ctypes.sizeof(wp_types.indexedarray_t)
+_INDEXED_TAIL = cpu_target.INDEXED_TAIL
+_INDEX_ELEM_SIZE = cpu_target.INDEX_ELEM_SIZE
+_ARRAY_T_SIZE = _compat.ARRAY_T_SIZE  # 56 in every supported version
+_INDEXEDARRAY_T_SIZE = _compat.INDEXEDARRAY_T_SIZE
 
 
 # Descriptor types apic does not record yet (textures exist from warp 1.12 on, under various modules).
@@ -115,9 +116,8 @@ def args_layout(kernel, param_types: tuple[type, ...]) -> ArgsLayout:
 
 def launch_dim(bounds) -> tuple[int, ...]:
     """The launch shape held by a ``launch_bounds`` struct (its layout varies by version)."""
-    ndim = getattr(bounds, "ndim", None)  # absent from 1.14, where the struct is templated on ndim
     # An extent above 2^31 (a kernel that never reads wp.tid()) sits in a C int: read it as unsigned.
-    return tuple(int(n) & 0xFFFFFFFF for n in (bounds.shape[:ndim] if ndim is not None else bounds.shape))
+    return tuple(int(n) & 0xFFFFFFFF for n in _compat.bounds_shape(bounds))
 
 
 def extent(start: int, elem_size: int, shape, strides) -> tuple[int, int]:

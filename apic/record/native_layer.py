@@ -14,12 +14,14 @@ the native, before anything is recorded.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import gc
+import struct
 import weakref
 
 from apic._compat import wp_types
 from apic.errors import UnsupportedOperationError
-from apic.record import natives
+from apic.record import handles, natives
 
 # recorder -> sorted (start, end, weak reference to the array) over the live CPU arrays seen (rebuilt on a miss)
 _indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -70,6 +72,9 @@ def note_arguments(recorder, name: str, args: tuple) -> None:
     memory of a live Warp CPU array (with all the bytes the call reaches from it).
     """
     args = natives.signed64(tuple(int(a) for a in args))
+    layout = natives.padded_transpose_layout(name, args)
+    if layout is not None:
+        args = (*args, layout[-1])  # as record_native_call records it: the capacity appended
     sig = natives.signature(name, len(args))
     if sig is None or sig.check(args) is not None:
         return  # record_native_call refuses it with the reason
@@ -100,6 +105,35 @@ def note_memory_arguments(recorder, name: str, args: tuple) -> None:
     if any(nbytes < 0 for _, nbytes in reach(args)):
         raise UnsupportedOperationError(f"wp_{name} (native)", "a negative size")
     _note_ranges(recorder, name, [(i, args[i], nbytes) for i, nbytes in reach(args) if nbytes > 0])
+
+
+def note_handle_arguments(recorder, name: str, args: tuple) -> None:
+    """``note_arguments`` for a native method of a Mesh, Bvh or HashGrid called without its Python method
+    (``runtime.core.wp_bvh_refit_host(bvh.id)``), as upstream records it at the native layer.
+
+    The handle must be a live Warp object (``Recorder.record_handle_call`` refuses any other id); a hash
+    grid build's points, read through the array descriptor it is given, must lie in a live Warp CPU array.
+    """
+    if name != "hash_grid_update_host":
+        return
+    elem_size = handles.GRID_POINT_SIZES.get(int(args[1]))
+    if elem_size is None or not int(args[3]):
+        return  # record_handle_call refuses it with the reason
+    reached = [_descriptor_reach(name, 3, int(args[3]), elem_size)]
+    if len(args) > 4 and int(args[4]):  # warp 1.19: the groups, one int32 per point
+        reached.append(_descriptor_reach(name, 4, int(args[4]), 4))
+    _note_ranges(recorder, name, [r for r in reached if r[2]])
+
+
+def _descriptor_reach(name: str, position: int, address: int, elem_size: int) -> tuple:
+    """``(position, data, bytes)`` a 1-d ``array_t`` descriptor at ``address`` gives the native code."""
+    desc = ctypes.string_at(address, 40)  # array_t: data, grad, shape[4] (int32), strides[4] (int32)
+    data = struct.unpack_from("<Q", desc, 0)[0]
+    count, stride = struct.unpack_from("<i", desc, 16)[0], struct.unpack_from("<i", desc, 32)[0]
+    if count < 0 or stride < 0:
+        raise UnsupportedOperationError(f"wp_{name} (native)", f"argument {position}: an array of negative "
+                                        "shape or stride")
+    return position, data, 0 if count == 0 else (count - 1) * stride + elem_size
 
 
 def _note_ranges(recorder, name: str, reached: list) -> None:

@@ -15,12 +15,22 @@ pointer reaches for given integers, read off Warp's native implementation
 call touches; the reader to refuse a file whose call would reach outside its regions; the lowering
 to refuse a call whose export takes other arguments in this process's Warp.
 
-What the checks cannot cover: ``segmented_sort_pairs`` reads its segment bounds from graph memory
-at replay time. warp-lang 1.19 checks them (an invalid range sorts nothing); 1.12 does not. The BSR
-exports likewise read counts and offsets from graph memory: a triplet count (``count=``) replaces the
-triplet upper bound, a transpose takes its block count from the source offsets, a masked build and
-a compression walk the existing row offsets. Warp trusts those values (as it does eagerly); a
-graph built by warp.sparse keeps them consistent, a hand-edited file need not.
+A padded ``bsr_set_transpose`` (warp-lang 1.13+) writes into the destination's row capacity, which
+its row offsets give: as upstream does, apic keeps those offsets as they are when the transpose is
+captured, restores them (a ``memtile`` op) right before the call at replay, and records the call with
+the capacity appended as a trailing argument of its own (``Signature.extra``; not passed to Warp), so
+that the bytes it reaches are known from its arguments; the replay checks the restored offsets
+against that capacity before the call (``apic.replay.table.OP_PADDED_TRANSPOSE``).
+
+``segmented_sort_pairs`` reads its segment bounds from graph memory at replay time; the replay
+checks each range first, as upstream Warp 1.19's does, and stops with a ``RuntimeError`` naming an
+invalid one (``apic.replay.program``).
+
+What the checks cannot cover: the BSR exports read counts and offsets from graph memory: a triplet
+count (``count=``) replaces the triplet upper bound, a transpose takes its block count from the
+source offsets, a masked build and a compression walk the existing row offsets. Warp trusts those
+values (as it does eagerly); a graph built by warp.sparse keeps them consistent, a hand-edited file
+need not.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ class Signature:
     ranges: dict  # position of an INT -> (lo, hi), inclusive
     reach: Callable[[tuple], tuple]  # args -> bytes reached from each PTR argument (None at INT positions)
     multiple: dict  # position of an INT -> the value must be a multiple of this (strides in whole scalars)
+    extra: int = 0  # trailing INT arguments apic records that Warp's export does not take (not passed to it)
 
     def check(self, args: tuple) -> str | None:
         """Why ``args`` (ints at INT positions) are not valid for this signature, or None."""
@@ -76,9 +87,9 @@ def _elements(count: int, stride_elems: int, length: int) -> int:
 _SIGNATURES: dict[tuple[str, int], Signature] = {}
 
 
-def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None) -> None:
+def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None, extra: int = 0) -> None:
     kinds = tuple({"p": PTR, "q": OPT, "i": INT}[c] for c in params)
-    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {})
+    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {}, extra)
 
 
 _BOOL = (0, 1)
@@ -160,11 +171,17 @@ _add("bsr_matrix_from_triplets_host", "iiiiiqppqiiqqppqi", {**_TRIPLET_RANGES, 1
      lambda a: _triplets_reach(a, 17))
 
 # 1.13+: transpose(rows, cols, n, P offsets, P? row_counts, P columns, P t_offsets, t_row_counts,
-# P t_columns, P block_indices, status). A padded destination (t_row_counts, status) writes as far as
-# its row capacity, which only graph memory knows: apic records compact transposes (both null).
+# P t_columns, P block_indices, status). A compact destination: t_row_counts and status null.
 _add("bsr_transpose_host", "iiipqpp" "ipp" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT, 7: (0, 0), 10: (0, 0)},
      lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[0], 4 * a[2], 4 * (a[1] + 1), None, 4 * a[2], 4 * a[2],
                 None))
+# 1.13+, a padded destination: P t_row_counts and P status, then apic's own capacity (the destination's
+# offsets[cols], restored before the call): t_columns reaches the capacity, block_indices the larger of
+# it and n (Warp's native writes a gap marker into every slot of each row's capacity).
+_add("bsr_transpose_host", "iiipqpp" "ppp" "p" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT, 11: _COUNT},
+     lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[0], 4 * a[2], 4 * (a[1] + 1), 4 * a[1], 4 * a[11],
+                4 * max(a[2], a[11]), 4, None),
+     extra=1)
 # up to 1.12: transpose(rows, cols, n, P offsets, P columns, P t_offsets, P t_columns, P block_indices)
 _add("bsr_transpose_host", "iiippppp", {0: _COUNT, 1: _COUNT, 2: _COUNT},
      lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[2], 4 * (a[1] + 1), 4 * a[2], 4 * a[2]))
@@ -217,15 +234,41 @@ def host_arity(name: str) -> int | None:
     return len(argtypes)
 
 
+def native_arity(name: str, arity: int) -> int:
+    """How many of the ``arity`` recorded arguments of ``wp_<name>`` go to Warp (apic's trailing ones do not)."""
+    sig = _SIGNATURES.get((name, arity))
+    return arity - (sig.extra if sig is not None else 0)
+
+
+PADDED_TRANSPOSE = "bsr_transpose_host"
+
+
+def is_padded_transpose(name: str, arity: int) -> bool:
+    """Whether a recorded ``wp_<name>`` call of ``arity`` arguments is a padded BSR transpose (capacity appended)."""
+    return name == PADDED_TRANSPOSE and arity == 12
+
+
+def padded_transpose_layout(name: str, args: tuple) -> tuple | None:
+    """For a padded BSR transpose (``wp_bsr_transpose_host`` with a destination ``t_row_counts``), the
+    destination's row offsets as they are now (the capacity layout), or None for any other call.
+
+    Warp's native reads them at replay as the rows' capacities and never writes them."""
+    import ctypes
+
+    if name != PADDED_TRANSPOSE or len(args) != 11 or not args[7] or not args[6] or not 0 <= args[1] < _INT_MAX:
+        return None
+    return tuple((ctypes.c_int32 * (args[1] + 1)).from_address(args[6]))
+
+
 def check_host(name: str, arity: int) -> None:
     """Refuse a recorded call of ``wp_<name>`` with ``arity`` arguments that this process's Warp cannot make."""
     from apic import _compat
     from apic.errors import IncompatibleGraphError
 
     have = host_arity(name)
-    if have != arity:
+    if have != native_arity(name, arity):
         what = "does not have it" if have is None else f"takes {have}"
         raise IncompatibleGraphError(
-            f"the graph calls Warp's native wp_{name} with {arity} arguments, but warp-lang "
+            f"the graph calls Warp's native wp_{name} with {native_arity(name, arity)} arguments, but warp-lang "
             f"{_compat.WARP_VERSION} {what}; load it with the warp-lang release that saved it"
         )

@@ -222,7 +222,7 @@ class NativeCall:
 @dataclass(frozen=True)
 class CudaLaunch:
     """A CUDA kernel launch: ``params`` is the kernel's whole param blob ``{bounds, args...[, adj_args...]}``
-    with natural alignment (see ``apic.replay.cuda_params``); ``grid``/``block`` are ``cuLaunchKernel``'s."""
+    with natural alignment (see ``apic.targets.cuda``); ``grid``/``block`` are ``cuLaunchKernel``'s."""
 
     kernel: int
     dim: tuple[int, ...]
@@ -239,7 +239,7 @@ class HandleCall:
 
     ``mesh_refit_host``, ``bvh_refit_host``, ``bvh_rebuild_host`` (constructor), ``hash_grid_reserve_host``
     (type, count[, with_groups]) and ``hash_grid_update_host`` (type, then ``radius``, the ``points``
-    array descriptor and the optional ``groups`` pointer).
+    array descriptor and the optional ``groups`` array descriptor, of int32).
     """
 
     name: str
@@ -247,16 +247,11 @@ class HandleCall:
     ints: tuple[int, ...] = ()
     radius: Union[float, None] = None
     points: Union[Bytes, None] = None
-    groups: Union[Pointer, None] = None
+    groups: Union[Bytes, None] = None
     kind = OpKind.HANDLE_CALL
 
 
 Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch, HandleCall]
-OP_TYPES: dict[OpKind, type] = {
-    t.kind: t
-    for t in (Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch,
-              HandleCall)
-}
 CONTROL_TYPES = (Branch, Jump)
 
 

@@ -22,13 +22,14 @@ from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, ParamSlot, RawB
 from apic.record.ops import resolve_ops, unresolve_op
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import ArrayInfo, RegionTableBuilder
-from apic.params import Param
+from apic.params import Param, unpack
+from apic.record.splittable import written_offsets
 
 _local = threading.local()
 
 # Warp's array type ids for the strided/indexed native copy and fill helpers.
-_ARRAY_TYPE_REGULAR = 0
-_ARRAY_TYPE_INDEXED = 1
+from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # noqa: E402
+from apic.targets.cpu import ARRAY_TYPE_REGULAR as _ARRAY_TYPE_REGULAR  # noqa: E402
 
 
 def active() -> "Recorder | None":
@@ -171,8 +172,6 @@ class Recorder:
 
     def _param_values(self) -> tuple:
         """Each named parameter with its value, read from the blobs; every launch must agree on it."""
-        from apic.params import unpack
-
         values: dict = {}
         seen: set = set()
         for op in self.ops:
@@ -242,9 +241,8 @@ class Recorder:
             raise UnsupportedOperationError(f"wp_{name} (native)", f"unknown hash grid point type {type_id}")
         blob = _descriptor_blob(points, _ARRAY_TYPE_REGULAR, elem_size, "wp.HashGrid.build")
         groups = None
-        if len(args) > 4 and args[4]:
-            count = int.from_bytes(blob.data[16:20], "little", signed=True)  # the points' shape[0]
-            groups = RawPtr(int(args[4]), int(args[4]), int(args[4]) + 4 * max(count, 0))
+        if len(args) > 4 and args[4]:  # warp 1.19: the groups' array descriptor (a temporary), kept as a blob
+            groups = _descriptor_blob(int(args[4]), _ARRAY_TYPE_REGULAR, 4, "wp.HashGrid.build")
         self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
     def _append(self, op) -> None:
@@ -412,7 +410,7 @@ class Recorder:
         """
         entry = self._entry_points.get((id(hooks), adjoint))
         if entry is None:
-            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks)
+            entry = self._entry_point(kernel, hooks, adjoint, cpu_blocks, params)
         pending = self.pending_params
         if params[0].size == 0:
             return  # a zero-size launch (a Launch object after set_dim(0)) runs no thread: nothing to replay
@@ -468,7 +466,7 @@ class Recorder:
             self.keepalive.append(kernel)
         return found
 
-    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool) -> tuple[int, int]:
+    def _entry_point(self, kernel, hooks, adjoint: bool, cpu_blocks: bool, params) -> tuple[int, int]:
         """The first launch of an entry point in this capture: its kernel table index and arity."""
         fn = hooks.backward if adjoint else hooks.forward
         if fn is None:
@@ -477,7 +475,18 @@ class Recorder:
         index = self._new_kernel_index(kernel, hooks, fn, adjoint)
         if cpu_blocks and not self._kernel_infos[index].cpu_blocks:
             self._kernel_infos[index] = dataclasses.replace(self._kernel_infos[index], cpu_blocks=True)
-        entry = self._entry_points[(id(hooks), adjoint)] = (index, len(kernel.adj.args))
+        nargs = len(kernel.adj.args)
+        info = self._kernel_infos[index]
+        if not adjoint and not info.cpu_blocks and info.split_writes is None:
+            # decided once per entry point, from the kernel's source and its argument struct; an analysis
+            # that fails on an unforeseen kernel leaves it serial, never the capture broken
+            try:
+                writes = written_offsets(kernel, self._args_layout(kernel, params[1 : 1 + nargs]))
+            except Exception:  # noqa: BLE001 - unknown means serial
+                writes = None
+            if writes is not None:
+                self._kernel_infos[index] = dataclasses.replace(info, split_writes=writes)
+        entry = self._entry_points[(id(hooks), adjoint)] = (index, nargs)
         return entry
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
@@ -521,10 +530,22 @@ class Recorder:
     def record_native_call(self, name: str, args: tuple) -> None:
         """A call of one of Warp's native host utilities (``wp_<name>``, see ``natives``)."""
         args = natives.signed64(tuple(int(a) for a in args))  # a C bool arrives as a Python bool
+        layout = natives.padded_transpose_layout(name, args)
+        if layout is not None:
+            if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])):
+                raise UnsupportedOperationError(
+                    "warp.sparse.bsr_set_transpose(topology='padded')",
+                    "the destination's row offsets are not a row-capacity layout (non-decreasing, from 0 or more)",
+                )
+            args = (*args, layout[-1])  # apic's own trailing argument: the capacity (natives.Signature.extra)
         sig = natives.signature(name, len(args))
         problem = "apic does not know this argument list" if sig is None else sig.check(args)
         if problem is not None:
             raise UnsupportedOperationError(f"wp_{name} (native)", problem)
+        if layout is not None:
+            # As upstream: the capacity layout as captured is restored before the transpose at replay, so
+            # that a destination whose offsets were reset in between is rebuilt, within the recorded capacity.
+            self.record_memtile(args[6], args[6], 4 * len(layout), 1)
         values = []
         for kind, value, nbytes in zip(sig.params, args, sig.reach(args)):
             if kind == natives.OPT and not value:

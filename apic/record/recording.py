@@ -33,6 +33,10 @@ class KernelInfo:
     # CPU kernels run as cooperative blocks (warp 1.18+ with block_dim > 1): Warp reports a failure of
     # their dispatcher through wp_take_cpu_block_error, which a replay must check, as eager Warp does
     cpu_blocks: bool = False
+    # Parallel replay (docs/PARALLEL.md): for a forward kernel proved splittable at capture
+    # (apic.record.splittable.written_offsets), the byte offsets in its packed arguments of the arrays it
+    # writes; None for every other entry point, which always runs serially
+    split_writes: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

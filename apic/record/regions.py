@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import CaptureError
-from apic.record import handles
+from apic.record import words as handle_words
 from apic.record.ops import Ref
 
 
@@ -86,7 +86,7 @@ class RegionTableBuilder:
             count = (rng.hi - lo) // 8
             if rng.used and count > 0:
                 words = np.ctypeslib.as_array((ctypes.c_uint64 * count).from_address(lo))
-                found.update(words[handles.id_words(words, values)].tolist())
+                found.update(words[handle_words.id_words(words, values)].tolist())
         return sorted(found)
 
     def build(self) -> tuple[list[Region], callable]:

@@ -25,54 +25,22 @@ import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
+from apic.bindings import dtype_name
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.params import Param
-from apic.record import handles, native_layer, natives
+from apic.record import handles, native_layer, natives, segments
 from apic.record.ops import Launch
+from apic.record.launch_args import LAUNCH_ARRAY_ARGS, LAUNCH_OTHER_ARGS, launch_arg, launch_arguments
+from apic.record.launch_args import pointer_value as _as_int
 from apic.record.recorder import active, paused
 from apic.record.repeats import repeat_key
 
 
-class _Patches:
-    """A log of attribute replacements that can be undone exactly, in reverse order."""
-
-    def __init__(self) -> None:
-        self._log: list[tuple[object, str, bool, object]] = []
-
-    def __bool__(self) -> bool:
-        return bool(self._log)
-
-    def set(self, owner, name: str, value) -> None:
-        own = vars(owner)
-        self._log.append((owner, name, name in own, own.get(name)))
-        setattr(owner, name, value)
-
-    def restore(self) -> None:
-        while self._log:
-            owner, name, had_own, original = self._log.pop()
-            if had_own:
-                setattr(owner, name, original)
-            else:
-                delattr(owner, name)
-
-
-_python_patches = _Patches()
-_native_patches = _Patches()
-_originals: dict[str, object] = {}
+_originals: dict[str, object] = {}  # Warp's functions the shims call, saved by ``patch``
+_patches = None  # the patch log ``patch`` was given (``apic.installation``'s): ``enable_params`` adds to it
 
 
 # --- Python-level shims ------------------------------------------------------------------------------
-# wp.launch(kernel, dim, inputs, outputs, adj_inputs, adj_outputs, device, stream, adjoint,
-# record_tape, record_cmd, ...): the positions of the arguments the recorder needs. Read by hand
-# rather than with inspect.Signature.bind, which would cost more than the rest of the capture.
-LAUNCH_ARRAY_ARGS = (("inputs", 2), ("outputs", 3), ("adj_inputs", 4), ("adj_outputs", 5))
-
-
-def launch_arg(args, kwargs, name: str, position: int, default=None):
-    """Argument ``name`` of a ``wp.launch(*args, **kwargs)`` call, at ``position`` if passed positionally."""
-    return args[position] if len(args) > position else kwargs.get(name, default)
-
-
 def _launch(*args, **kwargs):
     recorder = active()
     if recorder is None:
@@ -114,18 +82,11 @@ def _launch_eagerly(args, kwargs):
     return result
 
 
-def _launch_arguments(launch) -> list:
-    """The Python values a ``Launch`` object's packed parameters were made from (where known)."""
-    if _compat.LAUNCH_KEEPS_ARGS:
-        return [*(launch.fwd_args or ()), *(launch.adj_args or ())]
-    return list(getattr(launch, "_apic_args", {}).values())
-
-
 def _launch_object_launch(self, *args, **kwargs):
     recorder = active()
     if recorder is None or not self.device.is_cpu:
         return _originals["Launch.launch"](self, *args, **kwargs)
-    values = _launch_arguments(self)
+    values = launch_arguments(self)
     if any(isinstance(v, (wp_types.array_t, wp_types.indexedarray_t)) for v in values):
         # As upstream: a raw descriptor holds an address but no array that the graph could keep alive.
         raise UnsupportedOperationError(
@@ -168,8 +129,6 @@ def _pack_arg(kernel, arg_type, arg_name, value, device, adjoint=False):
     notes which argument of the launch in progress received it (``Recorder.pending_params``)."""
     if type(value) is not Param:
         return _originals["pack_arg"](kernel, arg_type, arg_name, value, device, adjoint)
-    from apic.bindings import dtype_name
-
     if dtype_name(arg_type) != value.spec.dtype:
         raise BindingError(
             f"Error launching kernel '{kernel.key}': argument '{arg_name}' is {dtype_name(arg_type)}, but the named "
@@ -192,10 +151,13 @@ def _pack_arg(kernel, arg_type, arg_name, value, device, adjoint=False):
 
 
 def enable_params() -> None:
-    """Route Warp's ``pack_arg`` through ``_pack_arg`` (on the first ``apic.param``: no cost before)."""
-    if _python_patches and wp_context.pack_arg is not _pack_arg:
+    """Route Warp's ``pack_arg`` through ``_pack_arg`` (on the first ``apic.param``: no cost before).
+
+    A no-op while apic is uninstalled; ``apic.installation`` calls it at install when a parameter exists.
+    """
+    if _patches and wp_context.pack_arg is not _pack_arg:
         _originals["pack_arg"] = wp_context.pack_arg
-        _python_patches.set(wp_context, "pack_arg", _pack_arg)
+        _patches.set(wp_context, "pack_arg", _pack_arg)
 
 
 def _recorded_call(recorder, original, args, kwargs):
@@ -309,6 +271,8 @@ def _utility(name: str, original):
             )
         if any(stride < 0 for a in arrays for stride in a.strides):
             raise UnsupportedOperationError(f"wp.utils.{name} on an array with a negative stride")
+        if name == "segmented_sort_pairs" and not segments.check(signature.bind(*args, **kwargs).arguments):
+            return None  # as upstream 1.19: no element or no segment, nothing to sort and nothing recorded
         recorder.note_values(arrays)
         return _recorded_call(recorder, original, args, kwargs)
 
@@ -332,23 +296,6 @@ def _invoke_sink(original, cpu_blocks: bool = False):
         recorder.record_launch(kernel, hooks, params, adjoint, cpu_blocks)
 
     return sink
-
-
-def _as_int(value) -> int:
-    """An argument as ctypes code passes it (int, c_void_p, pointer(...), array) as an int."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, ctypes._SimpleCData):  # c_void_p, c_size_t, c_int, ...
-        return value.value or 0
-    if isinstance(value, ctypes._Pointer):
-        return ctypes.addressof(value.contents)
-    if isinstance(value, (ctypes.Array, ctypes.Structure)):
-        return ctypes.addressof(value)
-    if type(value).__name__ == "CArgObject":  # ctypes.byref(x)
-        return ctypes.addressof(value._obj) + getattr(value, "_offset", 0)
-    raise CaptureError(f"apic cannot read a pointer argument of type {type(value).__name__}")
 
 
 def _as_number(value):
@@ -411,7 +358,9 @@ def _utility_sink(name: str, original):
 def _handle_sink(name: str, original):
     """A native method of a Mesh / Bvh / HashGrid (``apic.record.handles``) recorded from its Python method."""
     record = lambda recorder, args: recorder.record_handle_call(name, args)  # noqa: E731
-    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number)
+    # Upstream records these at the native layer too, whatever Python called them (see native_layer).
+    return _recording_sink(name, original, record, "its wp.Mesh / wp.Bvh / wp.HashGrid method", _as_number,
+                           outside_api=native_layer.note_handle_arguments)
 
 
 def _refusing_sink(name: str, original):
@@ -424,14 +373,12 @@ def _refusing_sink(name: str, original):
     return sink
 
 
-def _install_native_sinks() -> None:
-    """Patch Warp's native entry points. Needs an initialised runtime, so runs at first capture."""
-    if _native_patches:
-        return
+def patch_natives(patches) -> None:
+    """Patch Warp's native entry points into ``patches``. Needs an initialised runtime, so runs at first capture."""
     runtime = _compat.runtime()
-    _native_patches.set(wp_context, "invoke", _invoke_sink(wp_context.invoke))
+    patches.set(wp_context, "invoke", _invoke_sink(wp_context.invoke))
     if _compat.invoke_cpu_blocks is not None:
-        _native_patches.set(wp_context, "invoke_cpu_blocks", _invoke_sink(_compat.invoke_cpu_blocks, cpu_blocks=True))
+        patches.set(wp_context, "invoke_cpu_blocks", _invoke_sink(_compat.invoke_cpu_blocks, cpu_blocks=True))
     core = runtime.core
     sinks = {}
     for attr, value in list(vars(core).items()):
@@ -442,17 +389,17 @@ def _install_native_sinks() -> None:
             continue
         if name in _MEMORY_SINKS:
             sinks[name] = _memory_sink(name, value, _MEMORY_SINKS[name])
-            _native_patches.set(core, attr, sinks[name])
+            patches.set(core, attr, sinks[name])
         elif name in natives.NAMES:
-            _native_patches.set(core, attr, _utility_sink(name, value))
+            patches.set(core, attr, _utility_sink(name, value))
         elif name in handles.NATIVE_CALLS:
-            _native_patches.set(core, attr, _handle_sink(name, value))
+            patches.set(core, attr, _handle_sink(name, value))
         elif not any(token in name for token in _NATIVE_ALLOWED):
-            _native_patches.set(core, attr, _refusing_sink(attr, value))
+            patches.set(core, attr, _refusing_sink(attr, value))
     # The CPU device binds memset/memtile to the native functions once, at init.
     cpu = runtime.cpu_device
-    _native_patches.set(cpu, "memset", sinks["memset_host"])
-    _native_patches.set(cpu, "memtile", sinks["memtile_host"])
+    patches.set(cpu, "memset", sinks["memset_host"])
+    patches.set(cpu, "memtile", sinks["memtile_host"])
 
 
 # --- install / uninstall -------------------------------------------------------------------------
@@ -465,93 +412,46 @@ def _array_classes():
     return classes
 
 
-def install() -> None:
-    """Install the Python-level shims (idempotent). Native sinks follow at the first CPU capture."""
-    if _python_patches:
-        return
-    from apic import capture  # the public capture API lives there; imported late to avoid a cycle
-
-    global _COPY_SIGNATURE
+def patch(patches) -> None:
+    """Put the Python-level shims over Warp's functions and methods, recording each change in ``patches``."""
+    global _COPY_SIGNATURE, _patches
+    _patches = patches
     _originals["launch"] = wp_context.launch
     _originals["copy"] = wp_context.copy
     _originals["Launch.launch"] = vars(wp_context.Launch)["launch"]
     _originals["array._init_new"] = vars(wp_types.array)["_init_new"]
     _originals["array._init_from_data"] = vars(wp_types.array)["_init_from_data"]
     launch_params = list(inspect.signature(wp_context.launch).parameters)
-    if [launch_params[i] for _, i in LAUNCH_ARRAY_ARGS] != [n for n, _ in LAUNCH_ARRAY_ARGS] or launch_params[
-        6:8
-    ] + launch_params[10:11] != ["device", "stream", "record_cmd"]:
+    if len(launch_params) <= 10 or any(launch_params[i] != name for name, i in LAUNCH_ARRAY_ARGS + LAUNCH_OTHER_ARGS):
         raise ImportError(f"apic does not recognise the signature of wp.launch in warp-lang {_compat.WARP_VERSION}")
     _COPY_SIGNATURE = inspect.signature(wp_context.copy)
 
     for owner in (wp, wp_context):
-        _python_patches.set(owner, "launch", functools.wraps(_originals["launch"])(_launch))
-        _python_patches.set(owner, "copy", functools.wraps(_originals["copy"])(_copy))
-    _python_patches.set(wp_context.Launch, "launch", _launch_object_launch)
+        patches.set(owner, "launch", functools.wraps(_originals["launch"])(_launch))
+        patches.set(owner, "copy", functools.wraps(_originals["copy"])(_copy))
+    patches.set(wp_context.Launch, "launch", _launch_object_launch)
     if not _compat.LAUNCH_KEEPS_ARGS:
         # Up to warp 1.14 a Launch keeps only packed ctypes values, which do not keep arrays alive;
         # note the Python values (set_param_by_name and set_params go through set_param_at_index).
         _originals["Launch.set_param_at_index"] = vars(wp_context.Launch)["set_param_at_index"]
-        _python_patches.set(wp_context.Launch, "set_param_at_index", _launch_object_set_param)
+        patches.set(wp_context.Launch, "set_param_at_index", _launch_object_set_param)
         _originals["Launch.set_param_at_index_from_ctype"] = vars(wp_context.Launch)["set_param_at_index_from_ctype"]
-        _python_patches.set(wp_context.Launch, "set_param_at_index_from_ctype", _launch_object_set_ctype)
-    _python_patches.set(wp_types.array, "_init_new", _init_new)
-    _python_patches.set(wp_types.array, "_init_from_data", _init_from_data)
+        patches.set(wp_context.Launch, "set_param_at_index_from_ctype", _launch_object_set_ctype)
+    patches.set(wp_types.array, "_init_new", _init_new)
+    patches.set(wp_types.array, "_init_from_data", _init_from_data)
     for cls in _array_classes():
         for name in ("zero_", "fill_"):
             if name in vars(cls):
-                _python_patches.set(cls, name, _array_method(name, cls))
+                patches.set(cls, name, _array_method(name, cls))
         for name in ("numpy", "list"):
             if name in vars(cls):
-                _python_patches.set(cls, name, _read_guard(name, cls))
-    from warp import utils as public_utils  # noqa: F401  (imported so that the loop below finds it)
-    from warp._src import utils as wp_utils
-
+                patches.set(cls, name, _read_guard(name, cls))
     # Warp modules imported before apic (warp.fem, warp.optim, ...) hold their own names for these
     # functions: point every one at the shim, so `import apic` after them behaves as before them.
     owners = [m for key, m in list(sys.modules.items()) if m is not None and (key == "warp" or key.startswith("warp."))]
     for name in _UTILITIES:
-        original = vars(wp_utils)[name]
+        original = vars(_compat.wp_utils)[name]
         shim = _utility(name, original)
         for owner in owners:
             if vars(owner).get(name) is original:
-                _python_patches.set(owner, name, shim)
-    handles.install(_python_patches)
-    capture.install_capture_api(_python_patches)
-    from apic.record import sparse  # warp.sparse functions (their native BSR calls) and BsrMatrix read-backs
-
-    sparse.install(_python_patches)
-    from apic.record import cuda  # recording alongside Warp's CUDA capture (apic=True), layered on top
-
-    cuda.install(_python_patches)
-    from apic import params
-
-    if params.created():  # placeholders made before an uninstall / install cycle still work
-        enable_params()
-
-
-def uninstall() -> None:
-    """Remove every patch and leave warp exactly as it was before ``import apic``."""
-    from apic import capture
-
-    capture.abort_all()
-    from apic.record import cuda
-
-    cuda.uninstall()
-    _native_patches.restore()
-    _python_patches.restore()
-    _compat.native_address.cache_clear()
-
-
-def is_installed() -> bool:
-    return bool(_python_patches)
-
-
-def ensure_native_sinks() -> None:
-    """Called by ``capture_begin`` for a CPU capture."""
-    if not _python_patches:
-        raise CaptureError("apic is uninstalled; call apic.install() first")
-    _install_native_sinks()
-    from apic.record import fem  # warp.fem temporaries, once warp.fem is imported
-
-    fem.install(_python_patches)
+                patches.set(owner, name, shim)

@@ -15,7 +15,7 @@ host read of a result, ``BsrMatrix.nnz_sync()`` (and ``status_sync()``) on a mat
 used, is refused with an error naming the warp.sparse function and the argument that avoids it; on
 a matrix the capture never touched it reads the current value, as upstream Warp's CPU capture does.
 
-The shims are installed with the others (``apic.record.shims.install``), which imports warp.sparse:
+The shims are installed with the others (``apic.installation.install``), which imports warp.sparse:
 code that takes ``from warp.sparse import bsr_mm`` after ``import apic`` gets them. Warp's own
 modules that imported warp.sparse names earlier (warp.fem) are pointed at them too.
 """
@@ -23,16 +23,16 @@ modules that imported warp.sparse names earlier (warp.fem) are pointed at them t
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import threading
 import weakref
 
+from apic import _compat
 from apic._compat import wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record.recorder import active, paused
 
-_MODULE = "warp._src.sparse"
+_MODULE = _compat.SPARSE_MODULE
 
 # The warp.sparse functions that may call a native BSR export or read a block count back.
 _FUNCTIONS = (
@@ -50,18 +50,6 @@ _HINTS = {
 }
 _GENERIC_HINT = "run it before the capture, or read the count after wp.capture_launch()"
 
-
-def _padded_transpose(call: dict) -> str | None:
-    if call.get("topology") == "padded":
-        return (
-            "a padded transpose writes as far as the destination's row capacity, which only graph memory holds; "
-            "apic records compact and masked transposes"
-        )
-    return None
-
-
-# Forms apic refuses before Warp runs (the argument that makes them capturable is in the message).
-_REFUSED = {"bsr_set_transpose": ("topology='padded'", _padded_transpose)}
 
 _local = threading.local()
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -93,11 +81,6 @@ def _wrap(name: str, original):
         devices = [a.device if isinstance(a, wp_types.array) else a.data.device for a in arrays]
         if devices and not any(d.is_cpu for d in devices):
             return original(*args, **kwargs)  # CUDA work is not ours to record
-        refused = _REFUSED.get(name)
-        if refused is not None:
-            reason = refused[1](inspect.signature(original).bind(*args, **kwargs).arguments)
-            if reason is not None:
-                raise UnsupportedOperationError(f"warp.sparse.{name}({refused[0]})", reason)
         recorder.note_values(arrays)
         kept = _kept.setdefault(recorder, set())  # ids of the sparse objects this graph keeps alive
         for value in found:

@@ -153,3 +153,63 @@ def load_i32_at(typingctx, address, index):
         return builder.load(pointer, align=1)
 
     return types.int32(address, index), codegen
+
+
+# --- atomics on int64 words at integer addresses (the parallel replay's pool, ``split.py``) ----------
+def _address_i64(context, builder, signature, llargs, index=0):
+    value = context.cast(builder, llargs[index], signature.args[index], types.int64)
+    return builder.inttoptr(value, _I64.as_pointer())
+
+
+@intrinsic
+def atomic_load(typingctx, address):
+    """The int64 at ``address``, read with acquire ordering."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        return builder.load_atomic(_address_i64(context, builder, signature, llargs), "acquire", 8)
+
+    return types.int64(address), codegen
+
+
+@intrinsic
+def atomic_store(typingctx, address, value):
+    """Store the int64 ``value`` at ``address`` with release ordering."""
+    if not (isinstance(address, types.Integer) and isinstance(value, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        v = context.cast(builder, llargs[1], signature.args[1], types.int64)
+        builder.store_atomic(v, _address_i64(context, builder, signature, llargs), "release", 8)
+        return context.get_dummy_value()
+
+    return types.void(address, value), codegen
+
+
+@intrinsic
+def atomic_add(typingctx, address, value):
+    """Add ``value`` to the int64 at ``address`` (sequentially consistent); the old value."""
+    if not (isinstance(address, types.Integer) and isinstance(value, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        v = context.cast(builder, llargs[1], signature.args[1], types.int64)
+        return builder.atomic_rmw("add", _address_i64(context, builder, signature, llargs), v, "seq_cst")
+
+    return types.int64(address, value), codegen
+
+
+@intrinsic
+def atomic_cas(typingctx, address, expected, value):
+    """Compare-and-swap the int64 at ``address`` (sequentially consistent); the value found there."""
+    if not all(isinstance(t, types.Integer) for t in (address, expected, value)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        e = context.cast(builder, llargs[1], signature.args[1], types.int64)
+        v = context.cast(builder, llargs[2], signature.args[2], types.int64)
+        pair = builder.cmpxchg(_address_i64(context, builder, signature, llargs), e, v, "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 0)
+
+    return types.int64(address, expected, value), codegen

@@ -13,11 +13,13 @@ from numba.core.extending import intrinsic
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32
-from apic.replay.interpreter import _interrupted, ids_known, indices_in_range
+from apic.replay.interpreter import _interrupted, bad_capacity, bad_segment, ids_known, indices_in_range
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.OP_CALL5_D2) == (16, 17, 18, 19)
-assert (_table.COL_LOOP, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP) == (4, 1, 2)
+assert (_table.COL_LOOP, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP, _table.OP_SPLIT, _table.OP_SEGMENTED_SORT,
+        _table.OP_PADDED_TRANSPOSE) == (4, 1, 2, 20, 21, 22)
+assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
 
 _I64 = ir.IntType(64)
 
@@ -108,12 +110,28 @@ def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
-            elif op == 20:  # OP_CHECK_INDICES
+            elif op == 20:  # OP_SPLIT: the splitter shares the launch's task chunks with worker threads
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
+            elif op == 21:  # OP_SEGMENTED_SORT
+                if bad_segment(table[i, 5], table[i, 6], table[i, 4], table[i, 7]) >= 0:
+                    return -(i + 1)
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
+            elif op == 22:  # OP_PADDED_TRANSPOSE: the destination's row offsets checked against its capacity
+                if bad_capacity(table[i, 3], table[i, 4], table[i, 5]):
+                    return -(i + 1)
+                call_argv20(fn, table[i, 2])
+            elif op == 23:  # OP_CHECK_INDICES
                 if not indices_in_range(table[i, 2], table[i, 3], table[i, 4]):
-                    return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
-            elif op == 21:  # OP_CHECK_IDS
+                    return -(i + 1)
+            elif op == 24:  # OP_CHECK_IDS
                 if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
-                    return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
+                    return -(i + 1)
             after = now_ns(fn_clock, clock_id)
             row_ns[i] += after - before
             row_calls[i] += 1

@@ -2,9 +2,9 @@
 
 Loading (``capture_load`` of a file whose ``device`` is CUDA) does, in order:
 
-1. check that the GPU can run the modules (a ``.cubin`` runs only on the architecture it was built
-   for; a ``.ptx`` on that architecture or a newer one, which the driver JIT-compiles), and that the
-   regions fit in the GPU's free memory;
+1. check that the GPU can run the modules (a ``.cubin`` on its major version with an equal or higher
+   minor version; a ``.ptx`` on its architecture or a newer one, which the driver JIT-compiles), and
+   that the regions fit in the GPU's free memory;
 2. ``cuModuleLoadData`` each module, ``cuModuleGetFunction`` each kernel, check each kernel's
    parameter layout against the driver's (``cuFuncGetParamInfo``, where the driver has it), and
    raise its dynamic shared memory limit where a launch needs more than the default;
@@ -20,184 +20,47 @@ Loading (``capture_load`` of a file whose ``device`` is CUDA) does, in order:
 
 from __future__ import annotations
 
-import ctypes
 import weakref
 
 import numpy as np
+import warp as wp
 
-from apic._compat import cuda_graph_instantiate_call
+from apic import bindings as b
 from apic.cuda_graph import CudaGraph
-from apic.errors import ApicError, BindingError, GraphMemoryError, IncompatibleGraphError
+from apic.errors import BindingError, GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
+from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
+from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
+from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
+from apic.replay.loader import verified_images
+from apic.targets import cuda as cuda_target
+from apic.targets.cuda import DEFAULT_SMEM
 
-# The fill kernel for fills memset nodes cannot do: dst[i] = src[i % size] for each byte i < total.
-# Hand-written PTX (ISA 6.0, sm_50) so that every driver apic can meet JIT-compiles it.
-FILL_SYMBOL = "apic_fill_bytes"
-FILL_PTX = b"""//
-// apic fill kernel: dst[i] = src[i % size] for each byte i < total (grid-stride loop)
-//
-.version 6.0
-.target sm_50
-.address_size 64
-
-.visible .entry apic_fill_bytes(
-\t.param .u64 apic_fill_bytes_param_0,
-\t.param .u64 apic_fill_bytes_param_1,
-\t.param .u64 apic_fill_bytes_param_2,
-\t.param .u64 apic_fill_bytes_param_3
-)
-{
-\t.reg .pred \t%p<2>;
-\t.reg .b16 \t%rs<2>;
-\t.reg .b32 \t%r<5>;
-\t.reg .b64 \t%rd<11>;
-
-\tld.param.u64 \t%rd1, [apic_fill_bytes_param_0];
-\tld.param.u64 \t%rd2, [apic_fill_bytes_param_1];
-\tld.param.u64 \t%rd3, [apic_fill_bytes_param_2];
-\tld.param.u64 \t%rd4, [apic_fill_bytes_param_3];
-\tcvta.to.global.u64 \t%rd1, %rd1;
-\tcvta.to.global.u64 \t%rd2, %rd2;
-\tmov.u32 \t%r1, %ctaid.x;
-\tmov.u32 \t%r2, %ntid.x;
-\tmov.u32 \t%r3, %tid.x;
-\tmov.u32 \t%r4, %nctaid.x;
-\tmul.wide.u32 \t%rd5, %r1, %r2;
-\tcvt.u64.u32 \t%rd6, %r3;
-\tadd.s64 \t%rd5, %rd5, %rd6;
-\tmul.wide.u32 \t%rd7, %r4, %r2;
-$L__loop:
-\tsetp.ge.u64 \t%p1, %rd5, %rd4;
-\t@%p1 bra \t$L__done;
-\trem.u64 \t%rd8, %rd5, %rd3;
-\tadd.s64 \t%rd9, %rd2, %rd8;
-\tld.global.u8 \t%rs1, [%rd9];
-\tadd.s64 \t%rd10, %rd1, %rd5;
-\tst.global.u8 \t[%rd10], %rs1;
-\tadd.s64 \t%rd5, %rd5, %rd7;
-\tbra.uni \t$L__loop;
-$L__done:
-\tret;
-}
-\x00"""
-FILL_BLOCK = 256
-FILL_MAX_BLOCKS = 4096
-DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without opting in
 MODES = ("graph", "launch")
 
 
-class CudaReplayError(ApicError, RuntimeError):
-    """A CUDA driver call made by apic failed (the message names the call and the driver's error)."""
-
-
-def driver_module():
-    """cuda-python's driver bindings (``cuda.bindings.driver``, or ``cuda.cuda`` in older releases)."""
-    from apic._compat import cuda_driver
-
-    return cuda_driver()
-
-
-def unavailable_reason() -> str | None:
-    """Why a CUDA graph cannot be replayed here (no cuda-python, no driver, no GPU), or None if it can."""
-    try:
-        cu = driver_module()
-    except ImportError as error:
-        return str(error)
-    try:
-        err, = cu.cuInit(0)[:1]
-        if int(err) != 0:
-            return f"the CUDA driver cannot be initialised ({err})"
-        err, count = cu.cuDeviceGetCount()
-        if int(err) != 0 or count == 0:
-            return "no CUDA device"
-    except Exception as error:  # no driver library at all
-        return f"no CUDA driver ({type(error).__name__}: {error})"
-    return None
-
-
-class _Driver:
-    """Calls cuda-python, turning a non-success ``CUresult`` into ``CudaReplayError``."""
-
-    def __init__(self) -> None:
-        self.cu = driver_module()
-
-    def __call__(self, name: str, *args):
-        try:
-            result = getattr(self.cu, name)(*args)
-        except RuntimeError as error:
-            # cuda-python raises, rather than returning a CUresult, when it cannot load the driver
-            # library (cuda.pathfinder's DynamicLibNotFoundError; "Failed to dlopen libcuda.so.1" in
-            # 11.x) or the driver lacks the function ('Function "cuX" not found'): a TypeError or
-            # OverflowError (a wrong argument) is apic's bug and passes through unchanged.
-            raise CudaReplayError(
-                f"{name} could not reach the CUDA driver: {type(error).__name__}: {error}"
-            ) from error
-        err, values = (result[0], result[1:]) if isinstance(result, tuple) else (result, ())
-        if int(err) != 0:
-            raise CudaReplayError(f"{name} failed: {self.error_name(err)}")
-        return values[0] if len(values) == 1 else (values or None)
-
-    def error_name(self, err) -> str:
-        try:
-            _, name = self.cu.cuGetErrorName(err)
-            return name.decode() if isinstance(name, bytes) else str(name)
-        except Exception:  # pragma: no cover
-            return str(err)
-
-    def attribute(self, name: str, device) -> int:
-        return int(self("cuDeviceGetAttribute", getattr(self.cu.CUdevice_attribute, name), device))
-
-
-def device_ordinal(device) -> int:
-    """The CUDA ordinal of ``device`` (None, ``"cuda"``, ``"cuda:N"``, a Warp CUDA device); refuses others."""
-    if device is None:
-        return 0
-    ordinal = getattr(device, "ordinal", None)
-    if isinstance(ordinal, int) and getattr(device, "is_cuda", False):
-        return ordinal
-    text = str(device)
-    if text == "cuda":
-        return 0
-    if text.startswith("cuda:") and text[5:].isdigit():
-        return int(text[5:])
-    raise ValueError(f"this is a CUDA graph and replays on a CUDA device ('cuda:N'); cannot load it onto {device}")
-
-
 def check_arch(saved, arch: int) -> None:
-    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run.
-
-    A CUBIN for ``sm_XY`` runs on GPUs of the same major version ``X`` and a minor version ``>= Y``;
-    an architecture-specific one (``sm_90a``) only on ``sm_XY`` itself; a family-specific one
-    (``sm_100f``) within its major version from ``Y`` up. PTX runs on its own architecture or any newer
-    one (the driver compiles it), except architecture-specific PTX, which runs only on its own.
-    """
-    major, minor = divmod(arch, 10)
+    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run (the rules: ``apic.targets.cuda.arch_problem``)."""
     for module in saved.modules:
+        kind = module.file.rsplit(".", 1)[-1]
+        problem = cuda_target.arch_problem(kind, module.arch, module.arch_suffix, arch)
+        if problem is None:
+            continue
         built = f"sm_{module.arch}{module.arch_suffix}"
-        saved_major, saved_minor = divmod(module.arch, 10)
-        if module.file.endswith(".cubin"):
-            exact = module.arch_suffix == "a"
-            runs = module.arch == arch if exact else (saved_major == major and saved_minor <= minor)
-            if not runs:
-                rule = ("an architecture-specific CUBIN runs only on that architecture" if exact else
-                        f"a CUBIN runs only on GPUs of its major version (sm_{saved_major}x) with an equal or "
-                        "higher minor version")
-                raise IncompatibleGraphError(
-                    f"module '{module.name}' is a CUBIN built for {built}, and this GPU is sm_{arch}: {rule}. "
-                    "Capture and save the graph again on this kind of GPU, or save PTX, which the driver "
-                    "compiles for newer GPUs (wp.config.cuda_output = 'ptx' before the capture)"
-                )
-        if module.file.endswith(".ptx") and (module.arch > arch or module.arch_suffix and module.arch != arch):
+        if kind == "cubin":
             raise IncompatibleGraphError(
-                f"module '{module.name}' is PTX for {built}, which this GPU (sm_{arch}) cannot run: PTX runs on its "
-                "own architecture or a newer one. Capture and save the graph again on this kind of GPU"
+                f"module '{module.name}' is a CUBIN built for {built}, and this GPU is sm_{arch}: {problem}. "
+                "Capture and save the graph again on this kind of GPU, or save PTX, which the driver "
+                "compiles for newer GPUs (wp.config.cuda_output = 'ptx' before the capture)"
             )
+        raise IncompatibleGraphError(
+            f"module '{module.name}' is PTX for {built}, which this GPU (sm_{arch}) cannot run: {problem}. "
+            "Capture and save the graph again on this kind of GPU"
+        )
 
 
 def load(saved, fetch, origin: str, device):
     """Check and build a :class:`LoadedCudaGraph`: ``fetch(file name)`` returns a module's bytes or None."""
-    from apic.replay.loader import verified_images
-
     ordinal = device_ordinal(device)
     images = verified_images(saved, fetch, origin)
     return LoadedCudaGraph(saved, images, ordinal)
@@ -206,7 +69,7 @@ def load(saved, fetch, origin: str, device):
 class _Resources:
     """Every driver object a loaded graph owns, released together (when the graph is freed)."""
 
-    def __init__(self, cu: _Driver) -> None:
+    def __init__(self, cu: Driver) -> None:
         self.cu = cu
         self.context = None
         self.device = None
@@ -249,7 +112,7 @@ class LoadedCudaGraph(CudaGraph):
     """
 
     def __init__(self, saved, images: dict[str, bytes], ordinal: int) -> None:
-        self._cu = cu = _Driver()
+        self._cu = cu = Driver()
         self.saved = saved
         self.recording = saved.recording
         self.apic = True
@@ -284,9 +147,11 @@ class LoadedCudaGraph(CudaGraph):
             res.stream = cu("cuStreamCreate", 1)  # CU_STREAM_NON_BLOCKING
             self._functions = self._load_modules()
             self.region_addresses = self._allocate_regions()
-            self._plan = self._lower()
+            lowered = lower(self.recording, self.region_addresses, self._functions, getattr(self, "_fill", None), cu,
+                            res.memory)
+            self._plan, self._keep = lowered.plan, lowered.keep
             if self._plan:
-                self._build_graph()
+                build_graph(self._plan, cu, res)
             # The uploads above (cuMemcpyHtoD from pageable memory, cuMemsetD8) go to the legacy stream and
             # may still be in flight when they return; replays run on a non-blocking stream, which does
             # not wait for the legacy one. Let every upload land before the first replay can start.
@@ -355,7 +220,7 @@ class LoadedCudaGraph(CudaGraph):
                     except RuntimeError:  # a driver without the attribute's function: clusters stay portable
                         pass
             functions.append(fn)
-        if any(self._needs_fill_kernel(op) for op in self.recording.ops):
+        if any(needs_fill_kernel(op) for op in self.recording.ops):
             fill_module = self._load_module(FILL_PTX, "apic_fill.ptx")
             self._fill = cu("cuModuleGetFunction", fill_module, FILL_SYMBOL.encode())
         return functions
@@ -404,131 +269,6 @@ class LoadedCudaGraph(CudaGraph):
                 cu("cuMemsetD8", pointer, 0, region.nbytes)
             addresses.append(address)
         return addresses
-
-    @staticmethod
-    def _memset_width(op) -> int:
-        """The element size (1, 2, 4) of a memset node that can do this fill, or 0."""
-        if isinstance(op, rec.Memset):
-            return 1
-        if isinstance(op, rec.Memtile):
-            size = len(op.value.data)
-            value = op.value.data
-            for width in (1, 2, 4):
-                if size % width == 0 and value == value[:width] * (size // width):
-                    return width
-        return 0
-
-    def _needs_fill_kernel(self, op) -> bool:
-        return isinstance(op, rec.Memtile) and (
-            not self._memset_width(op) or op.dst.offset % self._memset_width(op)
-        )
-
-    def _lower(self) -> list[tuple]:
-        """One step per op: ("kernel", fn, grid, block, smem, params), ("memcpy", ...), ("memset", ...)."""
-        cu = self._cu
-        regions = self.region_addresses
-
-        def address(ref: rec.Ref) -> int:
-            return regions[ref.region] + ref.offset
-
-        # Host arena of relocated param blobs (each distinct blob once), and device constants for fills.
-        blobs, at, size = {}, {}, 0
-        fills, fill_size = {}, 0
-        for op in self.recording.ops:
-            if isinstance(op, rec.CudaLaunch) and id(op.params) not in blobs:
-                blobs[id(op.params)] = op.params
-                at[id(op.params)] = size
-                size += -(-max(len(op.params.data), 1) // 16) * 16
-            elif self._needs_fill_kernel(op) and op.value.data not in fills:
-                fills[op.value.data] = fill_size
-                fill_size += -(-len(op.value.data) // 16) * 16
-        self._arena = arena = np.zeros(max(size, 16), dtype=np.uint8)
-        base = arena.ctypes.data
-        for key, blob in blobs.items():
-            data = bytearray(blob.data)
-            for reloc in blob.relocs:
-                data[reloc.at : reloc.at + 8] = address(reloc.target).to_bytes(8, "little")
-            arena[at[key] : at[key] + len(data)] = np.frombuffer(bytes(data), dtype=np.uint8)
-        constants = 0
-        if fills:
-            staging = bytearray(fill_size)
-            for value, offset in fills.items():
-                staging[offset : offset + len(value)] = value
-            pointer = cu("cuMemAlloc", fill_size)
-            self._resources.memory.append(pointer)
-            cu("cuMemcpyHtoD", pointer, bytes(staging), fill_size)
-            constants = int(pointer)
-
-        self._keep = []  # kernelParams arrays and fill arguments, alive as long as the plan
-        plan = []
-        for op in self.recording.ops:
-            if isinstance(op, rec.CudaLaunch):
-                kernel = self.recording.kernels[op.kernel]
-                start = base + at[id(op.params)]
-                params = (ctypes.c_void_p * len(kernel.params))(*[start + offset for offset, _ in kernel.params])
-                self._keep.append(params)
-                plan.append(("kernel", self._functions[op.kernel], op.grid, op.block, op.smem, ctypes.addressof(params)))
-            elif isinstance(op, rec.Memcpy):
-                plan.append(("memcpy", address(op.dst), address(op.src), op.nbytes))
-            elif isinstance(op, rec.Memset):
-                plan.append(("memset", address(op.dst), op.value, 1, op.nbytes))
-            elif isinstance(op, rec.Memtile) and not self._needs_fill_kernel(op):
-                width = self._memset_width(op)
-                value = int.from_bytes(op.value.data[:width], "little")
-                plan.append(("memset", address(op.dst), value, width, len(op.value.data) * op.count // width))
-            elif isinstance(op, rec.Memtile):
-                total = len(op.value.data) * op.count
-                values = (ctypes.c_uint64 * 4)(address(op.dst), constants + fills[op.value.data], len(op.value.data), total)
-                params = (ctypes.c_void_p * 4)(*[ctypes.addressof(values) + 8 * i for i in range(4)])
-                self._keep += [values, params]
-                blocks = min(-(-total // FILL_BLOCK), FILL_MAX_BLOCKS)
-                plan.append(("kernel", self._fill, (blocks, 1, 1), (FILL_BLOCK, 1, 1), 0, ctypes.addressof(params)))
-            elif isinstance(op, rec.Alloc):
-                continue
-            else:  # pragma: no cover - the reader lets no other kind into a CUDA graph
-                raise TypeError(f"cannot replay a {type(op).__name__} op on CUDA")
-        return plan
-
-    def _build_graph(self) -> None:
-        cu = self._cu
-        driver = cu.cu
-        res = self._resources
-        res.graph = cu("cuGraphCreate", 0)
-        previous: list = []
-        for step in self._plan:
-            if step[0] == "kernel":
-                _, fn, grid, block, smem, params = step
-                node_params = driver.CUDA_KERNEL_NODE_PARAMS()
-                node_params.func = fn
-                node_params.gridDimX, node_params.gridDimY, node_params.gridDimZ = grid
-                node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = block
-                node_params.sharedMemBytes = smem
-                node_params.kernelParams = params
-                node = cu("cuGraphAddKernelNode", res.graph, previous, len(previous), node_params)
-            elif step[0] == "memcpy":
-                _, dst, src, nbytes = step
-                copy = driver.CUDA_MEMCPY3D()
-                copy.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
-                copy.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
-                copy.srcDevice = driver.CUdeviceptr(src)
-                copy.dstDevice = driver.CUdeviceptr(dst)
-                copy.srcPitch = copy.dstPitch = nbytes
-                copy.srcHeight = copy.dstHeight = 1
-                copy.WidthInBytes, copy.Height, copy.Depth = nbytes, 1, 1
-                node = cu("cuGraphAddMemcpyNode", res.graph, previous, len(previous), copy, res.context)
-            else:
-                _, dst, value, width, count = step
-                memset = driver.CUDA_MEMSET_NODE_PARAMS()
-                memset.dst = driver.CUdeviceptr(dst)
-                memset.value = value
-                memset.elementSize = width
-                memset.width = count
-                memset.height = 1
-                memset.pitch = count * width
-                node = cu("cuGraphAddMemsetNode", res.graph, previous, len(previous), memset, res.context)
-            previous = [node]
-        name, args = cuda_graph_instantiate_call(driver, res.graph)  # differs between cuda-python 11 and 12+
-        res.exec = cu(name, *args)
 
     # --- replay ------------------------------------------------------------------------------------
     def _stream(self, stream):
@@ -582,8 +322,6 @@ class LoadedCudaGraph(CudaGraph):
         return binding
 
     def _check(self, binding, arr, method: str) -> None:
-        from apic import bindings as b
-
         where = f"{method}('{binding.name}')"
         if not b.is_warp_array(arr):
             raise TypeError(f"{where}: expected a Warp array, got {type(arr).__name__}")
@@ -605,8 +343,6 @@ class LoadedCudaGraph(CudaGraph):
 
     def set_param(self, name: str, arr) -> None:
         """Copy the Warp array ``arr`` (CPU or CUDA; dtype and shape must match) into the named parameter."""
-        from apic import bindings as b
-
         binding = self._binding(name, "set_param")
         self._check(binding, arr, "set_param")
         if not binding.nbytes:
@@ -623,10 +359,6 @@ class LoadedCudaGraph(CudaGraph):
 
     def get_param(self, name: str, arr) -> None:
         """Copy the named parameter into the Warp array ``arr`` (CPU or CUDA; dtype and shape must match)."""
-        import warp as wp
-
-        from apic import bindings as b
-
         binding = self._binding(name, "get_param")
         self._check(binding, arr, "get_param")
         if not binding.nbytes:
@@ -670,8 +402,6 @@ class LoadedCudaGraph(CudaGraph):
 def _warp_device(ordinal: int):
     """Warp's device object for ``cuda:<ordinal>`` where Warp sees it, else the name."""
     try:
-        import warp as wp
-
         return wp.get_device(f"cuda:{ordinal}")
     except Exception:
         return f"cuda:{ordinal}"

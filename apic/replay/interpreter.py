@@ -6,12 +6,15 @@ opcode being the number of integer arguments of the native function, or a jump. 
 strided copy and fill, native utility call, branch) into such a row with every pointer resolved, so
 the loop below never sees a Python object and makes no Python call per operation.
 
-Guards keep a replay finite, interruptible and its indices in range (see ``table.py`` for the ``limits`` layout):
+Guards keep a replay finite, interruptible and what native code indexes with in range (see
+``table.py`` for the ``limits`` layout):
 
 * a loop head (a branch that a backward jump returns to) counts the iterations of its loop; past
   ``limits[LIMIT_ITERATIONS]`` the replay stops and returns ``STATUS_LOOP_CAP`` (the caller raises);
-* an ``OP_CHECK_INDICES`` row stops the replay before an index out of range reaches native code and
-  returns ``STATUS_BAD_INDEX + 4 * row``;
+* a segmented sort checks its segment ranges in graph memory first, a padded BSR transpose its
+  destination's row offsets, and on an invalid one stops the replay there and returns ``-(row + 1)``
+  (the caller raises, naming what is wrong); so do an ``OP_CHECK_INDICES`` row (index values out of
+  range) and an ``OP_CHECK_IDS`` row (an array of handle ids holding another value), in a loaded graph;
 * every ``SIGNAL_PERIOD`` control transfers (branches, jumps, repeats) it asks Python, with the GIL
   taken for that moment, whether Ctrl-C arrived (``PyOS_InterruptOccurred``), and stops with
   ``STATUS_INTERRUPTED`` if so. Only where ``limits`` holds the three C-API addresses (the main
@@ -33,12 +36,13 @@ from apic.replay._intrinsics import (
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.ARGV_ARGS, _table.OP_CALL5_D2) == (
     16, 17, 18, 20, 19
 )
+assert (_table.OP_SPLIT, _table.OP_SEGMENTED_SORT, _table.OP_PADDED_TRANSPOSE) == (20, 21, 22)
 assert (_table.COL_LOOP, _table.STATUS_DONE, _table.STATUS_INTERRUPTED, _table.STATUS_LOOP_CAP) == (4, 0, 1, 2)
 assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPTED, _table.LIMIT_GIL_RELEASE) == (
     0, 1, 2, 3
 )
 assert _table.SIGNAL_PERIOD == 256
-assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS, _table.STATUS_BAD_INDEX) == (20, 21, 3)
+assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
 
 
 @njit(cache=True, nogil=True)
@@ -78,6 +82,33 @@ def _interrupted(limits):
     hit = call0_i32(limits[2])  # PyOS_InterruptOccurred: also clears the flag; the caller re-raises
     call1(limits[3], state)  # PyGILState_Release
     return hit != 0
+
+
+@njit(cache=True, nogil=True)
+def bad_segment(starts, ends, count, segments):
+    """The first segment ``k`` whose range ``[starts[k], ends[k])`` (int32s at those addresses) is not
+    inside ``[0, count]`` with ``start <= end``, or -1: the check Warp 1.19's host sort makes."""
+    for k in range(segments):
+        start = load_i32(starts + 4 * k)
+        end = load_i32(ends + 4 * k)
+        if start < 0 or end < start or end > count:
+            return k
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def bad_capacity(offsets, rows, capacity):
+    """Whether the ``rows + 1`` int32 row offsets at ``offsets`` start below 0, decrease, or end past
+    ``capacity``: a padded BSR transpose would then write outside the capacity its call was checked for."""
+    previous = load_i32(offsets)
+    if previous < 0:
+        return True
+    for r in range(1, rows + 1):
+        current = load_i32(offsets + 4 * r)
+        if current < previous:
+            return True
+        previous = current
+    return previous > capacity
 
 
 @njit(cache=True, nogil=True)
@@ -135,12 +166,28 @@ def run_table(table, repeats, limits=None, loops=0):
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
-            elif op == 20:  # OP_CHECK_INDICES
+            elif op == 20:  # OP_SPLIT: the splitter shares the launch's task chunks with worker threads
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
+            elif op == 21:  # OP_SEGMENTED_SORT: every range checked in graph memory first, as upstream
+                if bad_segment(table[i, 5], table[i, 6], table[i, 4], table[i, 7]) >= 0:
+                    return -(i + 1)
+                call10(
+                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
+                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
+                )
+            elif op == 22:  # OP_PADDED_TRANSPOSE: the destination's row offsets checked against its capacity
+                if bad_capacity(table[i, 3], table[i, 4], table[i, 5]):
+                    return -(i + 1)
+                call_argv20(fn, table[i, 2])
+            elif op == 23:  # OP_CHECK_INDICES
                 if not indices_in_range(table[i, 2], table[i, 3], table[i, 4]):
-                    return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
-            elif op == 21:  # OP_CHECK_IDS
+                    return -(i + 1)
+            elif op == 24:  # OP_CHECK_IDS
                 if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
-                    return 3 + 4 * i  # STATUS_BAD_INDEX, and the row
+                    return -(i + 1)
             i += 1
         ticks += 1
         if poll and (ticks & 255) == 0 and _interrupted(limits):

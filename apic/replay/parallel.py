@@ -1,14 +1,14 @@
 """Opt-in multi-threaded CPU launches, bit-identical to Warp's serial task loop or not split at all.
 
 :func:`launch` is ``wp.launch`` on the CPU with a ``threads`` argument: when the kernel is proved
-splittable (:func:`apic.replay.splittable.kernel_verdict`), no array it writes overlaps another array
+splittable (:func:`apic.record.splittable.kernel_verdict`), no array it writes overlaps another array
 argument, every written array is contiguous, and the launch has at least ``min_tasks_per_thread``
 tasks per thread, its tasks ``[0, n)`` run as ``threads`` contiguous ranges through the range entry
 of :mod:`apic.replay.range_entry`; otherwise it is one ordinary ``wp.launch``. It returns whether it
 split, so callers (and tests) can see the decision.
 
-This is the first piece of the parallel graph replay of issue 15; the replay interpreter does not use
-it yet (see docs/PARALLEL.md for what remains).
+Graphs use the same verdict and range entries through the op table instead (``wp.capture_launch(graph,
+threads=N)``, :mod:`apic.replay.split`); this launch-level form runs its ranges on Python threads.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import warp as wp
 
 from apic import _compat
 from apic.replay import range_entry
-from apic.replay.splittable import kernel_verdict, launch_arrays_disjoint
+from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
+from apic.targets import cpu as cpu_target
 
 # Below this many tasks per thread, starting threads costs more than the tasks (tens of microseconds).
 MIN_TASKS_PER_THREAD = 4096
@@ -83,8 +84,8 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
         for m in kernel.module.execs.values()
         if m is not None and any(h is record.hooks for h in m.kernel_hooks.values())
     )
-    symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len("_cpu_forward")]
-    address = range_entry.range_entry(kernel.module, module_exec, symbol)
+    symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len(cpu_target.KERNEL_SUFFIX[False])]
+    address = range_entry.range_entry(kernel.module.name, module_exec, symbol)
     bounds_ptr, args_ptr = ctypes.addressof(params[0]), ctypes.addressof(args)
 
     def run() -> None:

@@ -180,7 +180,7 @@ def profile(graph, replays: int = 100) -> ProfileReport:
     status = run_table_profiled(table, replays, limits, loops, fn, CLOCK_MONOTONIC, row_ns, row_calls) if len(table) else 0
     wall = time.perf_counter_ns() - start
     if status:
-        _program.raise_status(status, limits)  # Ctrl-C or a loop past the cap, as wp.capture_launch
+        _program.raise_status(status, limits, table)  # Ctrl-C or a loop past the cap, as wp.capture_launch
     if take_error:
         error = take_error()
         if error:

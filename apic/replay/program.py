@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
-from apic.errors import LoopLimitError, ReplayIndexError
+from apic.errors import LoopLimitError, ReplayError, ReplayIndexError
 from apic.record import natives
 from apic.record import ops as rec
+from apic.record.splittable import graph_launch_refusal
 from apic.replay import table as tbl
 
 _ALIGN = 16
@@ -30,8 +31,7 @@ _BOUNDS_QWORDS = struct.Struct("<4q")
 _I64 = struct.Struct("<q")  # signed: the table holds int64 (same bits)
 
 # The ABI tags a lowering can call (see apic._compat.KERNEL_ABI).
-ABI_BY_POINTER = "bounds-by-pointer-v1"
-ABI_BY_VALUE = "bounds-by-value-v1"
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE  # noqa: E402
 SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)
 
 
@@ -63,6 +63,17 @@ def max_loop_iterations() -> int:
     return int(_LIMITS_MAIN[tbl.LIMIT_ITERATIONS])
 
 
+@dataclass(frozen=True)
+class Split:
+    """A launch the parallel replay may split: its table rows and what an ``OP_SPLIT`` row needs."""
+
+    rows: np.ndarray  # the table rows (positions in the op sequence) that run this launch
+    kernel: int  # index into the recording's kernels
+    bounds: int  # address of the launch bounds in the arena
+    args: int  # address of the packed arguments in the arena
+    tasks: int
+
+
 @dataclass
 class Program:
     """What the interpreter runs. ``arena`` must stay alive as long as ``table`` (it points into it)."""
@@ -72,6 +83,36 @@ class Program:
     loops: int = 0  # loop heads in the table (branches a backward jump returns to)
     # named scalar parameter -> arena byte offsets of its slots (one per distinct blob that holds it)
     param_offsets: dict = dataclasses.field(default_factory=dict)
+    splits: tuple[Split, ...] = ()  # launches proved splittable (docs/PARALLEL.md)
+    refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
+    threads: int = 1  # > 1: the table has OP_SPLIT rows, run on this many threads
+
+    def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
+        """This program with every split launch of at least two ranges of ``min_tasks_per_thread`` tasks
+        turned into an ``OP_SPLIT`` row of up to ``threads`` ranges (sharing this arena); ``self`` if none.
+
+        ``range_entry_of(kernel)`` is the address of a kernel's range entry, or None (it stays serial).
+        """
+        table = None
+        for split in self.splits:
+            ranges = min(threads, split.tasks // max(min_tasks_per_thread, 1))
+            if ranges < 2:
+                continue  # a small launch: fanning out would cost more than its tasks
+            entry = range_entry_of(split.kernel)
+            if not entry:
+                continue
+            if table is None:
+                from apic.replay import split as splitter  # imports Numba: only a parallel program needs it
+
+                table = self.table.copy()
+            # More chunks than threads, so that a thread the OS runs late leaves its share to the others
+            chunks = min(split.tasks, ranges * CHUNKS_PER_THREAD)
+            row = [tbl.OP_SPLIT, splitter.splitter_address(), splitter.pool().base, entry, split.bounds, split.args,
+                   split.tasks, chunks]
+            table[split.rows] = row + [0] * (tbl.OP_COLUMNS - len(row))
+        if table is None:
+            return self
+        return Program(table, self.arena, self.loops, self.param_offsets, self.splits, self.refusals, threads)
 
     def run(self, repeats: int = 1) -> None:
         """Run every op once (``repeats`` times) in one call into the jitted interpreter.
@@ -84,9 +125,15 @@ class Program:
             return
         # kept to one thread check and one status test: this is on every capture_launch's path
         limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
-        status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+        if self.threads > 1:
+            from apic.replay.split import workers  # imported already: Program.parallel made the table
+
+            with workers(self.threads):
+                status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+        else:
+            status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
         if status:
-            raise_status(status, limits)
+            raise_status(status, limits, self.table)
 
 
 def replay_limits() -> np.ndarray:
@@ -94,25 +141,56 @@ def replay_limits() -> np.ndarray:
     return _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
 
 
-def raise_status(status: int, limits: np.ndarray) -> None:
-    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``)."""
+def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
+    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
+    ``ReplayError`` for a segmented sort's invalid range or a padded transpose's changed row offsets)."""
+    if status < 0:
+        row = table[-status - 1]
+        if row[tbl.COL_OPCODE] in (tbl.OP_CHECK_INDICES, tbl.OP_CHECK_IDS):
+            what = ("an index outside its array (an indexed array's index buffer, or a Mesh's triangle indices)"
+                    if row[tbl.COL_OPCODE] == tbl.OP_CHECK_INDICES else
+                    "an array of handle ids with a value that is not the id of a handle of the kinds its kernel took")
+            raise ReplayIndexError(
+                f"CPU graph replay failed: the replay of a loaded graph stopped at op-table row {-status - 1}: "
+                f"graph memory holds {what}, which the next op's native code would use; the graph's memory is as "
+                "the replay left it"
+            )
+        problem = _segment_problem(row) if row[tbl.COL_OPCODE] == tbl.OP_SEGMENTED_SORT else _capacity_problem(row)
+        raise ReplayError(f"CPU graph replay failed: {problem}")
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
-    elif status % 4 == tbl.STATUS_BAD_INDEX:
-        raise ReplayIndexError(
-            f"the replay of a loaded graph stopped at op-table row {status // 4}: graph memory holds an index "
-            "outside its array (an indexed array's index buffer, or a Mesh's triangle indices), or an array of "
-            "handle ids holds a value that is not the id of a handle of the kinds its kernel took, that the next "
-            "op's native code would use; the graph's memory is as the replay left it"
-        )
     elif status == tbl.STATUS_LOOP_CAP:
         raise LoopLimitError(
             f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
             "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
         )
 
+
+def _segment_problem(row) -> str:
+    """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
+    replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
+    count, starts, ends, segments = (int(v) for v in row[tbl.COL_ARG0 + 2 : tbl.COL_ARG0 + 6])
+    for k in range(segments):
+        start = ctypes.c_int32.from_address(starts + 4 * k).value
+        end = ctypes.c_int32.from_address(ends + 4 * k).value
+        if start < 0 or end < start or end > count:
+            return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
+                    "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
+    return "a segmented sort found an invalid segment range (wp.utils.segmented_sort_pairs)"
+
+
+def _capacity_problem(row) -> str:
+    """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
+    offsets, rows, capacity = (int(v) for v in row[tbl.COL_ARG0 + 1 : tbl.COL_ARG0 + 4])
+    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+    return (f"the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. {layout[-1]}) are not "
+            f"non-decreasing from 0 or more within its recorded capacity of {capacity} blocks (they are restored "
+            "from the capture right before it: the file was changed); the replay stopped before the transpose")
+
+
 _run_table = None  # the jitted interpreter, bound on first replay
+CHUNKS_PER_THREAD = 4  # a split launch is cut into this many chunks per thread (see Program.parallel)
 
 
 def _load_interpreter():
@@ -356,6 +434,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
         return rows_before[position]
 
     heads = loop_heads(recording.ops)  # position -> slot of each loop head
+    launch_rows: dict[int, rec.Launch] = {}  # distinct row -> the launch of a splittable kernel it runs
     # Lower each distinct op once (the recording shares equal ops), then gather the table's rows.
     row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
     distinct = []
@@ -388,16 +467,52 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             if argv is not None:  # a native call with too many arguments for a row: they live in the arena
                 natives.check_host(op.name, len(op.args))
                 lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
+                if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
+                    offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
+                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
             else:
                 lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
+            if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
+                launch_rows[row] = op
             if lowered is not None:
                 distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
         if row >= 0:
             sequence.append(row)
         sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
-    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets())
+    splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
+    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), splits, refusals)
+
+
+def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: list[int]):
+    """The launches of splittable kernels that may run split (``Split``), and why the others may not."""
+    if not launch_rows:
+        return (), ()
+    def region_span(ref) -> tuple[int, int]:
+        region = recording.regions[ref.region]
+        return address_of(rec.Ref(ref.region, 0)), region.nbytes
+
+    positions: dict[int, list[int]] = {row: [] for row in launch_rows}
+    for position, row in enumerate(sequence):
+        if row in positions:
+            positions[row].append(position)
+    splits, refusals = [], []
+    for row, op in launch_rows.items():
+        kernel = recording.kernels[op.kernel]
+        at = arena.address(op.args) - arena.base
+        data = arena.buffer[at : at + len(op.args.data)].tobytes()
+        why = "backward launch" if op.adj_args is not None else None
+        if why is None and kernel.cpu_blocks:
+            why = "runs as cooperative CPU blocks"
+        why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
+        if why is not None:
+            refusals.append((op.kernel, why))
+            continue
+        tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
+        rows = np.array(positions[row], dtype=np.intp)
+        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks))
+    return tuple(splits), tuple(refusals)
 
 
 def control_flow_problem(ops) -> str | None:
@@ -432,12 +547,14 @@ def loop_heads(ops) -> dict[int, int]:
 
 
 def _argv_blob(op: rec.NativeCall) -> rec.Blob:
-    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero)."""
-    if len(op.args) > tbl.ARGV_ARGS:
-        raise ValueError(f"wp_{op.name} takes {len(op.args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
+    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero).
+    apic's own trailing arguments (``natives.Signature.extra``) are not passed."""
+    args = op.args[: natives.native_arity(op.name, len(op.args))]
+    if len(args) > tbl.ARGV_ARGS:
+        raise ValueError(f"wp_{op.name} takes {len(args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
     data = bytearray(8 * tbl.ARGV_ARGS)
     relocs = []
-    for i, arg in enumerate(op.args):
+    for i, arg in enumerate(args):
         if isinstance(arg, rec.Ref):
             relocs.append(rec.Reloc(8 * i, arg))
         else:
@@ -492,8 +609,12 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at)
         return [tbl.OP_JUMP, 0, row_at(op.target)]
     if isinstance(op, rec.NativeCall):
         natives.check_host(op.name, len(op.args))
-        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in op.args]
-        return _call(_compat.native_address(op.name), *args)
+        passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
+        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in passed]
+        row = _call(_compat.native_address(op.name), *args)
+        if op.name.startswith("segmented_sort_pairs_"):
+            row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
+        return row
     if isinstance(op, rec.HandleCall):
         return _lower_handle_call(op, arena, address_of)
     if isinstance(op, _NO_ROW):
@@ -507,7 +628,7 @@ def _lower_handle_call(op: rec.HandleCall, arena: _Arena, address_of) -> list[in
     handle = address_of(op.handle)
     if op.name != "hash_grid_update_host":
         return _call(fn, handle, *op.ints)
-    groups = address_of(op.groups) if op.groups is not None else 0
+    groups = arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
     radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
     # warp <= 1.12 takes no groups argument: the extra integer is harmless to a C callee (see _call)
     return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, arena.address(op.points), groups]

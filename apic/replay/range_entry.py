@@ -10,17 +10,18 @@ cache next to the ``.o``) and compiles it with Warp's own CPU compiler and the m
     <name>_cpu_forward_range(bounds*, args*, size_t begin, size_t end)
 
 Each task is the same generated code as in Warp's loop, so a launch split into ranges computes the
-same bits, provided its tasks are independent (see :mod:`apic.replay.splittable`). This is a first
-step of the parallel replay (issue 15): the replay interpreter does not call it yet.
+same bits, provided its tasks are independent (see :mod:`apic.record.splittable`). The parallel graph
+replay calls these entries from ``OP_SPLIT`` rows (``apic.replay.split``); :mod:`apic.replay.parallel`
+from Python threads.
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import queue
 import re
-import tempfile
 import threading
 
 from apic import _compat
@@ -72,37 +73,53 @@ def range_source(cpp: str) -> tuple[str, list[str]]:
     return "".join(parts), names
 
 
-_loaded: dict[str, str] = {}  # module binary path -> LLVM module handle of its range object
+_loaded: dict[str, str] = {}  # SHA-256 of (module source, build options) -> LLVM module of its range object
 _lock = threading.Lock()
 
 
-def range_entry(kernel_module, module_exec, symbol_name: str) -> int:
-    """Address of ``<symbol_name>_cpu_forward_range`` for a loaded Warp module (built once per process)."""
-    binary = _compat.module_binary_path(kernel_module.name, module_exec)
+def module_source(module_name: str, module_exec) -> tuple[bytes, dict]:
+    """The generated C++ of a module and the options it was compiled with.
+
+    A live module's come from Warp's kernel cache (next to its ``.o``); a loaded graph's module has them
+    when the graph was saved with ``source_fallback=True`` (``apic_source``). Raises
+    ``FileNotFoundError`` when neither is there.
+    """
+    kept = getattr(module_exec, "apic_source", None)
+    if kept is not None:
+        return bytes(kept[0]), dict(kept[1])
+    if module_exec is None or hasattr(module_exec, "apic_image"):
+        raise FileNotFoundError(
+            f"Warp module '{module_name}' of this loaded graph has no saved source (the graph was saved without "
+            "source_fallback=True)"
+        )
+    binary = _compat.module_binary_path(module_name, module_exec)
+    source_path = _compat.module_source_path(binary)
+    if source_path is None:
+        raise FileNotFoundError(f"generated source of Warp module '{module_name}' is not in the kernel cache")
+    with open(source_path, "rb") as f:
+        return f.read(), _compat.module_build_options(module_name, module_exec)
+
+
+def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
+    """Address of ``<symbol_name>_cpu_forward_range`` of a module (its range object built once per process).
+
+    ``module_exec`` is a live Warp ``ModuleExec`` or a loaded graph's module (see :func:`module_source`).
+    The object is Warp's generated source plus the range entries, compiled with Warp's CPU compiler and
+    the options the module was compiled with, so each task runs the same code as in Warp's own loop.
+    """
+    source, options = module_source(module_name, module_exec)
+    key = hashlib.sha256(source + repr(sorted(options.items())).encode()).hexdigest()
     with _lock:
-        handle = _loaded.get(binary)
+        handle = _loaded.get(key)
         if handle is None:
-            source_path = _compat.module_source_path(binary)
-            if source_path is None:
-                raise FileNotFoundError(
-                    f"generated source of Warp module '{kernel_module.name}' is not in the kernel cache"
-                )
-            with open(source_path, encoding="utf-8") as f:
-                source, _ = range_source(f.read())
-            with tempfile.TemporaryDirectory(prefix="apic-range-") as folder:
-                cpp_path = os.path.join(folder, "range.cpp")
-                obj_path = os.path.join(folder, "range.o")
-                with open(cpp_path, "w", encoding="utf-8") as f:
-                    f.write(source)
-                _compat.build_cpu_like_module(obj_path, cpp_path, kernel_module, module_exec)
-                with open(obj_path, "rb") as f:
-                    image = f.read()
+            text, _ = range_source(source.decode("utf-8"))
+            image = _compat.compile_cpu_source(text.encode("utf-8"), options)
             handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
             _compat.load_object(image, handle)
-            _loaded[binary] = handle
+            _loaded[key] = handle
     address = _compat.lookup_symbol(handle, symbol_name + "_cpu_forward_range")
     if not address:
-        raise LookupError(f"no range entry for kernel symbol '{symbol_name}' in module '{kernel_module.name}'")
+        raise LookupError(f"no range entry for kernel symbol '{symbol_name}' in module '{module_name}'")
     return address
 
 

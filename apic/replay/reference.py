@@ -25,6 +25,7 @@ _I64 = ctypes.c_int64
 _CALL = {arity: ctypes.CFUNCTYPE(None, *[_I64] * arity) for arity in tbl.CALL_OPCODES}
 _CALL_ARGV = ctypes.CFUNCTYPE(None, *[_I64] * tbl.ARGV_ARGS)
 _CALL5_D2 = ctypes.CFUNCTYPE(None, _I64, _I64, ctypes.c_double, _I64, _I64)
+_RANGE = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64)  # a range entry: (bounds, args, begin, end)
 
 
 def _as_double(bits: int) -> float:
@@ -72,20 +73,41 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
             elif opcode == tbl.OP_CALL_ARGV:
                 argv = (_I64 * tbl.ARGV_ARGS).from_address(args[0])
                 function(opcode, address, _CALL_ARGV)(*argv)
+            elif opcode == tbl.OP_SEGMENTED_SORT:
+                count, starts, ends, segments = args[2:6]
+                for k in range(segments):
+                    start = ctypes.c_int32.from_address(starts + 4 * k).value
+                    end = ctypes.c_int32.from_address(ends + 4 * k).value
+                    if start < 0 or end < start or end > count:
+                        return -(i + 1)
+                function(opcode, address, _CALL[tbl.OP_CALL10])(*args[: tbl.OP_CALL10])  # the row's trailing zeros
+            elif opcode == tbl.OP_PADDED_TRANSPOSE:
+                offsets, nrows, capacity = args[1:4]
+                layout = (ctypes.c_int32 * (nrows + 1)).from_address(offsets)[:]
+                if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])) or layout[-1] > capacity:
+                    return -(i + 1)
+                function(opcode, address, _CALL_ARGV)(*(_I64 * tbl.ARGV_ARGS).from_address(args[0]))
             elif opcode == tbl.OP_CHECK_INDICES:
                 address, count, bound = args[:3]
                 values = np.frombuffer((ctypes.c_int32 * count).from_address(address), dtype=np.int32) if count else ()
                 if len(values) and (int(values.min()) < 0 or int(values.max()) >= bound):
-                    return tbl.STATUS_BAD_INDEX + 4 * i
+                    return -(i + 1)
             elif opcode == tbl.OP_CHECK_IDS:
                 address, count, ids, n = args[:4]
                 values = np.frombuffer((ctypes.c_uint64 * count).from_address(address), np.uint64) if count else ()
                 known = np.frombuffer((ctypes.c_uint64 * n).from_address(ids), np.uint64) if n else ()
                 if len(values) and not np.isin(values, known).all():
-                    return tbl.STATUS_BAD_INDEX + 4 * i
+                    return -(i + 1)
             elif opcode == tbl.OP_CALL5_D2:
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
+            elif opcode == tbl.OP_SPLIT:
+                # The cut of apic.replay.split, the chunks run here one after the other, last first:
+                # a split launch's tasks must not depend on their order, and this order is not Warp's.
+                _control, entry, bounds, args_ptr, tasks, chunks = args[:6]
+                run_range = function(opcode, entry, _RANGE)
+                for k in reversed(range(chunks)):
+                    run_range(bounds, args_ptr, tasks * k // chunks, tasks * (k + 1) // chunks)
             elif opcode != tbl.OP_NOP:
                 raise ValueError(f"op table row {i}: unknown opcode {opcode}")
             i += 1

@@ -10,12 +10,28 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
+``OP_SPLIT`` runs one kernel launch split into contiguous task chunks (parallel replay, docs/PARALLEL.md):
+``[OP_SPLIT, splitter, control block, range entry, bounds, args, tasks, chunks]``. The Numba interpreter
+calls ``splitter(control block, range entry, bounds, args, tasks, chunks)`` (``apic.replay.split``: the
+chunks shared with worker threads); the reference interpreter calls the range entry on each chunk in
+turn, itself.
+
+``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,
+ends, segments]``: it first checks every segment range ``0 <= start <= end <= count`` in graph memory,
+as upstream Warp's replay does, and stops the replay before the sort at the first invalid one.
+
+``OP_PADDED_TRANSPOSE`` is a BSR transpose into padded rows ``[OP_PADDED_TRANSPOSE, fn, argv, t_offsets,
+cols, capacity]`` (its arguments in the arena, as ``OP_CALL_ARGV``'s): it first checks that the
+destination's row offsets in graph memory start at 0 or more, never decrease and end within the
+recorded ``capacity`` (the bytes the call may write were checked for that capacity at load), and
+stops the replay before the call otherwise.
+
 ``OP_CHECK_IDS``: ``[OP_CHECK_IDS, 0, address, count, ids, n]``, go on only if each of the ``count``
 uint64 at ``address`` is one of the ``n`` uint64 at ``ids`` (the ids of the handles of the kinds a
-kernel's array of handle ids held at capture); otherwise stop with ``STATUS_BAD_INDEX``.
+kernel's array of handle ids held at capture); otherwise stop the replay there (status ``-(row + 1)``).
 
 ``OP_CHECK_INDICES``: ``[OP_CHECK_INDICES, 0, address, count, bound]``, go on only if each of the
-``count`` int32 at ``address`` lies in ``[0, bound)``; otherwise stop with ``STATUS_BAD_INDEX``. A
+``count`` int32 at ``address`` lies in ``[0, bound)``; otherwise stop the replay there (status ``-(row + 1)``). A
 loaded graph has one before each op whose native code indexes with such values (an indexed array's
 index buffer) and after each op that may write a Mesh's triangle indices (``program.guards``).
 
@@ -45,9 +61,12 @@ OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
+OP_SPLIT = 20  # a launch split over threads: [OP_SPLIT, splitter, control, entry, bounds, args, tasks, chunks]
 ARGV_ARGS = 20
-OP_CHECK_INDICES = 20
-OP_CHECK_IDS = 21
+OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
+OP_PADDED_TRANSPOSE = 22
+OP_CHECK_INDICES = 23  # a loaded graph's check of index values (program.guards)
+OP_CHECK_IDS = 24  # a loaded graph's check of an array of handle ids
 
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
@@ -58,10 +77,9 @@ COL_LOOP = 4
 STATUS_DONE = 0
 STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
 STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
-# An OP_CHECK_INDICES row found an index out of range (or an OP_CHECK_IDS row an id that is not one of
-# the handles the kernel's array held): the replay stopped before running anything
-# past it. The interpreter returns STATUS_BAD_INDEX + 4 * row (row: that check's row in the table).
-STATUS_BAD_INDEX = 3
+# A negative status -(i + 1): the check of row i failed (a segmented sort's range, a padded transpose's
+# row offsets, index values or handle ids in graph memory) and the replay stopped there, before the op
+# (memory is as it was then).
 
 # run_table's ``limits`` (int64 array): the iteration cap per loop entry (0: no cap), then the
 # addresses of PyGILState_Ensure, PyOS_InterruptOccurred and PyGILState_Release (0: no Ctrl-C poll).

@@ -79,6 +79,25 @@ def test_step_eager_vs_replay_every_data_array(scene):
     assert int(eager.nacon.numpy()[0]) > 0, "the scene made no contacts"
 
 
+def test_step_split_over_threads_every_data_array(scene):
+    """Parallel replay (docs/PARALLEL.md): with every launch of a splittable kernel split (threshold 1
+    task per thread), three threads, every Data array stays as eager's."""
+    from apic.replay import table as tbl
+
+    m, fresh = scene
+    eager, replayed = fresh(), fresh()
+    with wp.ScopedCapture() as capture:
+        mjw.step(m, replayed)
+    graph = capture.graph
+    graph.min_tasks_per_thread = 1
+    assert (graph.parallel_program(3).table[:, 0] == tbl.OP_SPLIT).sum() >= 10, graph.parallel_report(3)
+    for step in range(STEPS):
+        mjw.step(m, eager)
+        wp.capture_launch(graph, threads=3)
+        if step in (0, STEPS - 1):
+            assert_same_arrays(warp_arrays(eager), warp_arrays(replayed), f"after step {step + 1}")
+
+
 def test_saved_step_replays_without_mujoco(scene, tmp_path):
     m, fresh = scene
     eager, replayed = fresh(), fresh()

@@ -75,6 +75,24 @@ def test_scene_eager_vs_replay(warmed):
     assert int(eager.contacts.rigid_contact_count.numpy()[0]) > 0, "the scene made no contacts"
 
 
+def test_scene_split_over_threads(warmed):
+    """Parallel replay (docs/PARALLEL.md): every launch of a splittable kernel split (threshold 1 task
+    per thread) over three threads; every array stays as eager's."""
+    from apic.replay import table as tbl
+
+    eager, replayed = Scene(), Scene()
+    with wp.ScopedCapture() as capture:
+        replayed.simulate()
+    graph = capture.graph
+    graph.min_tasks_per_thread = 1
+    assert (graph.parallel_program(3).table[:, 0] == tbl.OP_SPLIT).any(), graph.parallel_report(3)
+    for frame in range(FRAMES):
+        eager.simulate()
+        wp.capture_launch(graph, threads=3)
+        if frame in (0, FRAMES - 1):
+            assert_same_arrays(eager.arrays(), replayed.arrays(), f"after frame {frame + 1}")
+
+
 def test_saved_scene_replays_without_newton(warmed, tmp_path):
     eager, replayed = Scene(), Scene()
     np.save(tmp_path / "body_q.npy", replayed.state_0.body_q.numpy())

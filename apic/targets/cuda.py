@@ -1,4 +1,7 @@
-"""CUDA kernel parameters and launch grids, in pure Python (no GPU, no cuda-python needed).
+"""The CUDA target: kernel parameters, launch grids and module (PTX / CUBIN) rules, in pure Python.
+
+No GPU and no cuda-python are needed: the recorder, the ``.wrp`` reader and writer and the CUDA replay all
+read these instead of spelling them again.
 
 A Warp CUDA kernel takes its parameters one by one, by value::
 
@@ -10,8 +13,9 @@ C struct ``{bounds, arg0, arg1, ...}`` with natural alignment, which is exactly 
 parameter layout the CUDA driver uses. A launch passes ``kernelParams[i] = &blob[offset_i]``.
 
 This module computes that layout from the kernel's signature, packs a blob from the addresses
-Warp hands to ``wp_cuda_launch_kernel``, replicates Warp's grid computation (``native/warp.cu``)
-and parses the ``.entry`` parameter lists of PTX, which the offline tests compare against.
+Warp hands to ``wp_cuda_launch_kernel``, replicates Warp's grid computation (``native/warp.cu``),
+parses the ``.entry`` parameter lists of PTX (which the offline tests compare against), and says which
+GPUs a module can run on (:func:`arch_problem`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,20 @@ import ctypes
 import re
 from dataclasses import dataclass
 
+from apic._compat import kernel_bounds_type, wp_codegen, wp_types
 from apic.errors import UnsupportedOperationError
+
+NAME = "cuda"
+ABI = "cuda-params-v1"  # the kernel ABI of a CUDA graph file: by-value params after the launch bounds
+DEVICE_KIND = "cuda"  # its ``device.kind``
+KERNEL_SUFFIX = {False: "_cuda_kernel_forward", True: "_cuda_kernel_backward"}
+MODULE_KINDS = ("cubin", "ptx")
+MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,195}\.(cubin|ptx)")
+ARCH_SUFFIXES = ("", "a", "f")  # sm_90a: architecture-specific; sm_100f: family-specific
+MAX_PARAM_BYTES = 32764  # the CUDA limit on a kernel's parameters (4 KiB before CUDA 12.1 / Volta)
+BOUNDS_SIZES = (24, 32)  # the launch bounds, the first parameter of every Warp CUDA kernel
+MAX_SMEM = 1 << 24
+DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without opting in
 
 INT32_MAX = 2147483647
 LEAN_MAX_THREADS_X = 1 << 24  # lean kernels: gridDim.x * blockDim.x stays within this (warp.cu)
@@ -33,8 +50,6 @@ def arg_ctype(arg_type, adjoint: bool = False) -> type:
 
     Raises ``UnsupportedOperationError`` for argument kinds apic does not record on CUDA.
     """
-    from apic._compat import wp_codegen, wp_types
-
     if wp_types.is_array(arg_type):
         if adjoint and wp_types.matches_array_class(arg_type, wp_types.indexedarray):
             return wp_types.array_t  # codegen: the adjoint of an indexed array is a regular array
@@ -62,10 +77,8 @@ def arg_ctype(arg_type, adjoint: bool = False) -> type:
 
 def param_types(kernel, adjoint: bool) -> list[type]:
     """ctypes types of every parameter of a kernel's CUDA entry point: bounds, args[, adjoints]."""
-    from apic._compat import launch_bounds_type
-
     args = kernel.adj.args
-    types = [launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))]  # no kernel_dim before 1.14
+    types = [kernel_bounds_type(kernel)]
     types += [arg_ctype(a.type) for a in args]
     if adjoint:
         types += [arg_ctype(a.type, adjoint=True) for a in args]
@@ -118,30 +131,6 @@ def pack(layout: ParamLayout, addresses) -> bytes:
 def pack_objects(layout: ParamLayout, objects) -> bytes:
     """A param blob from the ctypes objects Warp packed (``Launch.params``)."""
     return pack(layout, [ctypes.addressof(o) for o in objects])
-
-
-def array_slots(kernel, types, layout: ParamLayout, adjoint: bool) -> tuple:
-    """The array descriptors (``ArraySlot``) inside a param blob: pointers that need relocating."""
-    from apic.record.layout import array_slots as slots_in
-
-    args = kernel.adj.args
-    found = []
-    entries = [(a, False) for a in args] + ([(a, True) for a in args] if adjoint else [])
-    for i, (arg, adj) in enumerate(entries, start=1):
-        label = f"adj_{arg.label}" if adj else arg.label
-        found += slots_in(arg.type, types[i], layout.offsets[i], label)
-    return tuple(found)
-
-
-def word_slots(kernel, types, layout: ParamLayout) -> tuple[tuple[int, str], ...]:
-    """``(offset, argument label)`` of every 64-bit integer (``uint64``, ``int64``, ``wp.handle``) among the
-    forward arguments in a param blob: where a native handle's id or a raw pointer may hide."""
-    from apic.record.layout import word_slots as words_in
-
-    found = []
-    for i, arg in enumerate(kernel.adj.args, start=1):
-        found += [(at, arg.label) for at in words_in(arg.type, types[i], layout.offsets[i])]
-    return tuple(found)
 
 
 # --- launch grid ---------------------------------------------------------------------------------
@@ -240,3 +229,42 @@ def ptx_target(ptx: str) -> tuple[int, str] | None:
     """The ``.target sm_XY[a]`` of a PTX module as ``(arch, suffix)``, or None."""
     match = _TARGET.search(ptx)
     return (int(match.group(1)), match.group(2)) if match else None
+
+
+# --- modules ----------------------------------------------------------------------------------------------
+_ARCH_IN_NAME = re.compile(r"\.sm(\d+)([a-z]?)\.(cubin|ptx)$")
+
+
+def module_arch(path: str, image: bytes) -> tuple[int, str, str]:
+    """``(arch, suffix, kind)`` of a compiled CUDA module, from Warp's file name (or a PTX ``.target``)."""
+    match = _ARCH_IN_NAME.search(path)
+    if match:
+        return int(match.group(1)), match.group(2), match.group(3)
+    if path.endswith(".ptx"):
+        target = ptx_target(image.decode("latin-1"))
+        if target:
+            return target[0], target[1], "ptx"
+    raise ValueError(f"cannot tell which GPU architecture the CUDA module {path} was compiled for")
+
+
+def arch_problem(kind: str, arch: int, suffix: str, gpu_arch: int) -> str | None:
+    """Why a ``kind`` (``"cubin"`` / ``"ptx"``) module built for ``sm_<arch><suffix>`` cannot run on an
+    ``sm_<gpu_arch>`` GPU, or None when it can.
+
+    A CUBIN for ``sm_XY`` runs on GPUs of the same major version ``X`` and a minor version ``>= Y``;
+    an architecture-specific one (``sm_90a``) only on ``sm_XY`` itself; a family-specific one
+    (``sm_100f``) within its major version from ``Y`` up. PTX runs on its own architecture or any newer
+    one (the driver compiles it), except architecture-specific PTX, which runs only on its own.
+    """
+    major, minor = divmod(gpu_arch, 10)
+    saved_major, saved_minor = divmod(arch, 10)
+    if kind == "cubin":
+        if suffix == "a":
+            return None if arch == gpu_arch else "an architecture-specific CUBIN runs only on that architecture"
+        if saved_major == major and saved_minor <= minor:
+            return None
+        return (f"a CUBIN runs only on GPUs of its major version (sm_{saved_major}x) with an equal or higher "
+                "minor version")
+    if arch > gpu_arch or (suffix and arch != gpu_arch):
+        return "PTX runs on its own architecture or a newer one"
+    return None

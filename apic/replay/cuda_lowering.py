@@ -1,0 +1,206 @@
+"""A loaded CUDA graph's ops lowered to driver steps, and the one CUDA graph built from them.
+
+Each op becomes one step: a kernel node (a launch, with its param blob relocated to the loaded regions),
+a memcpy node, a memset node (a memset, or a fill of a 1, 2 or 4-byte value at an aligned address), or
+a launch of the small fill kernel below (any other fill). ``graph.mode = "launch"`` walks the same steps
+with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` / ``cuMemsetD*Async`` instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from apic._compat import cuda_graph_instantiate_call
+from apic.record import ops as rec
+
+# The fill kernel for fills memset nodes cannot do: dst[i] = src[i % size] for each byte i < total.
+# Hand-written PTX (ISA 6.0, sm_50) so that every driver apic can meet JIT-compiles it.
+FILL_SYMBOL = "apic_fill_bytes"
+FILL_PTX = b"""//
+// apic fill kernel: dst[i] = src[i % size] for each byte i < total (grid-stride loop)
+//
+.version 6.0
+.target sm_50
+.address_size 64
+
+.visible .entry apic_fill_bytes(
+\t.param .u64 apic_fill_bytes_param_0,
+\t.param .u64 apic_fill_bytes_param_1,
+\t.param .u64 apic_fill_bytes_param_2,
+\t.param .u64 apic_fill_bytes_param_3
+)
+{
+\t.reg .pred \t%p<2>;
+\t.reg .b16 \t%rs<2>;
+\t.reg .b32 \t%r<5>;
+\t.reg .b64 \t%rd<11>;
+
+\tld.param.u64 \t%rd1, [apic_fill_bytes_param_0];
+\tld.param.u64 \t%rd2, [apic_fill_bytes_param_1];
+\tld.param.u64 \t%rd3, [apic_fill_bytes_param_2];
+\tld.param.u64 \t%rd4, [apic_fill_bytes_param_3];
+\tcvta.to.global.u64 \t%rd1, %rd1;
+\tcvta.to.global.u64 \t%rd2, %rd2;
+\tmov.u32 \t%r1, %ctaid.x;
+\tmov.u32 \t%r2, %ntid.x;
+\tmov.u32 \t%r3, %tid.x;
+\tmov.u32 \t%r4, %nctaid.x;
+\tmul.wide.u32 \t%rd5, %r1, %r2;
+\tcvt.u64.u32 \t%rd6, %r3;
+\tadd.s64 \t%rd5, %rd5, %rd6;
+\tmul.wide.u32 \t%rd7, %r4, %r2;
+$L__loop:
+\tsetp.ge.u64 \t%p1, %rd5, %rd4;
+\t@%p1 bra \t$L__done;
+\trem.u64 \t%rd8, %rd5, %rd3;
+\tadd.s64 \t%rd9, %rd2, %rd8;
+\tld.global.u8 \t%rs1, [%rd9];
+\tadd.s64 \t%rd10, %rd1, %rd5;
+\tst.global.u8 \t[%rd10], %rs1;
+\tadd.s64 \t%rd5, %rd5, %rd7;
+\tbra.uni \t$L__loop;
+$L__done:
+\tret;
+}
+\x00"""
+FILL_BLOCK = 256
+FILL_MAX_BLOCKS = 4096
+
+
+@dataclass
+class Lowered:
+    """The steps of a plan, and the host memory their kernel parameters point into (kept alive with them)."""
+
+    plan: list
+    keep: list
+
+
+def memset_width(op) -> int:
+    """The element size (1, 2, 4) of a memset node that can do this fill, or 0."""
+    if isinstance(op, rec.Memset):
+        return 1
+    if isinstance(op, rec.Memtile):
+        size = len(op.value.data)
+        value = op.value.data
+        for width in (1, 2, 4):
+            if size % width == 0 and value == value[:width] * (size // width):
+                return width
+    return 0
+
+def needs_fill_kernel(op) -> bool:
+    """Whether a fill needs the fill kernel: a memset node cannot do it (wider value, or unaligned)."""
+    return isinstance(op, rec.Memtile) and (not memset_width(op) or op.dst.offset % memset_width(op))
+
+
+def lower(recording, regions: list[int], functions: list, fill, cu, memory: list) -> Lowered:
+    """One step per op: ("kernel", fn, grid, block, smem, params), ("memcpy", ...), ("memset", ...).
+
+    ``regions``: the device address of each region; ``functions``: the ``CUfunction`` of each kernel;
+    ``fill``: the fill kernel's (where a fill needs it); ``cu``: the driver (``Driver``); device memory it
+    allocates (the fill values) is appended to ``memory``, which the graph frees.
+    """
+
+    def address(ref: rec.Ref) -> int:
+        return regions[ref.region] + ref.offset
+
+    # Host arena of relocated param blobs (each distinct blob once), and device constants for fills.
+    blobs, at, size = {}, {}, 0
+    fills, fill_size = {}, 0
+    for op in recording.ops:
+        if isinstance(op, rec.CudaLaunch) and id(op.params) not in blobs:
+            blobs[id(op.params)] = op.params
+            at[id(op.params)] = size
+            size += -(-max(len(op.params.data), 1) // 16) * 16
+        elif needs_fill_kernel(op) and op.value.data not in fills:
+            fills[op.value.data] = fill_size
+            fill_size += -(-len(op.value.data) // 16) * 16
+    arena = np.zeros(max(size, 16), dtype=np.uint8)
+    base = arena.ctypes.data
+    for key, blob in blobs.items():
+        data = bytearray(blob.data)
+        for reloc in blob.relocs:
+            data[reloc.at : reloc.at + 8] = address(reloc.target).to_bytes(8, "little")
+        arena[at[key] : at[key] + len(data)] = np.frombuffer(bytes(data), dtype=np.uint8)
+    constants = 0
+    if fills:
+        staging = bytearray(fill_size)
+        for value, offset in fills.items():
+            staging[offset : offset + len(value)] = value
+        pointer = cu("cuMemAlloc", fill_size)
+        memory.append(pointer)
+        cu("cuMemcpyHtoD", pointer, bytes(staging), fill_size)
+        constants = int(pointer)
+
+    keep = [arena]  # the param arena, kernelParams arrays and fill arguments: alive as long as the plan
+    plan = []
+    for op in recording.ops:
+        if isinstance(op, rec.CudaLaunch):
+            kernel = recording.kernels[op.kernel]
+            start = base + at[id(op.params)]
+            params = (ctypes.c_void_p * len(kernel.params))(*[start + offset for offset, _ in kernel.params])
+            keep.append(params)
+            plan.append(("kernel", functions[op.kernel], op.grid, op.block, op.smem, ctypes.addressof(params)))
+        elif isinstance(op, rec.Memcpy):
+            plan.append(("memcpy", address(op.dst), address(op.src), op.nbytes))
+        elif isinstance(op, rec.Memset):
+            plan.append(("memset", address(op.dst), op.value, 1, op.nbytes))
+        elif isinstance(op, rec.Memtile) and not needs_fill_kernel(op):
+            width = memset_width(op)
+            value = int.from_bytes(op.value.data[:width], "little")
+            plan.append(("memset", address(op.dst), value, width, len(op.value.data) * op.count // width))
+        elif isinstance(op, rec.Memtile):
+            total = len(op.value.data) * op.count
+            values = (ctypes.c_uint64 * 4)(address(op.dst), constants + fills[op.value.data], len(op.value.data), total)
+            params = (ctypes.c_void_p * 4)(*[ctypes.addressof(values) + 8 * i for i in range(4)])
+            keep += [values, params]
+            blocks = min(-(-total // FILL_BLOCK), FILL_MAX_BLOCKS)
+            plan.append(("kernel", fill, (blocks, 1, 1), (FILL_BLOCK, 1, 1), 0, ctypes.addressof(params)))
+        elif isinstance(op, rec.Alloc):
+            continue
+        else:  # pragma: no cover - the reader lets no other kind into a CUDA graph
+            raise TypeError(f"cannot replay a {type(op).__name__} op on CUDA")
+    return Lowered(plan, keep)
+
+
+def build_graph(plan: list[tuple], cu, res) -> None:
+    """One CUDA graph of the ``plan``'s steps in order, instantiated: ``res.graph`` and ``res.exec``."""
+    driver = cu.cu
+    res.graph = cu("cuGraphCreate", 0)
+    previous: list = []
+    for step in plan:
+        if step[0] == "kernel":
+            _, fn, grid, block, smem, params = step
+            node_params = driver.CUDA_KERNEL_NODE_PARAMS()
+            node_params.func = fn
+            node_params.gridDimX, node_params.gridDimY, node_params.gridDimZ = grid
+            node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = block
+            node_params.sharedMemBytes = smem
+            node_params.kernelParams = params
+            node = cu("cuGraphAddKernelNode", res.graph, previous, len(previous), node_params)
+        elif step[0] == "memcpy":
+            _, dst, src, nbytes = step
+            copy = driver.CUDA_MEMCPY3D()
+            copy.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+            copy.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+            copy.srcDevice = driver.CUdeviceptr(src)
+            copy.dstDevice = driver.CUdeviceptr(dst)
+            copy.srcPitch = copy.dstPitch = nbytes
+            copy.srcHeight = copy.dstHeight = 1
+            copy.WidthInBytes, copy.Height, copy.Depth = nbytes, 1, 1
+            node = cu("cuGraphAddMemcpyNode", res.graph, previous, len(previous), copy, res.context)
+        else:
+            _, dst, value, width, count = step
+            memset = driver.CUDA_MEMSET_NODE_PARAMS()
+            memset.dst = driver.CUdeviceptr(dst)
+            memset.value = value
+            memset.elementSize = width
+            memset.width = count
+            memset.height = 1
+            memset.pitch = count * width
+            node = cu("cuGraphAddMemsetNode", res.graph, previous, len(previous), memset, res.context)
+        previous = [node]
+    name, args = cuda_graph_instantiate_call(driver, res.graph)  # differs between cuda-python 11 and 12+
+    res.exec = cu(name, *args)

@@ -1,0 +1,187 @@
+"""The native splitter of the parallel replay: one launch's task chunks shared with pooled worker threads.
+
+``splitter_address()`` is the address of a C function (a Numba ``cfunc``) that an ``OP_SPLIT`` row
+calls from the interpreter, with the GIL released::
+
+    split(control, range_entry, bounds, args, tasks, chunks)
+
+It cuts tasks ``[0, tasks)`` into ``chunks`` contiguous chunks, chunk ``c`` being ``[tasks * c //
+chunks, tasks * (c + 1) // chunks)`` (the cut the reference interpreter makes), publishes the launch
+in the control block, wakes the workers and runs chunks itself. Every thread, the caller included,
+claims the next chunk with a compare-and-swap until none is left; the caller returns once every
+chunk has run. A worker that the OS does not schedule in time therefore never holds a launch up: the
+caller runs its chunks (on a machine with busy cores, split launches cost about what serial ones
+do, instead of a scheduler time slice each).
+
+Workers are Python threads that entered a Numba ``nogil`` loop and never leave it: they spin briefly
+after each launch (the next one of a graph usually follows within microseconds), then sleep on a
+futex that the caller wakes. Linux only (x86-64, AArch64); elsewhere :func:`unavailable` says why and
+graphs replay serially. One replay with split launches at a time uses the pool (:func:`workers`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import sys
+import threading
+
+import numpy as np
+from numba import cfunc, njit, types
+
+from apic.replay._intrinsics import atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call10
+
+# The control block: int64 slots, the contended ones on cache lines of their own.
+_CLAIM = 0  # (generation << 32) | next chunk to claim
+_DONE = 8  # chunks of the current generation that have run
+_SEQ = 16  # futex word (its low 32 bits): incremented at every launch
+_SLEEPERS = 24  # workers asleep (or about to be) on the futex
+_HELPED = 25  # chunks run by workers since the pool started (what tests and benchmarks read)
+_FN, _BOUNDS, _ARGS, _TASKS, _CHUNKS, _ACTIVE = 32, 33, 34, 35, 36, 37  # the launch; workers allowed to help
+_SYSCALL, _YIELD, _FUTEX_NR = 40, 41, 42  # libc's syscall and sched_yield, the futex system call number
+_SLOTS = 48
+_FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT / FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+_SPINS = 20_000  # idle polls before a worker sleeps (a few tens of microseconds)
+_FUTEX_NUMBERS = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
+
+lock = threading.Lock()  # one replay with split launches at a time uses the pool
+
+
+@njit(nogil=True, cache=True)
+def _help(base, generation, worker):
+    """Claim and run chunks of launch ``generation`` until none is left (or another launch began)."""
+    claim = base + 8 * _CLAIM
+    fn = atomic_load(base + 8 * _FN)
+    bounds = atomic_load(base + 8 * _BOUNDS)
+    args = atomic_load(base + 8 * _ARGS)
+    tasks = atomic_load(base + 8 * _TASKS)
+    chunks = atomic_load(base + 8 * _CHUNKS)
+    while True:
+        word = atomic_load(claim)
+        chunk = word & 0xFFFFFFFF
+        # The parameters read above are this launch's whenever a claim succeeds: the caller changes
+        # them only after every chunk of the launch has run, when no claim of it can succeed.
+        if (word >> 32) != generation or chunk >= chunks:
+            return
+        if atomic_cas(claim, word, word + 1) == word:
+            call4(fn, bounds, args, tasks * chunk // chunks, tasks * (chunk + 1) // chunks)
+            if worker:
+                atomic_add(base + 8 * _HELPED, 1)
+            atomic_add(base + 8 * _DONE, 1)
+
+
+@njit(nogil=True, cache=True)
+def _worker(base, index):
+    """A pool thread: help every launch it is allowed to (``index < active``); sleep when idle."""
+    claim = base + 8 * _CLAIM
+    seq = base + 8 * _SEQ
+    seen = atomic_load(claim) >> 32
+    while True:
+        ticket = atomic_load(seq)
+        generation = atomic_load(claim) >> 32
+        if generation != seen:
+            seen = generation
+            if index < atomic_load(base + 8 * _ACTIVE):
+                _help(base, generation, True)
+            continue
+        spins = 0
+        while spins < _SPINS and (atomic_load(claim) >> 32) == seen:
+            spins += 1
+        if spins < _SPINS:
+            continue
+        atomic_add(base + 8 * _SLEEPERS, 1)
+        if atomic_load(seq) == ticket:  # else a launch began meanwhile: no sleep
+            call10(atomic_load(base + 8 * _SYSCALL), atomic_load(base + 8 * _FUTEX_NR), seq, _FUTEX_WAIT,
+                   ticket & 0xFFFFFFFF, 0, 0, 0, 0, 0, 0)
+        atomic_add(base + 8 * _SLEEPERS, -1)
+
+
+@cfunc(types.void(*[types.int64] * 10), nogil=True, cache=True)
+def _splitter(base, fn, bounds, args, tasks, chunks, _a6, _a7, _a8, _a9):
+    claim = base + 8 * _CLAIM
+    generation = ((atomic_load(claim) >> 32) + 1) & 0x7FFFFFFF
+    atomic_store(base + 8 * _FN, fn)
+    atomic_store(base + 8 * _BOUNDS, bounds)
+    atomic_store(base + 8 * _ARGS, args)
+    atomic_store(base + 8 * _TASKS, tasks)
+    atomic_store(base + 8 * _CHUNKS, chunks)
+    atomic_store(base + 8 * _DONE, 0)
+    atomic_store(claim, generation << 32)  # publishes the launch
+    atomic_add(base + 8 * _SEQ, 1)
+    if atomic_load(base + 8 * _SLEEPERS) > 0:
+        call10(atomic_load(base + 8 * _SYSCALL), atomic_load(base + 8 * _FUTEX_NR), base + 8 * _SEQ, _FUTEX_WAKE,
+               0x7FFFFFFF, 0, 0, 0, 0, 0, 0)
+    _help(base, generation, False)
+    spins = 0
+    while atomic_load(base + 8 * _DONE) < chunks:  # chunks claimed by workers, still running
+        spins += 1
+        if spins > 1000:
+            call0_i32(atomic_load(base + 8 * _YIELD))  # let a descheduled worker finish its chunk
+
+
+def unavailable() -> str | None:
+    """Why split launches cannot run here (None when they can)."""
+    if not sys.platform.startswith("linux"):
+        return f"parallel replay needs Linux (futexes); this is {sys.platform}"
+    if platform.machine() not in _FUTEX_NUMBERS:
+        return f"parallel replay supports x86-64 and AArch64 Linux; this is {platform.machine()}"
+    return None
+
+
+class _Pool:
+    """The control block and the worker threads (started on demand; again in a forked child)."""
+
+    def __init__(self) -> None:
+        self._owner = np.zeros(_SLOTS + 8, dtype=np.int64)
+        pad = (-self._owner.ctypes.data % 64) // 8
+        self.block = self._owner[pad : pad + _SLOTS]
+        self.base = self.block.ctypes.data
+        libc = ctypes.CDLL(None)
+        self.block[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
+        self.block[_YIELD] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
+        self.block[_FUTEX_NR] = _FUTEX_NUMBERS[platform.machine()]
+        self.started = 0
+        self.pid = os.getpid()
+
+    def ensure(self, workers: int) -> None:
+        if self.pid != os.getpid():  # a forked child has the memory but not the threads
+            self.started, self.pid = 0, os.getpid()
+            self.block[_SLEEPERS] = 0
+        while self.started < workers:
+            threading.Thread(target=_worker, args=(self.base, self.started), daemon=True,
+                             name=f"apic-split-{self.started}").start()
+            self.started += 1
+
+
+_pool: _Pool | None = None
+
+
+def pool() -> _Pool:
+    """The process's pool (its control block is what ``OP_SPLIT`` rows point to)."""
+    global _pool
+    if _pool is None:
+        _pool = _Pool()
+    return _pool
+
+
+def chunks_run_by_workers() -> int:
+    """How many chunks of split launches pooled workers (not the replaying thread) have run so far."""
+    return ctypes.c_int64.from_address(pool().base + 8 * _HELPED).value
+
+
+def splitter_address() -> int:
+    """The address of the native splitter (an ``OP_SPLIT`` row's function)."""
+    return _splitter.address
+
+
+@contextlib.contextmanager
+def workers(threads: int):
+    """Run the enclosed replay's split launches on ``threads`` threads (the caller and ``threads - 1``
+    pooled workers)."""
+    with lock:
+        p = pool()
+        p.ensure(threads - 1)
+        p.block[_ACTIVE] = threads - 1
+        yield

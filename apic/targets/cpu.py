@@ -1,0 +1,62 @@
+"""The CPU target: how apic calls a Warp CPU kernel and names what it saves for one.
+
+Pure knowledge of layouts and names (no Warp, no NumPy): the recorder, the ``.wrp`` reader and writer
+and the replay program all read these instead of spelling them again.
+
+* **Entry ABI.** A Warp CPU kernel is exported as ``<mangled>_cpu_forward`` / ``_cpu_backward`` and
+  called ``f(bounds, args*)``: warp 1.12 passes its 32-byte ``launch_bounds_t`` by value
+  (:data:`ABI_BY_VALUE`), 1.13 and later by pointer (:data:`ABI_BY_POINTER`). A saved graph names the
+  ABI its modules were compiled for; ``apic._compat.KERNEL_ABI`` is this warp-lang's.
+* **Descriptors.** ``wp::array_t`` (56 bytes: data, grad, shape[4], strides[4], ndim and flags) and
+  ``wp::indexedarray_t`` (104 bytes: an ``array_t``, indices[4], shape[4]), the same in every supported
+  version; the pointers a loaded graph relocates sit at :data:`ARRAY_T_POINTER_SLOTS` /
+  :data:`INDEXEDARRAY_T_POINTER_SLOTS`.
+* **Module files.** One object file per Warp module, ``<name>.<first 16 hex digits of its SHA-256>.o``.
+* **Handle calls.** The native methods of a Mesh / Bvh / HashGrid a CPU capture records.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+
+NAME = "cpu"
+
+# --- entry ABI ------------------------------------------------------------------------------------------
+ABI_BY_POINTER = "bounds-by-pointer-v1"  # warp 1.13+: f(launch_bounds_t* dim, args*)
+ABI_BY_VALUE = "bounds-by-value-v1"  # warp <= 1.12: f(launch_bounds_t dim, args*), the 32-byte struct by value
+KERNEL_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)
+KERNEL_SUFFIX = {False: "_cpu_forward", True: "_cpu_backward"}  # of every Warp CPU kernel entry point
+
+# --- bounds layout ----------------------------------------------------------------------------------------
+# warp <= 1.13: launch_bounds_t is int shape[4], int ndim, (pad), size_t size: 32 bytes. From 1.14 the
+# bounds of a rank-N launch are launch_bounds_<N>d_t; ranks 1 and 2 are 24 bytes, 3 and 4 are 32.
+LEGACY_BOUNDS_SIZE = 32
+BOUNDS_SIZES = (24, 32)
+
+# --- array descriptors (ArrayCopy / ArrayFill, kernel arguments) -----------------------------------------
+ARRAY_TYPE_REGULAR = 0  # Warp's array type ids
+ARRAY_TYPE_INDEXED = 1
+ARRAY_T_SIZE = 56  # wp::array_t, every supported version
+INDEXEDARRAY_T_SIZE = 104  # wp::indexedarray_t
+ARRAY_T_POINTER_SLOTS = (0, 8)  # data, grad
+INDEXEDARRAY_T_POINTER_SLOTS = (0, 8, 56, 64, 72, 80)  # data, grad, indices[4]
+INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88 of an indexedarray_t
+INDEX_ELEM_SIZE = 4  # index buffers are int32
+
+# --- module files -------------------------------------------------------------------------------------------
+MODULE_EXTENSION = ".o"
+MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")  # what a reader accepts
+
+
+def module_file_name(name: str, sha256: str) -> str:
+    """The content-addressed file name of a module binary inside ``<stem>_modules/``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")[:96] or "module"
+    return f"{safe}.{sha256[:16]}{MODULE_EXTENSION}"
+
+
+# --- handle calls ---------------------------------------------------------------------------------------------
+# The native exports a CPU capture records for a handle method (Mesh.refit, Bvh.refit / rebuild,
+# HashGrid.build / reserve), as the recorder records them and the reader accepts them.
+HANDLE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", "hash_grid_update_host",
+                "hash_grid_reserve_host")
