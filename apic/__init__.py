@@ -9,7 +9,7 @@ version, and a captured graph replays in one native call with no Python per oper
 from apic.capture import ScopedCapture, capture_begin, capture_end, capture_launch
 from apic.errors import ApicError, BindingError, CaptureError, FormatError, GraphMemoryError
 from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
-from apic.errors import ReplayError, UnsupportedOperationError
+from apic.errors import ReplayError, ReplayIndexError, UnsupportedOperationError
 from apic.graph import Graph
 from apic.params import Param, param
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
@@ -31,6 +31,7 @@ __all__ = [
     "LoopLimitError",
     "Param",
     "ReplayError",
+    "ReplayIndexError",
     "ScopedCapture",
     "UnsupportedOperationError",
     "__version__",

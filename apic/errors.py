@@ -72,3 +72,9 @@ class ReplayError(ApicError, RuntimeError):
 
     A ``RuntimeError``, as upstream Warp's ``capture_launch`` raises: "CPU graph replay failed: ...".
     """
+
+
+class ReplayIndexError(ReplayError, IndexError):
+    """A loaded graph's replay stopped before native code would use a value of graph memory out of range:
+    an indexed array's index, a Mesh's triangle index, or an array of handle ids holding something else
+    than the id of a handle of the kinds its kernel took (a ``ReplayError``)."""

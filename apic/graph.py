@@ -44,7 +44,7 @@ class Graph:
     """
 
     def __init__(self, recording: Recording, device, *, apic: bool, keepalive=(), is_loaded: bool = False,
-                 region_addresses=None, kernel_addresses=None, bindings=()):
+                 region_addresses=None, kernel_addresses=None, bindings=(), id_arrays=None):
         self.device = device
         self.apic = apic
         self.is_loaded = is_loaded
@@ -58,7 +58,10 @@ class Graph:
         self.region_addresses = list(region_addresses)
         # The ids of its native handles (Mesh, Bvh, ...): the captured objects, or those rebuilt on load.
         self.handle_ids = [int(h.obj.id) for h in recording.handles]
-        self.program: Program = lower(recording, self.address_of, list(kernel_addresses))
+        # a loaded graph checks the index values its native code reads (program.guards); a live one runs as eagerly
+        self.id_arrays = id_arrays or {}  # id(launch) -> arrays of handle ids it passes (apic.format.manifest)
+        self.program: Program = lower(recording, self.address_of, list(kernel_addresses), checked=is_loaded,
+                                      id_arrays=self.id_arrays)
         self._checks_blocks = any(k.cpu_blocks for k in recording.kernels)
         # named scalar parameters (apic.param): their types, current values and arena bytes
         self.scalars = {p.name: p for p in recording.params}

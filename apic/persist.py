@@ -138,19 +138,19 @@ def capture_load(path, device=None):
     folder = ModuleFolder.of(modules_dir, saved)
     fetch = folder.fetch
     try:
-        return _load(saved, fetch, modules_dir, device)
+        return _load(saved, fetch, modules_dir, device, folder.names)
     finally:
         folder.close()
 
 
-def _load(saved, fetch, modules_dir: str, device):
+def _load(saved, fetch, modules_dir: str, device, names=list):
     """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
     from apic.replay import cuda as cuda_replay  # lazy: the loaders (see the top of this module)
     from apic.replay import loader  # lazy, as above
 
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
         return cuda_replay.load(saved, fetch, f"{modules_dir}", device)
-    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device))
+    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
 
 
 def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
@@ -182,4 +182,4 @@ def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):
         if not isinstance(name, str):
             raise TypeError(f"Module names must be strings, got {type(name).__name__}")
         views[name] = reader.as_bytes(contents, f"Module '{name}'")
-    return _load(reader.read(reader.as_bytes(data)), views.get, "the provided modules", device)
+    return _load(reader.read(reader.as_bytes(data)), views.get, "the provided modules", device, views.keys)

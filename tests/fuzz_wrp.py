@@ -232,7 +232,8 @@ def _parent(doc, path):
 
 
 def apply_edit(doc, edit: dict) -> None:
-    """Apply one recipe edit in place: ``set`` / ``del`` / ``insert`` / ``swap`` at ``path``."""
+    """Apply one recipe edit in place: ``set`` / ``del`` / ``insert`` / ``swap`` at ``path``, or ``copy``
+    (``path`` gets the value at ``from``: a region number that differs between runs, say)."""
     op, path = edit["op"], edit["path"]
     parent = _parent(doc, path)
     last = path[-1]
@@ -242,6 +243,9 @@ def apply_edit(doc, edit: dict) -> None:
         del parent[last]
     elif op == "insert":
         parent.insert(last, from_json(edit["value"]))
+    elif op == "copy":
+        source = edit["from"]
+        parent[last] = copy.deepcopy(_parent(doc, source)[source[-1]])
     elif op == "swap":
         other_parent, other = _parent(doc, edit["path2"]), edit["path2"][-1]
         parent[last], other_parent[other] = other_parent[other], parent[last]

@@ -101,3 +101,16 @@ def test_unedited_handles_load(tmp_path):
     for case in ("mesh", "bvh"):
         doc = _saved_doc(tmp_path, case)
         assert load(doc, tmp_path / f"{case}_modules").is_loaded
+
+
+@pytest.mark.parametrize("kind, name, match", [("bvh", 0, "at least one item"), ("mesh", 1, "at least one triangle")])
+def test_empty_bvh_and_mesh_are_refused(tmp_path, kind, name, match):
+    """Found by the fuzzer (msgpack-number, 1.19.0): a Mesh whose indices array has length 0 loaded and
+    crashed the query kernel; eager Warp builds an empty Mesh or Bvh too, then crashes querying a mesh
+    or refitting a Bvh (both warp-lang versions)."""
+    doc = _saved_doc(tmp_path, kind)
+    doc["handles"][0]["arrays"][name][4] = 0  # lowers / indices: zero items
+    if kind == "bvh":
+        doc["handles"][0]["arrays"][1][4] = 0  # uppers too: one entry each per item
+    with pytest.raises(apic.FormatError, match=match):
+        load(doc, tmp_path / f"{kind}_modules")

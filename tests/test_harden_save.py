@@ -54,6 +54,8 @@ def user_files(folder) -> dict[str, bytes]:
         "wp___main___0123456.cpu0000.o": b"an upstream module",
         "fake.0123456789abcdef.o": b"named like apic's, not written by apic",
         "x.%s.o" % ("0" * 16): b"",
+        "fake.0123456789abcdef.0123456789abcdef.kernels": b"named like apic's kernel manifest, not apic's",
+        ".fake.0123456789abcdef.o.apic-tmp.kernels": b"close to a temporary name, not one",
     }
     folder.mkdir(exist_ok=True)
     for name, data in files.items():
@@ -98,7 +100,7 @@ def test_resave_removes_only_apic_files(tmp_path):
     graph, x = kernel_graph()
     wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
     first = set(os.listdir(tmp_path / "g_modules"))
-    assert len(first) == 1
+    assert len(first) == 2 and {name.rsplit(".", 1)[1] for name in first} == {"o", "kernels"}  # module, manifest
     files = user_files(tmp_path / "g_modules")
     orphan = b"\x7fELF a module an earlier apic save wrote"
     (tmp_path / "g_modules" / apic_like(orphan)).write_bytes(orphan)

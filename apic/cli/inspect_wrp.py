@@ -85,6 +85,18 @@ def _distinct_ops(sequence, kernels) -> list[dict]:
             for key, (position, op) in first.items()]
 
 
+def _check_manifests(saved, modules_dir: str) -> None:
+    """The load's check of every launch against its kernel manifest (``apic.format.manifest``)."""
+    from apic.format import manifest
+    from apic.format.module_folder import ModuleFolder
+
+    folder = ModuleFolder.of(modules_dir, saved)
+    try:
+        manifest.check(saved, manifest.load(saved, folder.fetch, folder.names, modules_dir))
+    finally:
+        folder.close()
+
+
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
     from apic.errors import ApicError, FormatError
@@ -125,6 +137,7 @@ def describe(path: str) -> dict:
                 raise ApicError(f"cannot replay a CUDA graph here: {reason}")
         else:
             loader.check_compatible(saved)
+            _check_manifests(saved, modules_dir)
         loads_here = {"ok": True, "reason": None}
     except ApicError as error:
         loads_here = {"ok": False, "reason": str(error)}

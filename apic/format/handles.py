@@ -185,8 +185,9 @@ def check_handle_data(index: int, handle: rec_handles.Handle, views) -> None:
 
     ``views``: the loaded regions' bytes. Points and bounds must be finite (warp 1.19's cuBQL builder
     crashes on all-NaN mesh points), a Bvh's lower bounds must not exceed its upper bounds (cuBQL
-    crashes on lower > upper), and a mesh's triangle indices must be whole triangles of its points
-    (every builder trusts them).
+    crashes on lower > upper), a mesh's triangle indices must be whole triangles of its points
+    (every builder trusts them), and neither may be empty (Warp's queries and refits crash on an empty
+    one, eagerly too).
     """
     arrays = dict(handle.arrays)
     where = f"handles[{index}]"
@@ -199,11 +200,16 @@ def check_handle_data(index: int, handle: rec_handles.Handle, views) -> None:
         if len(lowers) != len(uppers) or (lowers > uppers).any():
             _fail(f"{where}.arrays.lowers", "a wp.Bvh's lower bounds must not exceed its upper bounds "
                                             "(and lowers and uppers must have one entry each per item)")
+        if not len(lowers):  # eager Warp builds an empty Bvh, then crashes refitting or querying it
+            _fail(f"{where}.arrays.lowers", "a wp.Bvh needs at least one item (Warp crashes on an empty one)")
     if handle.kind == "Mesh":
         points, indices = arrays["points"], arrays["indices"]
         if "velocities" in arrays and arrays["velocities"].length != points.length:
             _fail(f"{where}.arrays.velocities", f"{arrays['velocities'].length} velocities for {points.length} points")
         values = _values(indices, views)
+        if not indices.length:  # eager Warp builds a mesh without triangles, then crashes querying it
+            _fail(f"{where}.arrays.indices", "a wp.Mesh needs at least one triangle (Warp crashes querying "
+                                             "or refitting one without)")
         if indices.length % 3 or (len(values) and (values.min() < 0 or values.max() >= points.length)):
             _fail(f"{where}.arrays.indices", f"mesh triangle indices must be whole triangles of the mesh's "
                                              f"{points.length} points")

@@ -37,7 +37,16 @@ class ModuleFolder:
         generated sources, each readable only at the size the ``.wrp`` records."""
         sizes = {module.file: module.size for module in saved.modules}
         sizes.update({m.source.file: m.source.size for m in saved.modules if m.source is not None})
+        sizes.update({m.manifest.file: m.manifest.size for m in saved.modules if m.manifest is not None})
         return cls(modules_dir, sizes)
+
+    def names(self) -> list[str]:
+        """The names of the folder's entries (empty if there is no folder)."""
+        folder = self._folder()
+        if folder is None:
+            return []
+        with os.scandir(folder) as entries:
+            return [entry.name for entry in entries]
 
     def _folder(self) -> int | None:
         if self._fd is None and not self._missing:

@@ -3,10 +3,11 @@
 A save cleans its modules folder after the commit, and that folder may hold the user's own files (a
 first save into an existing folder, say). A file is removed only when both hold:
 
-* its name is one apic's naming scheme produces: a module file ``<safe name>.<16 hex>.o``, or the
-  fixed temporary name of one, ``.<module file>.apic-tmp``;
-* its contents prove it is apic's: a module file is a regular file whose SHA-256 starts with the 16
-  hex digits in its name (what ``module_file_name`` wrote). A temporary name is reserved by apic
+* its name is one apic's naming scheme produces: a module file ``<safe name>.<16 hex>.o``, a kernel
+  manifest ``<safe name>.<16 hex>.<16 hex>.kernels``, or the fixed temporary name of one,
+  ``.<file>.apic-tmp``;
+* its contents prove it is apic's: a module file or manifest is a regular file whose SHA-256 starts
+  with the (last) 16 hex digits in its name (what ``module_file_name`` / ``manifest.file_name`` wrote). A temporary name is reserved by apic
   (a killed save can leave one half written, so no contents can prove it); a regular file there is
   treated as a killed save's.
 
@@ -23,7 +24,10 @@ import re
 import stat
 
 _MODULE_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.([0-9a-f]{16})\.o")
-_TEMP_OF_MODULE = re.compile(r"\.([A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.[0-9a-f]{16}\.o)\.apic-tmp")
+# a kernel manifest (apic.format.manifest): <module file stem>.<its own sha16>.kernels
+_MANIFEST_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
+_TEMP_OF_MODULE = re.compile(
+    r"\.([A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.[0-9a-f]{16}\.(?:o|[0-9a-f]{16}\.kernels))\.apic-tmp")
 _NOFOLLOW_DIR = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0))
 
@@ -66,7 +70,7 @@ def is_apic_file(dir_fd: int, name: str) -> bool:
         return False
     if _TEMP_OF_MODULE.fullmatch(name):
         return True
-    match = _MODULE_FILE.fullmatch(name)
+    match = _MODULE_FILE.fullmatch(name) or _MANIFEST_FILE.fullmatch(name)
     return bool(match) and _hash_prefix_matches(dir_fd, name, match.group(1))
 
 

@@ -29,6 +29,7 @@ from apic.format import cuda as cuda_format
 from apic.format import fields
 from apic.format import source as source_format
 from apic.format import handles as wire_handles
+from apic.format import manifest as kernel_manifest
 from apic.format import schema
 from apic.record import natives
 from apic.record import ops as rec
@@ -65,6 +66,7 @@ class ModuleEntry:
     arch: int = 0  # CUDA modules (.cubin/.ptx): the sm_XY architecture compiled for (10 * X + Y)
     arch_suffix: str = ""  # CUDA modules: "a" / "f" for arch-specific / family cubins
     source: object = None  # CPU modules saved with source_fallback=True: an apic.format.source.SourceEntry
+    manifest: object = None  # CPU modules: an apic.format.manifest.ManifestEntry (None in older files)
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class _Context:
     def __init__(self, regions: list[Region]) -> None:
         self.regions = regions
         self.handle_count = 0  # native handles the graph rebuilds (blobs may hold their ids)
+        self.handle_kinds: list[str] = []  # their kinds, by index
         # kernel-argument descriptors found valid (bytes, relocations, type, element size): the same array
         # passed to many launches is checked once; the result depends only on these and the regions
         self.checked_descriptors: set = set()
@@ -382,6 +385,7 @@ def read(data) -> SavedGraph:
         handles.append(handle)
         volume_data.append(data)
     ctx.handle_count = len(handles)
+    ctx.handle_kinds = [h.kind for h in handles]
     handle_slots = wire_handles.read_slots(doc.get("handle_slots", []), ctx, len(handles))
     bindings, ctx.scalars = _bindings(doc["bindings"], ctx, version, device)  # before the ops, whose blobs use them
     modules = _modules(doc["modules"], device)
@@ -486,7 +490,8 @@ def _modules(value, device: dict | None = None) -> tuple[ModuleEntry, ...]:
             module = dataclasses.replace(module, arch=arch, arch_suffix=arch_suffix)
         else:
             source = source_format.read_entry(entry.get("source"), f"{where}.source")
-            module = dataclasses.replace(module, source=source)
+            manifest = kernel_manifest.read_entry(entry.get("manifest"), f"{where}.manifest", module.file)
+            module = dataclasses.replace(module, source=source, manifest=manifest)
         if files.setdefault(module.file, module.sha256) != module.sha256:
             _fail(f"{where}.file", f"{module.file!r} is listed twice with different checksums")
         modules.append(module)
@@ -730,6 +735,9 @@ _HANDLE_CALLS = {
 }
 
 
+_HANDLE_CALL_KINDS = {"mesh": "Mesh", "bvh": "Bvh", "hash": "HashGrid"}
+
+
 def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     """A native method of a handle: a known export, its integers in range, a hash grid's points inside a region."""
     name = _str(entry["fn"], f"{where}.fn", max_len=64)
@@ -739,6 +747,10 @@ def _handle_call(entry: dict, where: str, ctx: _Context) -> rec.HandleCall:
     if not ctx.handle_count:
         _fail(f"{where}.handle", "the graph has no handles")
     handle = rec.HandleRef(_int(entry["handle"], f"{where}.handle", 0, ctx.handle_count - 1))
+    kind = _HANDLE_CALL_KINDS[name.split("_")[0]]
+    if ctx.handle_kinds[handle.index] != kind:  # wp_mesh_refit_host on a hash grid reads it as a Mesh
+        _fail(f"{where}.handle", f"wp_{name} is a {kind} method, but handles[{handle.index}] is a "
+                                 f"{ctx.handle_kinds[handle.index]}")
     ints = _list(entry["ints"], f"{where}.ints", len(ranges))
     optional = 1 if name == "hash_grid_reserve_host" else 0  # 1.12 reserves without a groups flag
     if not len(ranges) - optional <= len(ints) <= len(ranges):

@@ -30,10 +30,15 @@ Changelog (one entry per format version; never change the meaning of a written v
   file.
   2026-11-25, still version 2: optional kernel keys ``args_size`` / ``adj_args_size`` (the packed
   argument struct's size; files without them still read, their launches checked against each other),
-  and the optional module key ``source`` (``source_fallback=True``: generated C++ and build options;
+  the optional module key ``source`` (``source_fallback=True``: generated C++ and build options;
   docs/FORMAT.md 2.5.1), both also valid in version 1 files: readers that predate them ignore them.
   Also 2026-11-25, still version 2 (and valid in every version): the optional kernel key ``split_writes`` (parallel replay: the byte
   offsets of the arrays a kernel proved splittable writes); a reader that predates it replays serially.
+  Also 2026-11-25, valid in every version (1 to 3): the optional module key ``manifest`` (the module's
+  kernel manifest, a content-addressed ``.kernels`` file beside the binary that fixes each launched
+  symbol's argument layout and handle kinds; docs/FORMAT.md 2.5.2); readers that predate it ignore it.
+  A file without manifests is read as before, unless its modules folder holds a manifest of one of its
+  module files (then the ``.wrp`` must name it). A ``handle_call`` must be a method of its handle's kind.
   Every version is read more strictly since: repeated map keys, launch bounds that are not Warp's for
   the op's ``dim``, backward jumps that do not return to a loop's branch, and a cuBQL Bvh rebuild at
   replay are refused.

@@ -43,6 +43,7 @@ from apic import _compat
 from apic.bindings import Binding, make_binding
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.format import handles as wire_handles
+from apic.format import manifest as kernel_manifest
 from apic.format import ownership
 from apic.format import schema
 from apic.format import source as source_format
@@ -654,5 +655,8 @@ def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False) 
     doc, images = document(graph, bindings)
     if source_fallback:  # each module's generated C++ and build options too (apic.format.source)
         source_format.add_sources(graph, doc, images)
+    # each module's kernel manifest (the argument layouts its kernels expect, and its source's SHA-256),
+    # beside the module binary: what a load checks the file's launches against
+    kernel_manifest.add_manifests(graph.recording, doc, images)
     publish(wrp_path, modules_dir, encode(doc), images)
     return wrp_path

@@ -13,7 +13,7 @@ from numba.core.extending import intrinsic
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32
-from apic.replay.interpreter import _interrupted, bad_capacity, bad_segment
+from apic.replay.interpreter import _interrupted, bad_capacity, bad_segment, ids_known, indices_in_range
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.OP_JUMP, _table.OP_BRANCH_IF_ZERO, _table.OP_CALL_ARGV, _table.OP_CALL5_D2) == (16, 17, 18, 19)
@@ -126,6 +126,12 @@ def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns
                 if bad_capacity(table[i, 3], table[i, 4], table[i, 5]):
                     return -(i + 1)
                 call_argv20(fn, table[i, 2])
+            elif op == 23:  # OP_CHECK_INDICES
+                if not indices_in_range(table[i, 2], table[i, 3], table[i, 4]):
+                    return -(i + 1)
+            elif op == 24:  # OP_CHECK_IDS
+                if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
+                    return -(i + 1)
             after = now_ns(fn_clock, clock_id)
             row_ns[i] += after - before
             row_calls[i] += 1

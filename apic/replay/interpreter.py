@@ -6,13 +6,15 @@ opcode being the number of integer arguments of the native function, or a jump. 
 strided copy and fill, native utility call, branch) into such a row with every pointer resolved, so
 the loop below never sees a Python object and makes no Python call per operation.
 
-Three guards keep a replay finite and interruptible (see ``table.py`` for the ``limits`` layout):
+Guards keep a replay finite, interruptible and what native code indexes with in range (see
+``table.py`` for the ``limits`` layout):
 
 * a loop head (a branch that a backward jump returns to) counts the iterations of its loop; past
   ``limits[LIMIT_ITERATIONS]`` the replay stops and returns ``STATUS_LOOP_CAP`` (the caller raises);
 * a segmented sort checks its segment ranges in graph memory first, a padded BSR transpose its
   destination's row offsets, and on an invalid one stops the replay there and returns ``-(row + 1)``
-  (the caller raises, naming what is wrong);
+  (the caller raises, naming what is wrong); so do an ``OP_CHECK_INDICES`` row (index values out of
+  range) and an ``OP_CHECK_IDS`` row (an array of handle ids holding another value), in a loaded graph;
 * every ``SIGNAL_PERIOD`` control transfers (branches, jumps, repeats) it asks Python, with the GIL
   taken for that moment, whether Ctrl-C arrived (``PyOS_InterruptOccurred``), and stops with
   ``STATUS_INTERRUPTED`` if so. Only where ``limits`` holds the three C-API addresses (the main
@@ -26,7 +28,7 @@ from numba import njit
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import (
-    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32,
+    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at, load_i64_at,
 )
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
@@ -40,6 +42,35 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
     0, 1, 2, 3
 )
 assert _table.SIGNAL_PERIOD == 256
+assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
+
+
+@njit(cache=True, nogil=True)
+def indices_in_range(address, count, bound):
+    """Whether each of the ``count`` int32 at ``address`` lies in ``[0, bound)`` (an OP_CHECK_INDICES row)."""
+    # the smallest and the largest value, without an early exit: a reduction LLVM vectorizes
+    lo = np.int32(0)
+    hi = np.int32(0)
+    for k in range(count):
+        value = load_i32_at(address, k)
+        lo = min(lo, value)
+        hi = max(hi, value)
+    return lo >= 0 and (count == 0 or hi < bound)
+
+
+@njit(cache=True, nogil=True)
+def ids_known(address, count, ids, n):
+    """Whether each of the ``count`` uint64 at ``address`` is one of the ``n`` at ``ids`` (OP_CHECK_IDS)."""
+    for k in range(count):
+        value = load_i64_at(address, k)
+        found = False
+        for j in range(n):
+            if load_i64_at(ids, j) == value:
+                found = True
+                break
+        if not found:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -151,6 +182,12 @@ def run_table(table, repeats, limits=None, loops=0):
                 if bad_capacity(table[i, 3], table[i, 4], table[i, 5]):
                     return -(i + 1)
                 call_argv20(fn, table[i, 2])
+            elif op == 23:  # OP_CHECK_INDICES
+                if not indices_in_range(table[i, 2], table[i, 3], table[i, 4]):
+                    return -(i + 1)
+            elif op == 24:  # OP_CHECK_IDS
+                if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
+                    return -(i + 1)
             i += 1
         ticks += 1
         if poll and (ticks & 255) == 0 and _interrupted(limits):

@@ -32,6 +32,7 @@ from apic.format import source as source_format
 from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
 from apic.format import handles as wire_handles
+from apic.format import manifest as kernel_manifest
 from apic.replay import budget
 
 _ALIGN = 64
@@ -169,8 +170,9 @@ def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
     return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
 
 
-def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
-    """Allocate, fill, load and lower: the loaded ``apic.Graph``."""
+def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None):
+    """Allocate, fill, load and lower: the loaded ``apic.Graph``; ``id_arrays`` (from
+    ``apic.format.manifest.check``): the arrays of handle ids each launch passes, checked at replay."""
     from apic.graph import Graph
 
     recording = saved.recording
@@ -212,7 +214,7 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device):
                                handles=rebuilt)
     return Graph(
         live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
-        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings,
+        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings, id_arrays=id_arrays,
     )
 
 
@@ -237,8 +239,9 @@ def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.nda
     return tuple(rebuilt)
 
 
-def load(saved: SavedGraph, fetch, origin: str, device):
-    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None."""
+def load(saved: SavedGraph, fetch, origin: str, device, names=list):
+    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None, ``names()``
+    the names of every file the modules folder (or mapping) holds."""
     refused = None
     try:
         check_compatible(saved)
@@ -250,5 +253,7 @@ def load(saved: SavedGraph, fetch, origin: str, device):
         refused = error
     check_memory(saved)
     images = source_format.images(saved, fetch, origin, verified_images, refused)
-    return build_graph(saved, images, device)
+    # what each kernel expects comes from the modules folder, which the .wrp cannot change
+    id_arrays = kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin))
+    return build_graph(saved, images, device, id_arrays)
 

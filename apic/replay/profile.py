@@ -100,8 +100,15 @@ def row_labels(graph) -> list:
     """``(kind, name)`` of each op-table row of ``graph``, from the recorded op that produced it."""
     recording = graph.recording
     labels = []
-    for op in recording.ops:
+    meshes = _program.mesh_indices(recording) if graph.is_loaded else []
+    guarded = ({id(op): _program.guards(op, meshes, getattr(graph, "id_arrays", None)) for op in recording.ops}
+               if graph.is_loaded else {})
+    kept = _program.kept_guards(recording.ops, guarded) if graph.is_loaded else None
+    for position, op in enumerate(recording.ops):
+        after = guarded[id(op)][1] if kept is not None else ()
+        labels += [("check", "index check")] * (len(kept[position]) if kept is not None else 0)
         if isinstance(op, _program._NO_ROW):
+            labels += [("check", "index check")] * len(after)
             continue
         kind = _KIND_NAMES.get(type(op), type(op).__name__)
         if isinstance(op, rec.Launch):
@@ -112,6 +119,7 @@ def row_labels(graph) -> list:
         else:
             name = kind
         labels.append((kind, name))
+        labels += [("check", "index check")] * len(after)
     if len(labels) != len(graph.program.table):
         raise RuntimeError(f"profile: {len(labels)} ops for {len(graph.program.table)} table rows")
     return labels

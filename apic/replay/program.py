@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
-from apic.errors import LoopLimitError, ReplayError
+from apic.errors import LoopLimitError, ReplayError, ReplayIndexError
 from apic.record import natives
 from apic.record import ops as rec
 from apic.record.splittable import graph_launch_refusal
@@ -146,6 +146,15 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
     ``ReplayError`` for a segmented sort's invalid range or a padded transpose's changed row offsets)."""
     if status < 0:
         row = table[-status - 1]
+        if row[tbl.COL_OPCODE] in (tbl.OP_CHECK_INDICES, tbl.OP_CHECK_IDS):
+            what = ("an index outside its array (an indexed array's index buffer, or a Mesh's triangle indices)"
+                    if row[tbl.COL_OPCODE] == tbl.OP_CHECK_INDICES else
+                    "an array of handle ids with a value that is not the id of a handle of the kinds its kernel took")
+            raise ReplayIndexError(
+                f"CPU graph replay failed: the replay of a loaded graph stopped at op-table row {-status - 1}: "
+                f"graph memory holds {what}, which the next op's native code would use; the graph's memory is as "
+                "the replay left it"
+            )
         problem = _segment_problem(row) if row[tbl.COL_OPCODE] == tbl.OP_SEGMENTED_SORT else _capacity_problem(row)
         raise ReplayError(f"CPU graph replay failed: {problem}")
     if status == tbl.STATUS_INTERRUPTED:
@@ -246,11 +255,158 @@ def _blobs_of(op) -> list[rec.Blob]:
     return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
 
 
-def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
+_INDEX_TAIL = struct.Struct("<4Q4i")  # indexedarray_t: indices[4] @56, shape[4] @88
+_SHAPE = struct.Struct("<4i")  # array_t.shape @16
+_NDIM = struct.Struct("<h")  # array_t.ndim @48
+
+
+def _index_buffers(blob: rec.Blob, indexed: bool) -> list[tuple[rec.Ref, int, int]]:
+    """``(buffer, count, bound)`` of each index buffer of the descriptor ``blob`` (type 1)."""
+    if not indexed or len(blob.data) < 104:
+        return []
+    found = []
+    shape = _SHAPE.unpack_from(blob.data, 16)
+    ndim = _NDIM.unpack_from(blob.data, 48)[0]
+    counts = _INDEX_TAIL.unpack_from(blob.data, 56)[4:]
+    for reloc in blob.relocs:
+        d = (reloc.at - 56) // 8
+        if reloc.at >= 56 and 0 <= d < min(ndim, 4) and isinstance(reloc.target, rec.Ref):
+            found.append((reloc.target, counts[d], shape[d]))
+    return found
+
+
+def _launch_index_buffers(blob: rec.Blob) -> list[tuple[rec.Ref, int, int]]:
+    found = []
+    for slot in blob.arrays:
+        if slot.indexed:
+            inner = rec.Blob(blob.data[slot.at : slot.at + 104],
+                             tuple(rec.Reloc(r.at - slot.at, r.target) for r in blob.relocs if slot.at <= r.at < slot.at + 104))
+            found += _index_buffers(inner, True)
+    return found
+
+
+def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:
+    """``(indices, count, points)`` of each Mesh of a recording: its triangle indices must stay below its
+    point count."""
+    found = []
+    for handle in recording.handles:
+        arrays = dict(handle.arrays)
+        if handle.kind == "Mesh" and "indices" in arrays and "points" in arrays:
+            found.append((arrays["indices"].start, arrays["indices"].length, arrays["points"].length))
+    return found
+
+
+def _pointer_regions(blob: rec.Blob, skip_index_buffers: bool) -> set[int]:
+    """Regions a blob's relocations point into; with ``skip_index_buffers``, not counting the index
+    buffers of its indexed descriptors (native code only reads through those)."""
+    regions = set()
+    for reloc in blob.relocs:
+        if not isinstance(reloc.target, rec.Ref):
+            continue
+        if skip_index_buffers:
+            slot = next((a for a in blob.arrays if a.at <= reloc.at < a.at + 104), None)
+            if slot is not None and slot.indexed and reloc.at - slot.at >= 56:
+                continue
+        regions.add(reloc.target.region)
+    return regions
+
+
+def written_regions(op) -> set[int]:
+    """The regions ``op`` may write (conservatively: every region a kernel reaches through an array, and
+    every pointer of a native utility call; never the index buffers of an indexed array, which native
+    code only reads)."""
+    if isinstance(op, rec.Launch):
+        found = _pointer_regions(op.args, True)
+        if op.adj_args is not None:
+            found |= _pointer_regions(op.adj_args, True)
+        return found
+    if isinstance(op, (rec.Memcpy, rec.Memset, rec.Memtile)):
+        return {op.dst.region}
+    if isinstance(op, (rec.ArrayCopy, rec.ArrayFill)):
+        # a copy or fill descriptor is one array_t / indexedarray_t at byte 0
+        return {r.target.region for r in op.dst.relocs if r.at < 56 and isinstance(r.target, rec.Ref)}
+    if isinstance(op, rec.NativeCall):
+        return {a.region for a in op.args if isinstance(a, rec.Ref)}
+    return set()  # branches, jumps, allocations; handle calls write only the handle's native memory
+
+
+def guards(op, meshes, id_arrays=None) -> tuple[list, list]:
+    """``(before, after)``: the index checks a loaded graph runs around ``op``, as ``(buffer, count, bound)``
+    (``bound``: an int for indices, a frozenset of handle kinds for an array of handle ids).
+
+    Before: every index buffer of an indexed array the op's native code reads (a launch's indexed
+    arguments, an indexed copy or fill): the values are graph memory that the file and earlier ops set
+    (``kept_guards`` drops a check that an identical one already made, with no write in between).
+    After: the triangle indices of every Mesh (``meshes``, from ``mesh_indices``) in a region the op
+    may write (``written_regions``), so that no later query or refit reads one out of range.
+    """
+    before = []
+    if isinstance(op, rec.Launch):
+        before += _launch_index_buffers(op.args)
+        if op.adj_args is not None:
+            before += _launch_index_buffers(op.adj_args)
+    elif isinstance(op, rec.ArrayCopy):
+        before += _index_buffers(op.dst, op.dst_type == 1) + _index_buffers(op.src, op.src_type == 1)
+    elif isinstance(op, rec.ArrayFill):
+        before += _index_buffers(op.dst, op.array_type == 1)
+    # a launch's arrays of handle ids (apic.format.manifest): each word must be a handle of the kinds
+    # the kernel took there, whatever wrote them since the load
+    before += [(data, count, frozenset(kinds)) for data, count, kinds in (id_arrays or {}).get(id(op), ())]
+    after = []
+    if meshes:
+        regions = written_regions(op)
+        after = [mesh for mesh in meshes if mesh[0].region in regions]
+    return before, after
+
+
+def kept_guards(ops, guarded: dict) -> list[list[int]]:
+    """Position -> which of its op's ``before`` checks run there: a check is dropped when the same
+    buffer, count and bound were checked earlier in straight-line code (no branch, jump or jump
+    target since) and no op since may have written the buffer's region. A sequence of launches over
+    the same indexed array checks its indices once."""
+    targets = {op.target for op in ops if isinstance(op, rec.CONTROL_TYPES)}
+    valid: set = set()
+    kept = []
+    for position, op in enumerate(ops):
+        if position in targets:
+            valid.clear()
+        before = guarded.get(id(op), ((), ()))[0]
+        keep = []
+        for k, (buffer, count, bound) in enumerate(before):
+            key = (buffer.region, buffer.offset, count, bound)
+            if key not in valid:
+                keep.append(k)
+                valid.add(key)
+        kept.append(keep)
+        if isinstance(op, rec.CONTROL_TYPES):
+            valid.clear()
+        else:
+            written = written_regions(op)
+            if written:
+                valid = {key for key in valid if key[0] not in written}
+    return kept
+
+
+def _ids_blob(kinds: frozenset, handles) -> rec.Blob:
+    """A blob of the ids of the graph's handles of ``kinds`` (relocated: laid out at lowering)."""
+    chosen = [i for i, handle in enumerate(handles) if handle.kind in kinds]
+    return rec.Blob(bytes(8 * max(len(chosen), 1)), tuple(rec.Reloc(8 * j, rec.HandleRef(i)) for j, i in enumerate(chosen)))
+
+
+def _guard_row(guard, address_of, arena, id_blobs) -> list[int]:
+    buffer, count, bound = guard
+    if isinstance(bound, frozenset):
+        blob = id_blobs[bound]
+        return [tbl.OP_CHECK_IDS, 0, address_of(buffer), count, arena.address(blob), len(blob.relocs)]
+    return [tbl.OP_CHECK_INDICES, 0, address_of(buffer), count, bound]
+
+
+def lower(recording, address_of, kernel_addresses: list[int], checked: bool = False, id_arrays=None) -> Program:
     """Build the program of ``recording`` with kernels at the given addresses.
 
     ``address_of(target)`` is the live address of a region reference (``Ref``), or the id of a native
-    handle (``HandleRef``).
+    handle (``HandleRef``). ``checked`` (a loaded graph) adds the index checks of ``guards``, and of the
+    arrays of handle ids ``id_arrays`` names (``apic.format.manifest.check``).
     """
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
@@ -258,13 +414,23 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
     blobs = [blob for op in distinct_ops for blob in _blobs_of(op)]
     wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): _argv_blob(op) for op in wide}
-    arena = _Arena(blobs + list(argvs.values()))
+    meshes = mesh_indices(recording) if checked else []
+    guarded = {id(op): guards(op, meshes, id_arrays) for op in distinct_ops} if checked else {}
+    id_blobs = {g[2]: _ids_blob(g[2], recording.handles)
+                for before, _ in guarded.values() for g in before if isinstance(g[2], frozenset)}
+    arena = _Arena(blobs + list(argvs.values()) + list(id_blobs.values()))
     arena.fill(address_of)
+    kept = kept_guards(recording.ops, guarded) if checked else None
     rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
+
+    def rows_of(position: int, op) -> int:
+        if kept is None:
+            return not isinstance(op, _NO_ROW)
+        return (not isinstance(op, _NO_ROW)) + len(kept[position]) + len(guarded[id(op)][1])
 
     def row_at(position: int) -> int:
         if not rows_before:
-            rows_before.extend(np.cumsum([0] + [not isinstance(op, _NO_ROW) for op in recording.ops]).tolist())
+            rows_before.extend(np.cumsum([0] + [rows_of(p, op) for p, op in enumerate(recording.ops)]).tolist())
         return rows_before[position]
 
     heads = loop_heads(recording.ops)  # position -> slot of each loop head
@@ -273,13 +439,27 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
     row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
     distinct = []
     sequence = []
+    guard_rows: dict[int, tuple[list, list]] = {}  # id(op) -> rows of its checks before and after
+    for op in distinct_ops:
+        before, after = guarded.get(id(op), ((), ()))
+        if before or after:
+            first = len(distinct)
+            for g in (*before, *after):
+                row = _guard_row(g, address_of, arena, id_blobs)
+                distinct.append(row + [0] * (tbl.OP_COLUMNS - len(row)))
+            rows = list(range(first, len(distinct)))
+            guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
     for position, op in enumerate(recording.ops):
+        before, after = guard_rows.get(id(op), ((), ()))
+        if before:
+            sequence.extend(before[k] for k in kept[position])
         if position in heads:  # a loop head has a row of its own: it carries its loop's slot
             sequence.append(len(distinct))
             row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
             row = row + [0] * (tbl.OP_COLUMNS - len(row))
             row[tbl.COL_LOOP] = 1 + heads[position]
             distinct.append(row)
+            sequence.extend(after)
             continue
         row = row_of.get(id(op))
         if row is None:
@@ -299,6 +479,7 @@ def lower(recording, address_of, kernel_addresses: list[int]) -> Program:
                 distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
         if row >= 0:
             sequence.append(row)
+        sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
     splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
     return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), splits, refusals)

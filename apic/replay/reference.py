@@ -87,6 +87,17 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])) or layout[-1] > capacity:
                     return -(i + 1)
                 function(opcode, address, _CALL_ARGV)(*(_I64 * tbl.ARGV_ARGS).from_address(args[0]))
+            elif opcode == tbl.OP_CHECK_INDICES:
+                address, count, bound = args[:3]
+                values = np.frombuffer((ctypes.c_int32 * count).from_address(address), dtype=np.int32) if count else ()
+                if len(values) and (int(values.min()) < 0 or int(values.max()) >= bound):
+                    return -(i + 1)
+            elif opcode == tbl.OP_CHECK_IDS:
+                address, count, ids, n = args[:4]
+                values = np.frombuffer((ctypes.c_uint64 * count).from_address(address), np.uint64) if count else ()
+                known = np.frombuffer((ctypes.c_uint64 * n).from_address(ids), np.uint64) if n else ()
+                if len(values) and not np.isin(values, known).all():
+                    return -(i + 1)
             elif opcode == tbl.OP_CALL5_D2:
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)

@@ -26,6 +26,15 @@ destination's row offsets in graph memory start at 0 or more, never decrease and
 recorded ``capacity`` (the bytes the call may write were checked for that capacity at load), and
 stops the replay before the call otherwise.
 
+``OP_CHECK_IDS``: ``[OP_CHECK_IDS, 0, address, count, ids, n]``, go on only if each of the ``count``
+uint64 at ``address`` is one of the ``n`` uint64 at ``ids`` (the ids of the handles of the kinds a
+kernel's array of handle ids held at capture); otherwise stop the replay there (status ``-(row + 1)``).
+
+``OP_CHECK_INDICES``: ``[OP_CHECK_INDICES, 0, address, count, bound]``, go on only if each of the
+``count`` int32 at ``address`` lies in ``[0, bound)``; otherwise stop the replay there (status ``-(row + 1)``). A
+loaded graph has one before each op whose native code indexes with such values (an indexed array's
+index buffer) and after each op that may write a Mesh's triangle indices (``program.guards``).
+
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
 unused trailing ones are zero.
@@ -56,6 +65,8 @@ OP_SPLIT = 20  # a launch split over threads: [OP_SPLIT, splitter, control, entr
 ARGV_ARGS = 20
 OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
 OP_PADDED_TRANSPOSE = 22
+OP_CHECK_INDICES = 23  # a loaded graph's check of index values (program.guards)
+OP_CHECK_IDS = 24  # a loaded graph's check of an array of handle ids
 
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
@@ -67,7 +78,8 @@ STATUS_DONE = 0
 STATUS_INTERRUPTED = 1  # Ctrl-C arrived during the replay: it stopped at a branch, jump or repeat
 STATUS_LOOP_CAP = 2  # a loop ran more iterations than the cap: the replay stopped there
 # A negative status -(i + 1): the check of row i failed (a segmented sort's range, a padded transpose's
-# row offsets, in graph memory) and the replay stopped there, before the call (memory is as it was then).
+# row offsets, index values or handle ids in graph memory) and the replay stopped there, before the op
+# (memory is as it was then).
 
 # run_table's ``limits`` (int64 array): the iteration cap per loop entry (0: no cap), then the
 # addresses of PyGILState_Ensure, PyOS_InterruptOccurred and PyGILState_Release (0: no Ctrl-C poll).
