@@ -71,7 +71,7 @@ KNOWN_LOCAL = {
     "apic.cli": {"apic.errors"},
     "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
-    "apic.cli.inspect_wrp": {"apic.dot", "apic.errors", "apic.format.module_folder", "apic.format.reader",
+    "apic.cli.inspect_wrp": {"apic.dot", "apic.errors", "apic.format.manifest", "apic.format.module_folder", "apic.format.reader",
                              "apic.format.writer", "apic.params", "apic.record.ops", "apic.replay.cuda",
                              "apic.replay.loader"},
     "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
