@@ -45,6 +45,8 @@ def test_golden_file_replays_bit_for_bit(folder):
     with open(path, "rb") as f:
         saved = reader.read(f.read())
     assert saved.format_version == version and saved.writer["warp"] == warp_version
+    # every golden file carries kernel manifests and module source, so each release keeps reading both
+    assert all(m.manifest is not None and m.source is not None for m in saved.modules)
     native = [m for m in saved.modules if m.native_types]
     if native and warp_version != wp.config.version:
         with pytest.raises(apic.IncompatibleGraphError, match=r"native Warp Mesh struct"):

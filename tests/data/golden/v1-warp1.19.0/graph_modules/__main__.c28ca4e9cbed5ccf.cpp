@@ -52,10 +52,10 @@ static void add_0dbe1af3_cpu_kernel_forward(
     wp::float32 var_3;
     //---------
     // forward
-    // def add(x: wp.array(dtype=float), amount: float):                                      <L 37>
-    // i = wp.tid()                                                                           <L 38>
+    // def add(x: wp.array(dtype=float), amount: float):                                      <L 44>
+    // i = wp.tid()                                                                           <L 45>
     var_0 = builtin_tid1d();
-    // x[i] = x[i] + amount                                                                   <L 39>
+    // x[i] = x[i] + amount                                                                   <L 46>
     var_1 = wp::address(var_x, var_0);
     var_3 = wp::load(var_1);
     var_2 = wp::add(var_3, var_amount);
@@ -103,10 +103,10 @@ static void add_0dbe1af3_cpu_kernel_backward(
     wp::float32 adj_3 = {};
     //---------
     // forward
-    // def add(x: wp.array(dtype=float), amount: float):                                      <L 37>
-    // i = wp.tid()                                                                           <L 38>
+    // def add(x: wp.array(dtype=float), amount: float):                                      <L 44>
+    // i = wp.tid()                                                                           <L 45>
     var_0 = builtin_tid1d();
-    // x[i] = x[i] + amount                                                                   <L 39>
+    // x[i] = x[i] + amount                                                                   <L 46>
     var_1 = wp::address(var_x, var_0);
     var_3 = wp::load(var_1);
     var_2 = wp::add(var_3, var_amount);
@@ -116,9 +116,9 @@ static void add_0dbe1af3_cpu_kernel_backward(
     wp::adj_array_store(var_x, var_0, var_2, adj_x, adj_0, adj_2);
     wp::adj_add(var_3, var_amount, adj_1, adj_amount, adj_2);
     wp::adj_address(var_x, var_0, adj_x, adj_0, adj_1);
-    // adj: x[i] = x[i] + amount                                                              <L 39>
-    // adj: i = wp.tid()                                                                      <L 38>
-    // adj: def add(x: wp.array(dtype=float), amount: float):                                 <L 37>
+    // adj: x[i] = x[i] + amount                                                              <L 46>
+    // adj: i = wp.tid()                                                                      <L 45>
+    // adj: def add(x: wp.array(dtype=float), amount: float):                                 <L 44>
     return;
 }
 
@@ -234,8 +234,8 @@ static void reload_21b9eaf2_cpu_kernel_forward(
     const wp::int32 var_4 = 0;
     //---------
     // forward
-    // def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):        <L 49>
-    // counter[0] = steps[0]                                                                  <L 50>
+    // def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):        <L 56>
+    // counter[0] = steps[0]                                                                  <L 57>
     var_1 = wp::address(var_steps, var_0);
     var_3 = wp::load(var_1);
     var_2 = wp::copy(var_3);
@@ -275,8 +275,8 @@ static void reload_21b9eaf2_cpu_kernel_backward(
     wp::int32 adj_4 = {};
     //---------
     // forward
-    // def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):        <L 49>
-    // counter[0] = steps[0]                                                                  <L 50>
+    // def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):        <L 56>
+    // counter[0] = steps[0]                                                                  <L 57>
     var_1 = wp::address(var_steps, var_0);
     var_3 = wp::load(var_1);
     var_2 = wp::copy(var_3);
@@ -286,8 +286,8 @@ static void reload_21b9eaf2_cpu_kernel_backward(
     wp::adj_array_store(var_counter, var_4, var_2, adj_counter, adj_4, adj_2);
     wp::adj_copy(var_3, adj_1, adj_2);
     wp::adj_address(var_steps, var_0, adj_steps, adj_0, adj_1);
-    // adj: counter[0] = steps[0]                                                             <L 50>
-    // adj: def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):   <L 49>
+    // adj: counter[0] = steps[0]                                                             <L 57>
+    // adj: def reload(counter: wp.array(dtype=wp.int32), steps: wp.array(dtype=wp.int32)):   <L 56>
     return;
 }
 
@@ -368,6 +368,259 @@ WP_API void reload_21b9eaf2_cpu_backward(
 
 } // extern C
 
+struct wp_args_push_61a45b67 {
+    wp::array_t<wp::vec_t<3, wp::float32>> v;
+    wp::array_t<wp::float32> x;
+    wp::vec_t<3, wp::float32> g;
+    wp::float32 dt;
+};
+
+
+template <bool wp_linear_contiguous>
+static void push_61a45b67_cpu_kernel_forward(
+    wp::launch_bounds_t<1> dim,
+    size_t task_index,
+    wp_args_push_61a45b67 *_wp_args)
+{
+    static constexpr bool wp_linear_tid = wp_linear_contiguous;
+    wp_args_push_61a45b67 wp_contiguous_args;
+    if constexpr (wp_linear_contiguous)
+    {
+        wp_contiguous_args = *_wp_args;
+        wp_contiguous_args.v.strides[0] = sizeof(wp::vec_t<3, wp::float32>);
+        wp_contiguous_args.x.strides[0] = sizeof(wp::float32);
+        _wp_args = &wp_contiguous_args;
+    }
+    //---------
+    // argument vars
+    wp::array_t<wp::vec_t<3, wp::float32>> var_v = _wp_args->v;
+    wp::array_t<wp::float32> var_x = _wp_args->x;
+    wp::vec_t<3, wp::float32> var_g = _wp_args->g;
+    wp::float32 var_dt = _wp_args->dt;
+    //---------
+    // primal vars
+    wp::int32 var_0;
+    wp::vec_t<3, wp::float32>* var_1;
+    wp::vec_t<3, wp::float32> var_2;
+    wp::vec_t<3, wp::float32> var_3;
+    wp::vec_t<3, wp::float32> var_4;
+    wp::float32* var_5;
+    wp::vec_t<3, wp::float32>* var_6;
+    const wp::int32 var_7 = 1;
+    wp::float32 var_8;
+    wp::vec_t<3, wp::float32> var_9;
+    wp::float32 var_10;
+    wp::float32 var_11;
+    wp::float32 var_12;
+    //---------
+    // forward
+    // def push(v: wp.array(dtype=wp.vec3), x: wp.array(dtype=float), g: wp.vec3, dt: float):       <L 87>
+    // i = wp.tid()                                                                           <L 88>
+    var_0 = builtin_tid1d();
+    // v[i] = v[i] + g * dt                                                                   <L 89>
+    var_1 = wp::address(var_v, var_0);
+    var_2 = wp::mul(var_g, var_dt);
+    var_4 = wp::load(var_1);
+    var_3 = wp::add(var_4, var_2);
+    wp::array_store(var_v, var_0, var_3);
+    // x[i] = x[i] + v[i][1] * dt                                                             <L 90>
+    var_5 = wp::address(var_x, var_0);
+    var_6 = wp::address(var_v, var_0);
+    var_9 = wp::load(var_6);
+    var_8 = wp::extract(var_9, var_7);
+    var_10 = wp::mul(var_8, var_dt);
+    var_12 = wp::load(var_5);
+    var_11 = wp::add(var_12, var_10);
+    wp::array_store(var_x, var_0, var_11);
+}
+
+
+
+template <bool wp_linear_contiguous>
+static void push_61a45b67_cpu_kernel_backward(
+    wp::launch_bounds_t<1> dim,
+    size_t task_index,
+    wp_args_push_61a45b67 *_wp_args,
+    wp_args_push_61a45b67 *_wp_adj_args)
+{
+    static constexpr bool wp_linear_tid = wp_linear_contiguous;
+    wp_args_push_61a45b67 wp_contiguous_args;
+    wp_args_push_61a45b67 wp_contiguous_adj_args;
+    if constexpr (wp_linear_contiguous)
+    {
+        wp_contiguous_args = *_wp_args;
+        wp_contiguous_adj_args = *_wp_adj_args;
+        wp_contiguous_args.v.strides[0] = sizeof(wp::vec_t<3, wp::float32>);
+        wp_contiguous_adj_args.v.strides[0] = sizeof(wp::vec_t<3, wp::float32>);
+        wp_contiguous_args.x.strides[0] = sizeof(wp::float32);
+        wp_contiguous_adj_args.x.strides[0] = sizeof(wp::float32);
+        _wp_args = &wp_contiguous_args;
+        _wp_adj_args = &wp_contiguous_adj_args;
+    }
+    //---------
+    // argument vars
+    wp::array_t<wp::vec_t<3, wp::float32>> var_v = _wp_args->v;
+    wp::array_t<wp::float32> var_x = _wp_args->x;
+    wp::vec_t<3, wp::float32> var_g = _wp_args->g;
+    wp::float32 var_dt = _wp_args->dt;
+    wp::array_t<wp::vec_t<3, wp::float32>> adj_v = _wp_adj_args->v;
+    wp::array_t<wp::float32> adj_x = _wp_adj_args->x;
+    wp::vec_t<3, wp::float32> adj_g = _wp_adj_args->g;
+    wp::float32 adj_dt = _wp_adj_args->dt;
+    //---------
+    // primal vars
+    wp::int32 var_0;
+    wp::vec_t<3, wp::float32>* var_1;
+    wp::vec_t<3, wp::float32> var_2;
+    wp::vec_t<3, wp::float32> var_3;
+    wp::vec_t<3, wp::float32> var_4;
+    wp::float32* var_5;
+    wp::vec_t<3, wp::float32>* var_6;
+    const wp::int32 var_7 = 1;
+    wp::float32 var_8;
+    wp::vec_t<3, wp::float32> var_9;
+    wp::float32 var_10;
+    wp::float32 var_11;
+    wp::float32 var_12;
+    //---------
+    // dual vars
+    wp::int32 adj_0 = {};
+    wp::vec_t<3, wp::float32> adj_1 = {};
+    wp::vec_t<3, wp::float32> adj_2 = {};
+    wp::vec_t<3, wp::float32> adj_3 = {};
+    wp::vec_t<3, wp::float32> adj_4 = {};
+    wp::float32 adj_5 = {};
+    wp::vec_t<3, wp::float32> adj_6 = {};
+    wp::int32 adj_7 = {};
+    wp::float32 adj_8 = {};
+    wp::vec_t<3, wp::float32> adj_9 = {};
+    wp::float32 adj_10 = {};
+    wp::float32 adj_11 = {};
+    wp::float32 adj_12 = {};
+    //---------
+    // forward
+    // def push(v: wp.array(dtype=wp.vec3), x: wp.array(dtype=float), g: wp.vec3, dt: float):       <L 87>
+    // i = wp.tid()                                                                           <L 88>
+    var_0 = builtin_tid1d();
+    // v[i] = v[i] + g * dt                                                                   <L 89>
+    var_1 = wp::address(var_v, var_0);
+    var_2 = wp::mul(var_g, var_dt);
+    var_4 = wp::load(var_1);
+    var_3 = wp::add(var_4, var_2);
+    // wp::array_store(var_v, var_0, var_3);
+    // x[i] = x[i] + v[i][1] * dt                                                             <L 90>
+    var_5 = wp::address(var_x, var_0);
+    var_6 = wp::address(var_v, var_0);
+    var_9 = wp::load(var_6);
+    var_8 = wp::extract(var_9, var_7);
+    var_10 = wp::mul(var_8, var_dt);
+    var_12 = wp::load(var_5);
+    var_11 = wp::add(var_12, var_10);
+    // wp::array_store(var_x, var_0, var_11);
+    //---------
+    // reverse
+    wp::adj_array_store(var_x, var_0, var_11, adj_x, adj_0, adj_11);
+    wp::adj_add(var_12, var_10, adj_5, adj_10, adj_11);
+    wp::adj_mul(var_8, var_dt, adj_8, adj_dt, adj_10);
+    wp::adj_extract(var_9, var_7, adj_6, adj_7, adj_8);
+    wp::adj_address(var_v, var_0, adj_v, adj_0, adj_6);
+    wp::adj_address(var_x, var_0, adj_x, adj_0, adj_5);
+    // adj: x[i] = x[i] + v[i][1] * dt                                                        <L 90>
+    wp::adj_array_store(var_v, var_0, var_3, adj_v, adj_0, adj_3);
+    wp::adj_add(var_4, var_2, adj_1, adj_2, adj_3);
+    wp::adj_mul(var_g, var_dt, adj_g, adj_dt, adj_2);
+    wp::adj_address(var_v, var_0, adj_v, adj_0, adj_1);
+    // adj: v[i] = v[i] + g * dt                                                              <L 89>
+    // adj: i = wp.tid()                                                                      <L 88>
+    // adj: def push(v: wp.array(dtype=wp.vec3), x: wp.array(dtype=float), g: wp.vec3, dt: float):  <L 87>
+    return;
+}
+
+
+
+template <bool wp_linear_contiguous>
+static WP_FORCEINLINE void push_61a45b67_cpu_forward_tasks(
+    wp::launch_bounds_t<1> *dim,
+    wp_args_push_61a45b67 *_wp_args)
+{
+    for (size_t task_index = 0; task_index < dim->size; ++task_index)
+    {
+        push_61a45b67_cpu_kernel_forward<wp_linear_contiguous>(*dim, task_index, _wp_args);
+    }
+}
+
+static WP_FORCEINLINE void push_61a45b67_cpu_forward_dispatch(
+    wp::launch_bounds_t<1> *dim,
+    wp_args_push_61a45b67 *_wp_args)
+{
+    wp::tile_shared_storage_t tile_mem;
+#if defined(WP_ENABLE_TILES_IN_STACK_MEMORY)
+    wp::shared_tile_storage = &tile_mem;
+#endif
+
+    const bool wp_linear_contiguous = dim->coord_mult == 1 && ((_wp_args->v.strides[0] == (int)sizeof(wp::vec_t<3, wp::float32>)) & (_wp_args->x.strides[0] == (int)sizeof(wp::float32)));
+    if (wp_linear_contiguous)
+        push_61a45b67_cpu_forward_tasks<true>(dim, _wp_args);
+    else
+        push_61a45b67_cpu_forward_tasks<false>(dim, _wp_args);
+}
+
+extern "C" {
+
+// Python CPU entry points
+WP_API void push_61a45b67_cpu_forward(
+    wp::launch_bounds_t<1> *dim,
+    wp_args_push_61a45b67 *_wp_args)
+{
+    push_61a45b67_cpu_forward_dispatch(dim, _wp_args);
+}
+
+} // extern C
+
+
+
+template <bool wp_linear_contiguous>
+static WP_FORCEINLINE void push_61a45b67_cpu_backward_tasks(
+    wp::launch_bounds_t<1> *dim,
+    wp_args_push_61a45b67 *_wp_args,
+    wp_args_push_61a45b67 *_wp_adj_args)
+{
+    for (size_t task_index = 0; task_index < dim->size; ++task_index)
+    {
+        push_61a45b67_cpu_kernel_backward<wp_linear_contiguous>(
+            *dim, task_index, _wp_args, _wp_adj_args);
+    }
+}
+
+static WP_FORCEINLINE void push_61a45b67_cpu_backward_dispatch(
+    wp::launch_bounds_t<1> *dim,
+    wp_args_push_61a45b67 *_wp_args,
+    wp_args_push_61a45b67 *_wp_adj_args)
+{
+    wp::tile_shared_storage_t tile_mem;
+#if defined(WP_ENABLE_TILES_IN_STACK_MEMORY)
+    wp::shared_tile_storage = &tile_mem;
+#endif
+
+    const bool wp_linear_contiguous = dim->coord_mult == 1 && ((_wp_args->v.strides[0] == (int)sizeof(wp::vec_t<3, wp::float32>)) & (_wp_adj_args->v.strides[0] == (int)sizeof(wp::vec_t<3, wp::float32>)) & (_wp_args->x.strides[0] == (int)sizeof(wp::float32)) & (_wp_adj_args->x.strides[0] == (int)sizeof(wp::float32)));
+    if (wp_linear_contiguous)
+        push_61a45b67_cpu_backward_tasks<true>(dim, _wp_args, _wp_adj_args);
+    else
+        push_61a45b67_cpu_backward_tasks<false>(dim, _wp_args, _wp_adj_args);
+}
+
+extern "C" {
+
+WP_API void push_61a45b67_cpu_backward(
+    wp::launch_bounds_t<1> *dim,
+    wp_args_push_61a45b67 *_wp_args,
+    wp_args_push_61a45b67 *_wp_adj_args)
+{
+    push_61a45b67_cpu_backward_dispatch(dim, _wp_args, _wp_adj_args);
+}
+
+} // extern C
+
 struct wp_args_decrement_cbf26bfc {
     wp::array_t<wp::int32> counter;
 };
@@ -394,8 +647,8 @@ static void decrement_cbf26bfc_cpu_kernel_forward(
     const wp::int32 var_5 = 0;
     //---------
     // forward
-    // def decrement(counter: wp.array(dtype=wp.int32)):                                      <L 54>
-    // counter[0] = counter[0] - 1                                                            <L 55>
+    // def decrement(counter: wp.array(dtype=wp.int32)):                                      <L 61>
+    // counter[0] = counter[0] - 1                                                            <L 62>
     var_1 = wp::address(var_counter, var_0);
     var_4 = wp::load(var_1);
     var_3 = wp::sub(var_4, var_2);
@@ -435,8 +688,8 @@ static void decrement_cbf26bfc_cpu_kernel_backward(
     wp::int32 adj_5 = {};
     //---------
     // forward
-    // def decrement(counter: wp.array(dtype=wp.int32)):                                      <L 54>
-    // counter[0] = counter[0] - 1                                                            <L 55>
+    // def decrement(counter: wp.array(dtype=wp.int32)):                                      <L 61>
+    // counter[0] = counter[0] - 1                                                            <L 62>
     var_1 = wp::address(var_counter, var_0);
     var_4 = wp::load(var_1);
     var_3 = wp::sub(var_4, var_2);
@@ -446,8 +699,8 @@ static void decrement_cbf26bfc_cpu_kernel_backward(
     wp::adj_array_store(var_counter, var_5, var_3, adj_counter, adj_5, adj_3);
     wp::adj_sub(var_4, var_2, adj_1, adj_2, adj_3);
     wp::adj_address(var_counter, var_0, adj_counter, adj_0, adj_1);
-    // adj: counter[0] = counter[0] - 1                                                       <L 55>
-    // adj: def decrement(counter: wp.array(dtype=wp.int32)):                                 <L 54>
+    // adj: counter[0] = counter[0] - 1                                                       <L 62>
+    // adj: def decrement(counter: wp.array(dtype=wp.int32)):                                 <L 61>
     return;
 }
 
@@ -560,10 +813,10 @@ static void scale_eb32458a_cpu_kernel_forward(
     wp::float32 var_3;
     //---------
     // forward
-    // def scale(x: wp.array(dtype=float), factor: float):                                    <L 43>
-    // i = wp.tid()                                                                           <L 44>
+    // def scale(x: wp.array(dtype=float), factor: float):                                    <L 50>
+    // i = wp.tid()                                                                           <L 51>
     var_0 = builtin_tid1d();
-    // x[i] = x[i] * factor                                                                   <L 45>
+    // x[i] = x[i] * factor                                                                   <L 52>
     var_1 = wp::address(var_x, var_0);
     var_3 = wp::load(var_1);
     var_2 = wp::mul(var_3, var_factor);
@@ -611,10 +864,10 @@ static void scale_eb32458a_cpu_kernel_backward(
     wp::float32 adj_3 = {};
     //---------
     // forward
-    // def scale(x: wp.array(dtype=float), factor: float):                                    <L 43>
-    // i = wp.tid()                                                                           <L 44>
+    // def scale(x: wp.array(dtype=float), factor: float):                                    <L 50>
+    // i = wp.tid()                                                                           <L 51>
     var_0 = builtin_tid1d();
-    // x[i] = x[i] * factor                                                                   <L 45>
+    // x[i] = x[i] * factor                                                                   <L 52>
     var_1 = wp::address(var_x, var_0);
     var_3 = wp::load(var_1);
     var_2 = wp::mul(var_3, var_factor);
@@ -624,9 +877,9 @@ static void scale_eb32458a_cpu_kernel_backward(
     wp::adj_array_store(var_x, var_0, var_2, adj_x, adj_0, adj_2);
     wp::adj_mul(var_3, var_factor, adj_1, adj_factor, adj_2);
     wp::adj_address(var_x, var_0, adj_x, adj_0, adj_1);
-    // adj: x[i] = x[i] * factor                                                              <L 45>
-    // adj: i = wp.tid()                                                                      <L 44>
-    // adj: def scale(x: wp.array(dtype=float), factor: float):                               <L 43>
+    // adj: x[i] = x[i] * factor                                                              <L 52>
+    // adj: i = wp.tid()                                                                      <L 51>
+    // adj: def scale(x: wp.array(dtype=float), factor: float):                               <L 50>
     return;
 }
 
