@@ -2,7 +2,8 @@
 graph, and a load where the saved CUBIN / PTX cannot be used compiles it for the local GPU.
 
 Save: for every module, the ``.cu`` Warp generated for it (next to its ``.cubin`` / ``.ptx`` in the
-kernel cache, or kept by a loaded graph) is written to ``<stem>_modules/<name>.<sha16>.cu`` and the
+kernel cache, or kept by a loaded graph) is written to ``<stem>_modules/<warp name>.<sha16>.cu`` (Warp's
+own file name, under which the loader compiles it, with the source's SHA-256 added) and the
 module's entry gets the optional ``source`` map of CPU graphs (``apic.format.source``; docs/FORMAT.md
 2.5.1), with the options Warp's ``build_cuda`` takes. A module whose binary the source alone cannot
 rebuild (``strip_hash``, the LLVM CUDA backend, extra include folders, linked LTO-IR / fatbin inputs
@@ -35,6 +36,7 @@ from apic.targets import cuda as cuda_target
 
 SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cu")
 _BINARY_SUFFIX = re.compile(r"\.sm\d+[a-z]?\.(cubin|ptx)$")
+_DIGEST_SUFFIX = re.compile(r"\.[0-9a-f]{16}\.cu$")
 # what marks a module whose binary links LTO-IR or fatbin inputs: Warp 1.19's marker, or (earlier
 # releases) the MathDx forward declarations Warp writes into the source
 _LINK_INPUTS = re.compile(
@@ -67,8 +69,15 @@ def _blockers(source: bytes, options: dict) -> list[str]:
     return reasons
 
 
-def _module_source(graph, index: int, info) -> tuple[bytes, dict]:
-    """The generated ``.cu`` of module ``index`` of a CUDA graph and the options it was built with."""
+def program_name(file: str) -> str:
+    """The name a saved source ``<stem>.<sha16>.cu`` is compiled under: ``<stem>.cu``, the name Warp
+    compiled it under (NVRTC records it in the binary)."""
+    return _DIGEST_SUFFIX.sub(".cu", file)
+
+
+def _module_source(graph, index: int, info) -> tuple[bytes, dict, str]:
+    """The generated ``.cu`` of module ``index`` of a CUDA graph, the options it was built with and the
+    name Warp compiled it under."""
     kept = getattr(graph, "module_source", None)  # a loaded graph keeps what it was loaded with
     if kept is not None:
         found = kept(index)
@@ -92,7 +101,7 @@ def _module_source(graph, index: int, info) -> tuple[bytes, dict]:
     blockers = _blockers(data, options)
     if blockers:
         raise CaptureError("; ".join(blockers))
-    return data, {key: options[key] for key in _OPTIONS}
+    return data, {key: options[key] for key in _OPTIONS}, os.path.basename(path)
 
 
 def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
@@ -109,9 +118,10 @@ def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
     if problems:
         raise CaptureError("capture_save(source_fallback=True) of a CUDA graph: the source cannot rebuild "
                            + "; ".join(problems))
-    for (data, options), entry in zip(found, doc["modules"]):
+    for (data, options, name), entry in zip(found, doc["modules"]):
         digest = hashlib.sha256(data).hexdigest()
-        file = f"{entry['file'].rsplit('.', 2)[0]}.{digest[:16]}.cu"
+        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name[: -len(".cu")]).strip(".")[:160] or "module"
+        file = f"{stem}.{digest[:16]}.cu"
         images[file] = data
         entry["source"] = {"file": file, "sha256": digest, "size": len(data), "options": dict(options)}
 
@@ -194,7 +204,8 @@ def _compile(module, found: Images, gpu_arch: int, why: str):
     data = source_format.checked_source(module, found.sources.get, found.origin, why)
     arch, suffix, kind = compile_target(gpu_arch, module.arch_suffix)
     try:
-        image = _compat.compile_cuda_source(data, module.source.options, arch, suffix, kind, module.source.file)
+        image = _compat.compile_cuda_source(data, module.source.options, arch, suffix, kind,
+                                            program_name(module.source.file))
     except Exception as error:  # Warp's compiler: any failure is this module's, reported with it
         raise IncompatibleGraphError(
             f"{why}; compiling the saved source of module '{module.name}' for sm_{arch}{suffix} with warp-lang "
@@ -243,5 +254,6 @@ def rebuilt_after_rejection(saved, index: int, found, gpu_arch: int, error: Exce
 
 
 def kept_source(module, found):
-    """What a loaded module keeps for a later ``source_fallback`` save: ``(source, options)`` or None."""
-    return source_format.kept_source(module, found)
+    """What a loaded module keeps for a later ``source_fallback`` save: ``(source, options, name)`` or None."""
+    kept = source_format.kept_source(module, found)
+    return None if kept is None else (*kept, program_name(module.source.file))
