@@ -16,6 +16,8 @@ import glob
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import types
 
 import msgpack
@@ -310,3 +312,40 @@ def test_compile_target_follows_warps_choice():
     assert cuda_source.compile_target(86, "a") == (86, "", "cubin")  # "a" needs sm_90+
     with pytest.raises(IncompatibleGraphError, match="cannot compile CUDA code for sm_10"):
         cuda_source.compile_target(10, "")
+
+
+_CHILD = """
+import os, sys, tempfile
+import warp as wp
+wp.config.kernel_cache_dir = tempfile.mkdtemp()  # none of the parent's builds: only the saved files
+if hasattr(wp, "LOG_WARNING"):
+    wp.config.log_level = wp.LOG_WARNING
+wp.config.quiet = True
+path, out, mode, tests = sys.argv[1:5]
+sys.path.insert(0, tests)
+import apic
+from apic import _compat
+from test_cuda_python_offline import FakeDevice
+device = FakeDevice(_compat.cuda_driver(), arch=86)
+_compat.cuda_driver = lambda: device
+if mode == "file":
+    graph = wp.capture_load(path, device="cuda:0")
+else:
+    folder = path + "_modules"
+    modules = {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)}
+    graph = wp.capture_load_from_bytes(open(path + ".wrp", "rb").read(), modules, device="cuda:0")
+graph.launch()
+(image,) = [bytes(a[0]) for a in device.named("cuModuleLoadData") if b"apic_fill" not in bytes(a[0])]
+with open(out, "wb") as f:
+    f.write(image)
+"""
+
+
+@pytest.mark.parametrize("mode", ["file", "bytes"])
+def test_a_fresh_process_compiles_the_saved_source(aot, cu, tmp_path, mode):  # noqa: F811
+    path = _save(aot, tmp_path)
+    out = tmp_path / "image.cubin"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-c", _CHILD, path, str(out), mode, tests], check=True, env=env)
+    assert out.read_bytes() == _warp_build(aot, 86, False, tmp_path)
