@@ -435,14 +435,15 @@ def cuda_build_options(module) -> dict:
     ``strip_hash``, ``llvm_cuda`` and ``extra_cuda_include_dirs`` (what a source fallback cannot carry).
 
     warp 1.19 resolves them with ``Module.resolve_options``; earlier versions take the module's own
-    options with ``config.mode`` / ``config.optimization_level`` / ``config.verify_fp`` filled in. An
-    unset optimization level is Warp's CUDA default, 3.
+    options with ``config.mode`` / ``config.optimization_level`` / ``config.verify_fp`` /
+    ``config.llvm_cuda`` filled in. An unset optimization level is Warp's CUDA default, 3.
     """
     if hasattr(type(module), "resolve_options"):  # probed on the class: warp 1.12's __getattr__ recurses
         options = dict(module.resolve_options(wp.config))
     else:
         options = dict(vars(module).get("options") or {})
         options["verify_fp"] = bool(getattr(wp.config, "verify_fp", False))
+        options["llvm_cuda"] = bool(getattr(wp.config, "llvm_cuda", False))  # build_cuda reads the config
         if options.get("optimization_level") is None:
             options["optimization_level"] = getattr(wp.config, "optimization_level", None)
     level = options.get("optimization_level")

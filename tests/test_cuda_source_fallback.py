@@ -162,6 +162,21 @@ def test_save_refuses_a_source_that_cannot_rebuild_the_binary(aot, tmp_path, edi
 
 
 @pytest.mark.parametrize(
+    "where, option, message",
+    [("module", "strip_hash", "strip_hash=True"), ("config", "llvm_cuda", "LLVM CUDA backend")],
+)
+def test_save_refuses_options_the_source_cannot_carry(aot, tmp_path, monkeypatch, where, option, message):
+    if where == "module":
+        monkeypatch.setitem(ck.saxpy.module.options, option, True)
+    elif not hasattr(wp.config, option):
+        pytest.skip(f"warp-lang {wp.config.version} has no wp.config.{option}")
+    else:
+        monkeypatch.setattr(wp.config, option, True)
+    with pytest.raises(CaptureError, match=rf"module 'cuda_kernels': .*{message}"):
+        wp.capture_save(_graph(aot[0]), str(tmp_path / "g"), source_fallback=True)
+
+
+@pytest.mark.parametrize(
     "field, value, message",
     [
         ("file", "module.0123456789abcdef.cpp", "not a valid source file name"),

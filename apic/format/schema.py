@@ -30,8 +30,9 @@ Changelog (one entry per format version; never change the meaning of a written v
   file.
   2026-11-25, still version 2: optional kernel keys ``args_size`` / ``adj_args_size`` (the packed
   argument struct's size; files without them still read, their launches checked against each other),
-  and the optional module key ``source`` (``source_fallback=True``: generated C++ and build options;
-  docs/FORMAT.md 2.5.1), both also valid in version 1 files: readers that predate them ignore them.
+  and the optional module key ``source`` (``source_fallback=True``: generated C++, or CUDA ``.cu`` in a
+  CUDA graph, and build options; docs/FORMAT.md 2.5.1 and 8), both also valid in version 1 files:
+  readers that predate them ignore them.
   Every version is read more strictly since: repeated map keys, launch bounds that are not Warp's for
   the op's ``dim``, backward jumps that do not return to a loop's branch, and a cuBQL Bvh rebuild at
   replay are refused.
