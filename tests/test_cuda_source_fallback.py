@@ -147,7 +147,7 @@ def _copy_build(aot, tmp_path, edit=None) -> str:
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (None, r"generated source of Warp module 'cuda_kernels' is not in the kernel cache"),
+        (None, r"its generated source is not in the kernel cache next to its binary"),
         (lambda d: b"#define WP_LTO_LINK_INPUTS 1\n" + d, "links LTO-IR or fatbin inputs"),
         (lambda d: b'#include "not_a_warp_header.h"\n' + d, "includes 'not_a_warp_header.h'"),
     ],
@@ -155,7 +155,7 @@ def _copy_build(aot, tmp_path, edit=None) -> str:
 )
 def test_save_refuses_a_source_that_cannot_rebuild_the_binary(aot, tmp_path, edit, message):
     binary = _copy_build(aot, tmp_path, edit)
-    with pytest.raises(CaptureError, match=rf"module 'cuda_kernels': .*{message}"):
+    with pytest.raises(CaptureError, match=rf"of a CUDA graph: .*Warp module 'cuda_kernels': .*{message}"):
         wp.capture_save(_graph(binary), str(tmp_path / "g"), source_fallback=True)
     assert not os.path.exists(tmp_path / "g.wrp")
     wp.capture_save(_graph(binary), str(tmp_path / "g"))  # without source_fallback the binary is enough
@@ -172,7 +172,7 @@ def test_save_refuses_options_the_source_cannot_carry(aot, tmp_path, monkeypatch
         pytest.skip(f"warp-lang {wp.config.version} has no wp.config.{option}")
     else:
         monkeypatch.setattr(wp.config, option, True)
-    with pytest.raises(CaptureError, match=rf"module 'cuda_kernels': .*{message}"):
+    with pytest.raises(CaptureError, match=rf"of a CUDA graph: .*Warp module 'cuda_kernels': .*{message}"):
         wp.capture_save(_graph(aot[0]), str(tmp_path / "g"), source_fallback=True)
 
 
@@ -364,3 +364,22 @@ def test_a_fresh_process_compiles_the_saved_source(aot, cu, tmp_path, mode):  # 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run([sys.executable, "-c", _CHILD, path, str(out), mode, tests], check=True, env=env)
     assert out.read_bytes() == _warp_build(aot, 86, False, tmp_path)
+
+
+def test_a_source_that_does_not_compile_is_reported_with_why_it_was_needed(aot, cu, tmp_path, monkeypatch):  # noqa: F811
+    path = _save(aot, tmp_path)
+    broken = b"this is not CUDA code;\n"
+    with open(_source_path(path), "wb") as f:
+        f.write(broken)
+    body = _body(path)
+    body["modules"][0]["source"].update(sha256=hashlib.sha256(broken).hexdigest(), size=len(broken))
+    _rewrite(path, body)
+    with pytest.raises(IncompatibleGraphError, match=r"CUBIN built for sm_75, and this GPU is sm_86.*compiling the "
+                                                     r"saved source of module 'cuda_kernels' for sm_86 .* failed"):
+        _load(cu, monkeypatch, path, arch=86)
+
+
+def test_a_loaded_graph_without_source_is_not_saved_with_it(aot, cu, tmp_path, monkeypatch):  # noqa: F811
+    _, graph = _load(cu, monkeypatch, _save(aot, tmp_path, source_fallback=False), arch=ARCH)
+    with pytest.raises(CaptureError, match="Warp module 'cuda_kernels': this loaded graph has no saved source"):
+        wp.capture_save(graph, str(tmp_path / "again"), source_fallback=True)

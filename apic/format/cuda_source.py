@@ -82,10 +82,8 @@ def _module_source(graph, index: int, info) -> tuple[bytes, dict, str]:
     if kept is not None:
         found = kept(index)
         if found is None:
-            raise CaptureError(
-                f"capture_save(source_fallback=True): Warp module '{info.name}' of this loaded graph has no saved "
-                "source (the file it was loaded from was saved without source_fallback=True)"
-            )
+            raise CaptureError("this loaded graph has no saved source for it (the file it was loaded from was "
+                               "saved without source_fallback=True)")
         return found
     binary = info.module_exec.binary_path()
     path = _BINARY_SUFFIX.sub(".cu", binary)
@@ -93,10 +91,8 @@ def _module_source(graph, index: int, info) -> tuple[bytes, dict, str]:
         with open(path, "rb") as f:
             data = f.read()
     except OSError:
-        raise CaptureError(
-            f"capture_save(source_fallback=True): the generated source of Warp module '{info.name}' is not in "
-            f"the kernel cache next to its binary ({binary}); was the cache cleared after the capture?"
-        ) from None
+        raise CaptureError(f"its generated source is not in the kernel cache next to its binary ({binary}); "
+                           "was the cache cleared after the capture?") from None
     options = _compat.cuda_build_options(info.module_exec.module)
     blockers = _blockers(data, options)
     if blockers:
@@ -114,10 +110,10 @@ def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
         try:
             found.append(_module_source(graph, index, info))
         except CaptureError as error:
-            problems.append(f"module '{info.name}': {str(error).removeprefix('capture_save(source_fallback=True): ')}")
+            problems.append(f"Warp module '{info.name}': {error}")
     if problems:
-        raise CaptureError("capture_save(source_fallback=True) of a CUDA graph: the source cannot rebuild "
-                           + "; ".join(problems))
+        raise CaptureError("capture_save(source_fallback=True) of a CUDA graph: no source that rebuilds the binary "
+                           "of " + "; ".join(problems))
     for (data, options, name), entry in zip(found, doc["modules"]):
         digest = hashlib.sha256(data).hexdigest()
         stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name[: -len(".cu")]).strip(".")[:160] or "module"
@@ -246,7 +242,7 @@ def rebuilt_after_rejection(saved, index: int, found, gpu_arch: int, error: Exce
     Re-raises ``error`` where the module has no source, or was compiled here already.
     """
     module = saved.modules[index]
-    if module.source is None or module.file in getattr(found, "compiled", ()):
+    if module.source is None or module.file in found.compiled:
         raise error
     modules = list(saved.modules)
     modules[index] = _compile(module, found, gpu_arch, str(error).rstrip("."))

@@ -398,7 +398,7 @@ class LoadedCudaGraph(CudaGraph):
         return host[:nbytes].tobytes()
 
     def module_source(self, index: int):
-        """``(source, options)`` module ``index`` was saved with (``source_fallback=True``), or None."""
+        """``(source, options, name)`` module ``index`` was saved with (``source_fallback=True``), or None."""
         return cuda_source.kept_source(self.saved.modules[index], self._images)
 
     def module_image(self, index: int):
