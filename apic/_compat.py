@@ -437,6 +437,71 @@ def compile_cpu_source(source: bytes, options: dict) -> bytes:
             return f.read()
 
 
+def cuda_build_options(module) -> dict:
+    """The options Warp compiles the Warp ``module`` with for CUDA (what ``build_cuda`` is given), plus
+    ``strip_hash``, ``llvm_cuda`` and ``extra_cuda_include_dirs`` (what a source fallback cannot carry).
+
+    warp 1.19 resolves them with ``Module.resolve_options``; earlier versions take the module's own
+    options with ``config.mode`` / ``config.optimization_level`` / ``config.verify_fp`` /
+    ``config.llvm_cuda`` filled in. An unset optimization level is Warp's CUDA default, 3.
+    """
+    if hasattr(type(module), "resolve_options"):  # probed on the class: warp 1.12's __getattr__ recurses
+        options = dict(module.resolve_options(wp.config))
+    else:
+        options = dict(vars(module).get("options") or {})
+        options["verify_fp"] = bool(getattr(wp.config, "verify_fp", False))
+        options["llvm_cuda"] = bool(getattr(wp.config, "llvm_cuda", False))  # build_cuda reads the config
+        if options.get("optimization_level") is None:
+            options["optimization_level"] = getattr(wp.config, "optimization_level", None)
+    level = options.get("optimization_level")
+    return {
+        "mode": str(options.get("mode") or wp.config.mode or "release"),
+        "optimization_level": 3 if level is None else int(level),
+        "verify_fp": bool(options.get("verify_fp", False)),
+        "fast_math": bool(options.get("fast_math", False)),
+        "fuse_fp": bool(options.get("fuse_fp", True)),
+        "lineinfo": bool(options.get("lineinfo", False)),
+        "strip_hash": bool(options.get("strip_hash", False)),
+        "llvm_cuda": bool(options.get("llvm_cuda", False)),
+        "extra_cuda_include_dirs": tuple(options.get("extra_cuda_include_dirs") or ()),
+    }
+
+
+def nvrtc_archs() -> tuple[int, ...]:
+    """The GPU architectures this Warp's NVRTC compiles for (empty where Warp has no CUDA compiler)."""
+    return tuple(sorted(getattr(runtime(), "nvrtc_supported_archs", None) or ()))
+
+
+def warp_native_dir() -> str:
+    """The folder of Warp's native headers, which NVRTC includes generated CUDA source from."""
+    return os.path.join(os.path.dirname(os.path.abspath(wp.__file__)), "native")
+
+
+def compile_cuda_source(source: bytes, options: dict, arch: int, suffix: str, kind: str, name: str) -> bytes:
+    """Compile a module's generated CUDA source with this process's Warp (``warp._src.build.build_cuda``,
+    NVRTC: no GPU needed) to a ``kind`` (``"cubin"`` / ``"ptx"``) for ``sm_<arch><suffix>``; its bytes.
+
+    ``name`` is the file name the source is compiled under. The precompiled-header folder is the one
+    Warp uses (``get_nvrtc_pch_dir`` from 1.19, ``get_pch_dir`` or the build folder before).
+    """
+    rt = runtime()
+    accepted = inspect.signature(wp_build.build_cuda).parameters
+    kwargs = {"config": options["mode"], "optimization_level": options["optimization_level"],
+              "verify_fp": options["verify_fp"], "fast_math": options["fast_math"], "fuse_fp": options["fuse_fp"],
+              "lineinfo": options["lineinfo"], "arch_suffix": suffix}
+    with tempfile.TemporaryDirectory(prefix="apic-cuda-source-") as folder:
+        cu_path = os.path.join(folder, name)
+        out_path = os.path.join(folder, f"{name[: -len('.cu')]}.sm{arch}{suffix}.{kind}")
+        with open(cu_path, "wb") as f:
+            f.write(source)
+        pch = getattr(rt, "get_nvrtc_pch_dir", None)
+        pch_dir = pch() if pch is not None else (rt.get_pch_dir() or folder)
+        wp_build.build_cuda(cu_path, arch, out_path, pch_dir=pch_dir,
+                            **{key: value for key, value in kwargs.items() if key in accepted})
+        with open(out_path, "rb") as f:
+            return f.read()
+
+
 def is_plain_array_type(arg_type) -> bool:
     """True when a kernel argument's type is a regular ``wp.array`` (not indexed, not Fabric).
 

@@ -45,10 +45,11 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         path: Output path; ``.wrp`` is added if missing.
         inputs: Named input arrays, e.g. ``{"positions": pos}``.
         outputs: Named output arrays, e.g. ``{"results": out}``.
-        source_fallback: Also keep each module's generated C++ and build options, so that a load where
-            a saved object cannot be used (another CPU's instruction set, another warp-lang's native
-            layouts, a missing or corrupt object) compiles the source with that machine's Warp instead
-            of refusing (docs/FORMAT.md). CPU graphs only, for now.
+        source_fallback: Also keep each module's generated source (C++, or CUDA ``.cu``) and build
+            options, so that a load where a saved object cannot be used (another CPU's instruction set,
+            another warp-lang's native layouts; a CUBIN / PTX the GPU cannot run or its driver rejects;
+            a missing or corrupt object) compiles the source with that machine's Warp instead of
+            refusing (docs/FORMAT.md).
 
     A named array no captured operation touches is saved as extra graph memory (its current
     contents), as upstream does: the loaded graph's ``set_param`` / ``get_param`` reach it, and no
@@ -58,7 +59,8 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     keeps its parameters (a binding given here replaces one of the same name).
 
     Raises:
-        RuntimeError: If the graph was not captured with ``apic=True`` (``apic.CaptureError``).
+        RuntimeError: If the graph was not captured with ``apic=True``, or, with ``source_fallback=True``,
+            a module's source is missing or cannot rebuild its binary (``apic.CaptureError``).
         TypeError: If ``graph`` is not an apic graph or a binding is not a Warp array.
         ValueError: If a binding name is used twice, or (``apic.BindingError``) an array lies partly
             inside and partly outside memory the graph uses.
@@ -70,10 +72,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
         from apic.format import cuda as cuda_format  # lazy, as above
 
-        if source_fallback:
-            raise NotImplementedError("capture_save(source_fallback=True) of a CUDA graph: apic keeps the generated "
-                                      "source of CPU modules only, for now")
-        cuda_format.save(graph, path, inputs, outputs)
+        cuda_format.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback))
         return
     if not isinstance(graph, Graph):
         raise TypeError(

@@ -131,6 +131,11 @@ def test_saved_graph_replays_with_cuda_python(tmp_path, mode):
     # the file's contents are the state at save time: an eager run from that state is the oracle
     graph = wp.capture_load(str(tmp_path / "g"), device=DEV)
     assert graph.is_loaded and type(graph).__name__ == "LoadedCudaGraph"
+    _replays_as_eager(graph, mode)
+
+
+def _replays_as_eager(graph, mode: str = "graph") -> None:
+    """A loaded graph of ``_saved``'s capture replays as ``step`` runs eagerly, bit for bit."""
     graph.mode = mode
     eager = make_state()
     step(eager)  # the warm-up before the capture: the saved contents are the state after it
@@ -196,6 +201,27 @@ np.save({str(tmp_path / 'y.npy')!r}, out.numpy())
     out = wp.empty(N, dtype=wp.float32, device="cpu")
     graph.get_param("y", out)
     assert np.array_equal(np.load(tmp_path / "y.npy"), out.numpy())
+
+
+def test_source_fallback_compiles_where_the_saved_code_cannot_run(tmp_path):
+    """Saved with source_fallback=True and marked as built for a GPU this one is not: the .cu is compiled here."""
+    needs_cuda_python()
+    from apic.format import writer
+
+    state = make_state()
+    wp.capture_save(capture(state), str(tmp_path / "g"), inputs={"x": state["x"]},
+                    outputs={"y": state["y"], "v": state["v"]}, source_fallback=True)
+    path = tmp_path / "g.wrp"
+    data = path.read_bytes()
+    doc = msgpack.unpackb(data[56:], raw=False)
+    arch = wp.get_device(DEV).arch
+    assert all(module["source"]["file"].endswith(".cu") for module in doc["modules"])
+    for module in doc["modules"]:
+        module["arch"] = arch + 1 if module["file"].endswith(".cubin") else arch + 10
+    path.write_bytes(writer.encode(doc))
+    graph = wp.capture_load(str(tmp_path / "g"), device=DEV)
+    assert [m.file for m in graph.saved.modules] != [m["file"] for m in doc["modules"]]  # compiled here
+    _replays_as_eager(graph)
 
 
 def test_saved_for_another_architecture_is_refused(tmp_path):

@@ -509,16 +509,6 @@ def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
     assert cuda_format.CUDA_ABI == "cuda-params-v1"
 
 
-def test_source_fallback_of_a_cuda_graph_is_refused(ptx, tmp_path):
-    """What apic does less than upstream (README): a CUDA graph's .cu source is not kept; asking for it
-    raises NotImplementedError naming it, and nothing is written."""
-    recording, contents = _saxpy_recording()
-    graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
-    with pytest.raises(NotImplementedError, match=r"source_fallback=True\) of a CUDA graph"):
-        wp.capture_save(graph, str(tmp_path / "g"), source_fallback=True)
-    assert not os.listdir(tmp_path)
-
-
 def test_fill_kernel_ptx_declares_its_entry():
     from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL
 

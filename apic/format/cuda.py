@@ -25,7 +25,7 @@ from apic import _compat
 from apic import bindings as b
 from apic._version import __version__
 from apic.errors import BindingError, UnsupportedOperationError
-from apic.format import fields, schema, writer
+from apic.format import cuda_source, fields, schema, writer
 from apic.record import ops as rec
 from apic.targets import cpu as cpu_target
 from apic.targets.cuda import ABI as CUDA_ABI
@@ -197,7 +197,7 @@ def document(graph, bindings) -> tuple[dict, dict[str, bytes]]:
     return doc, images
 
 
-def save(graph, path, inputs=None, outputs=None) -> str:
+def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False) -> str:
     """Write a CUDA graph to ``<stem>.wrp`` + ``<stem>_modules/`` (atomically, as a CPU graph)."""
     wrp_path, modules_dir = writer.wrp_paths(path)
     if graph.recording.unsaveable:
@@ -208,5 +208,7 @@ def save(graph, path, inputs=None, outputs=None) -> str:
             capture="CUDA (apic=True)",
         )
     doc, images = document(graph, collect_bindings(graph, inputs, outputs))
+    if source_fallback:  # each module's generated .cu and build options too (apic.format.cuda_source)
+        cuda_source.add_sources(graph, doc, images)
     writer.publish(wrp_path, modules_dir, writer.encode(doc), images)
     return wrp_path

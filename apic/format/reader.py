@@ -26,6 +26,7 @@ import numpy as np
 from apic.bindings import Binding
 from apic.errors import FormatError
 from apic.format import cuda as cuda_format
+from apic.format import cuda_source
 from apic.format import fields
 from apic.format import source as source_format
 from apic.format import handles as wire_handles
@@ -65,7 +66,7 @@ class ModuleEntry:
     native_types: tuple[str, ...]  # native structs (Mesh, ...) its kernels can dereference
     arch: int = 0  # CUDA modules (.cubin/.ptx): the sm_XY architecture compiled for (10 * X + Y)
     arch_suffix: str = ""  # CUDA modules: "a" / "f" for arch-specific / family cubins
-    source: object = None  # CPU modules saved with source_fallback=True: an apic.format.source.SourceEntry
+    source: object = None  # modules saved with source_fallback=True: an apic.format.source.SourceEntry
     manifest: object = None  # CPU modules: an apic.format.manifest.ManifestEntry (None in older files)
 
 
@@ -487,7 +488,8 @@ def _modules(value, device: dict | None = None) -> tuple[ModuleEntry, ...]:
             _fail(f"{where}.file", f"{module.file!r} is not a valid module file name")
         if device is not None:
             arch, arch_suffix = cuda_format.read_module_arch(entry, where, module.file)
-            module = dataclasses.replace(module, arch=arch, arch_suffix=arch_suffix)
+            source = cuda_source.read_entry(entry.get("source"), f"{where}.source")
+            module = dataclasses.replace(module, arch=arch, arch_suffix=arch_suffix, source=source)
         else:
             source = source_format.read_entry(entry.get("source"), f"{where}.source")
             manifest = kernel_manifest.read_entry(entry.get("manifest"), f"{where}.manifest", module.file)

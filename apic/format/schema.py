@@ -30,8 +30,8 @@ Changelog (one entry per format version; never change the meaning of a written v
   file.
   2026-11-25, still version 2: optional kernel keys ``args_size`` / ``adj_args_size`` (the packed
   argument struct's size; files without them still read, their launches checked against each other),
-  the optional module key ``source`` (``source_fallback=True``: generated C++ and build options;
-  docs/FORMAT.md 2.5.1), both also valid in version 1 files: readers that predate them ignore them.
+  the optional module key ``source`` (``source_fallback=True``: generated C++, or CUDA ``.cu`` in a
+  CUDA graph, and build options; docs/FORMAT.md 2.5.1 and 8), both also valid in version 1 files: readers that predate them ignore them.
   Also 2026-11-25, still version 2 (and valid in every version): the optional kernel key ``split_writes`` (parallel replay: the byte
   offsets of the arrays a kernel proved splittable writes); a reader that predates it replays serially.
   Also 2026-11-25, valid in every version (1 to 3): the optional module key ``manifest`` (the module's

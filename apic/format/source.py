@@ -27,7 +27,7 @@ from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # What build options a file may ask for: Warp's own values only, flags from a harmless alphabet.
-_MODES = ("release", "debug")
+MODES = ("release", "debug")
 _FLAGS = re.compile(r"[A-Za-z0-9_=.,+ -]{0,512}")
 _BOOL_OPTIONS = ("fast_math", "fuse_fp", "verify_fp", "enable_tiles_in_stack_memory")
 
@@ -76,51 +76,62 @@ def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
 
 
 # --- read ---------------------------------------------------------------------------------------------
-def _fail(where: str, message: str):
+def fail(where: str, message: str):
     raise FormatError(f"invalid apic graph file: {where}: {message}")
 
 
 def read_entry(value, where: str) -> SourceEntry | None:
-    """The checked ``source`` map of a module entry (None where there is none)."""
+    """The checked ``source`` map of a CPU module entry (None where there is none)."""
+    return read_fields(value, where, SOURCE_FILE, _cpu_options)
+
+
+def read_fields(value, where: str, file_name: re.Pattern, read_options) -> SourceEntry | None:
+    """A ``source`` map whose file matches ``file_name`` and whose options ``read_options(options, where)``
+    checks (None where there is none): the fields CPU and CUDA sources share."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        _fail(where, f"expected a map, found {type(value).__name__}")
+        fail(where, f"expected a map, found {type(value).__name__}")
     missing = [k for k in ("file", "sha256", "size", "options") if k not in value]
     if missing:
-        _fail(where, f"missing field(s) {', '.join(missing)}")
+        fail(where, f"missing field(s) {', '.join(missing)}")
     file, digest, size, options = value["file"], value["sha256"], value["size"], value["options"]
-    if not isinstance(file, str) or not SOURCE_FILE.fullmatch(file) or file.startswith("."):
-        _fail(f"{where}.file", f"{file!r} is not a valid source file name")
+    if not isinstance(file, str) or not file_name.fullmatch(file) or file.startswith("."):
+        fail(f"{where}.file", f"{file!r} is not a valid source file name")
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
-        _fail(f"{where}.sha256", "expected 64 lowercase hex digits")
+        fail(f"{where}.sha256", "expected 64 lowercase hex digits")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 31:
-        _fail(f"{where}.size", f"{size!r} is not a size in bytes")
+        fail(f"{where}.size", f"{size!r} is not a size in bytes")
     if not isinstance(options, dict):
-        _fail(f"{where}.options", f"expected a map, found {type(options).__name__}")
+        fail(f"{where}.options", f"expected a map, found {type(options).__name__}")
+    return SourceEntry(file, digest, size, read_options(options, f"{where}.options"))
+
+
+def _cpu_options(options: dict, where: str) -> dict:
+    """The checked build options of a CPU module's source: Warp's own values only."""
     checked = {}
-    if options.get("mode") not in _MODES:
-        _fail(f"{where}.options.mode", f"expected one of {_MODES}")
+    if options.get("mode") not in MODES:
+        fail(f"{where}.mode", f"expected one of {MODES}")
     checked["mode"] = options["mode"]
     for key in _BOOL_OPTIONS:
         if not isinstance(options.get(key), bool):
-            _fail(f"{where}.options.{key}", "expected a boolean")
+            fail(f"{where}.{key}", "expected a boolean")
         checked[key] = options[key]
     for key, low, high in (("optimization_level", 0, 3), ("block_dim", 1, 1 << 16)):
         number = options.get(key)
         if not isinstance(number, int) or isinstance(number, bool) or not low <= number <= high:
-            _fail(f"{where}.options.{key}", f"expected an integer in [{low}, {high}]")
+            fail(f"{where}.{key}", f"expected an integer in [{low}, {high}]")
         checked[key] = number
     flags = options.get("extra_flags", "")
     if not isinstance(flags, str) or not _FLAGS.fullmatch(flags):
-        _fail(f"{where}.options.extra_flags", "expected compiler flags of letters, digits and _=.,+- only")
+        fail(f"{where}.extra_flags", "expected compiler flags of letters, digits and _=.,+- only")
     checked["extra_flags"] = flags
-    return SourceEntry(file, digest, size, checked)
+    return checked
 
 
 # --- load ---------------------------------------------------------------------------------------------
-def _compiled(module, fetch, origin: str, why: str) -> tuple[bytes, bytes]:
-    """``(object, source)``: ``module``'s saved source, checked and compiled here; ``why`` says why it is needed."""
+def checked_source(module, fetch, origin: str, why: str) -> bytes:
+    """``module``'s saved source, checked against its recorded size and SHA-256; ``why`` says why it is needed."""
     entry = module.source
     if entry is None:
         raise FormatError(f"{why}, and module '{module.name}' was saved without its source (source_fallback=True)")
@@ -132,8 +143,14 @@ def _compiled(module, fetch, origin: str, why: str) -> tuple[bytes, bytes]:
     if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
         raise FormatError(f"{why}, and the generated source '{entry.file}' of module '{module.name}' in {origin} "
                           "does not match the SHA-256 recorded in the graph file")
+    return data
+
+
+def _compiled(module, fetch, origin: str, why: str) -> tuple[bytes, bytes]:
+    """``(object, source)``: ``module``'s saved source, checked and compiled here; ``why`` says why it is needed."""
+    data = checked_source(module, fetch, origin, why)
     try:
-        return _compat.compile_cpu_source(data, entry.options), data
+        return _compat.compile_cpu_source(data, module.source.options), data
     except Exception as error:  # Warp's compiler: any failure is this module's, reported with it
         raise IncompatibleGraphError(
             f"{why}; compiling the saved source of module '{module.name}' with warp-lang "

@@ -28,6 +28,7 @@ import warp as wp
 from apic import bindings as b
 from apic.cuda_graph import CudaGraph
 from apic.errors import BindingError, GraphMemoryError, IncompatibleGraphError
+from apic.format import cuda_source
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
@@ -62,7 +63,7 @@ def check_arch(saved, arch: int) -> None:
 def load(saved, fetch, origin: str, device):
     """Check and build a :class:`LoadedCudaGraph`: ``fetch(file name)`` returns a module's bytes or None."""
     ordinal = device_ordinal(device)
-    images = verified_images(saved, fetch, origin)
+    images = cuda_source.images(saved, fetch, origin, verified_images)  # verified_images unless sources can stand in
     return LoadedCudaGraph(saved, images, ordinal)
 
 
@@ -140,7 +141,8 @@ class LoadedCudaGraph(CudaGraph):
         name = cu("cuDeviceGetName", 256, res.device)
         self.device_name = (name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name))
         self.device = _warp_device(ordinal)
-        check_arch(saved, self.arch)
+        # modules this GPU cannot run, or whose object is missing, are compiled from a saved source (if any)
+        self.saved, self._images = cuda_source.for_device(saved, images, self.arch, check_arch)
         res.context = cu("cuDevicePrimaryCtxRetain", res.device)
         with self._current():
             self._check_memory()
@@ -193,9 +195,14 @@ class LoadedCudaGraph(CudaGraph):
     def _load_modules(self) -> list:
         cu = self._cu
         loaded = {}
-        for entry in self.saved.modules:
+        for index, entry in enumerate(self.saved.modules):
             if entry.file not in loaded:
-                loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
+                try:
+                    loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
+                except IncompatibleGraphError as error:  # rejected by the driver: compiled from source, if saved
+                    self.saved = cuda_source.rebuilt_after_rejection(self.saved, index, self._images, self.arch, error)
+                    entry = self.saved.modules[index]
+                    loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
         smem: dict[int, int] = {}
         for op in self.recording.ops:
             if isinstance(op, rec.CudaLaunch):
@@ -389,6 +396,10 @@ class LoadedCudaGraph(CudaGraph):
             if nbytes:
                 self._cu("cuMemcpyDtoH", host.ctypes.data, self.region_addresses[index], nbytes)
         return host[:nbytes].tobytes()
+
+    def module_source(self, index: int):
+        """``(source, options, name)`` module ``index`` was saved with (``source_fallback=True``), or None."""
+        return cuda_source.kept_source(self.saved.modules[index], self._images)
 
     def module_image(self, index: int):
         entry = self.saved.modules[index]
