@@ -1,11 +1,12 @@
 """Parallel replay of the W2 graph (compute-bound launches), serial vs ``threads=N``, one run.
 
-    python -m benchmarks.parallel_w2 [--threads 2] [--rounds 9] [--ops 8] [--dim 65536]
+    python -m benchmarks.parallel_w2 [--threads 2] [--rounds 9] [--ops 8] [--dim 65536] [--branches B]
 
 A quick check of issue 15's W2 target on a machine with free cores (``python -m apic bench`` is the
 full suite): one capture of ``--ops`` launches of ``apic.bench.workloads.heavy`` over ``--dim`` tasks,
 replayed serially and split, the two modes interleaved round by round (each round the best of 5
-replays). Before timing, a split replay and a serial replay of two graphs captured from the same state
+replays). ``--branches B`` captures W4 instead: B independent chains sharing the ``--ops`` launches,
+interleaved. Before timing, a split replay and a serial replay of two graphs captured from the same state
 must leave both buffers identical bit for bit. Prints min and median per replay and their ratio.
 """
 
@@ -22,8 +23,9 @@ from apic._compat import quiet_warp
 from apic.bench import workloads
 
 
-def _captured(ops: int, dim: int):
-    work = workloads.compute_bound(ops, dim).make()
+def _captured(ops: int, dim: int, branches: int):
+    spec = workloads.branches(branches, ops, dim) if branches else workloads.compute_bound(ops, dim)
+    work = spec.make()
     with wp.ScopedCapture(device="cpu") as capture:
         work.issue()
     return work, capture.graph
@@ -45,11 +47,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--ops", type=int, default=8)
     parser.add_argument("--dim", type=int, default=1 << 16)
+    parser.add_argument("--branches", type=int, default=0, help="W4: this many independent chains (0: W2)")
     args = parser.parse_args()
     quiet_warp()
     wp.init()
-    serial_work, serial_graph = _captured(args.ops, args.dim)
-    split_work, split_graph = _captured(args.ops, args.dim)
+    serial_work, serial_graph = _captured(args.ops, args.dim, args.branches)
+    split_work, split_graph = _captured(args.ops, args.dim, args.branches)
     wp.capture_launch(serial_graph)
     wp.capture_launch(split_graph, threads=args.threads)
     if serial_work.snapshot() != split_work.snapshot():
@@ -59,7 +62,8 @@ def main() -> None:
         serial.append(_best_of(serial_graph, 1))
         split.append(_best_of(split_graph, args.threads))
     ran_split = sum(row["count"] for row in split_graph.parallel_report(args.threads) if not row["why"])
-    print(f"warp-lang {wp.config.version}, W2: {args.ops} launches x {args.dim} tasks, {ran_split} launches split")
+    name = f"W4 ({args.branches} branches)" if args.branches else "W2"
+    print(f"warp-lang {wp.config.version}, {name}: {args.ops} launches x {args.dim} tasks, {ran_split} launches split")
     print(f"  serial replay     : min {min(serial) * 1e3:.2f} ms, median {statistics.median(serial) * 1e3:.2f} ms")
     print(f"  threads={args.threads} replay : min {min(split) * 1e3:.2f} ms, median {statistics.median(split) * 1e3:.2f} ms")
     print(f"  ratio split/serial: min {min(split) / min(serial):.2f}, median "
