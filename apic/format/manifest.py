@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import msgpack
 
 from apic.errors import FormatError
+from apic.format.module_folder import fetch_verified
 from apic.record import ops as rec
 
 FORMAT = "apic.kernels"
@@ -270,13 +271,7 @@ def load(saved, fetch, names, origin: str) -> dict[int, dict]:
                     f"invalid apic graph file: {where}: absent, but {origin} holds the kernel manifest "
                     f"'{present[0]}' of module file '{module.file}': a graph of this module must name it")
             continue
-        data = fetch(entry.file)
-        if data is None:
-            raise FormatError(f"kernel manifest '{entry.file}' (Warp module '{module.name}') is missing from {origin}")
-        data = bytes(data)
-        if len(data) != entry.size or hashlib.sha256(data).hexdigest() != entry.sha256:
-            raise FormatError(f"kernel manifest '{entry.file}' in {origin} does not match the SHA-256 recorded in "
-                              "the graph file (it was modified, or belongs to another save)")
+        data = fetch_verified(fetch, "kernel manifest", entry.file, module.name, entry.size, entry.sha256, origin)
         tables[index] = _parse(data, f"kernel manifest '{entry.file}'", module)
     return tables
 

@@ -10,6 +10,7 @@ records, read with that bound. Anything else raises ``FormatError`` naming the f
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 
@@ -103,3 +104,19 @@ class ModuleFolder:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def fetch_verified(fetch, kind: str, file: str, module_name: str, size: int, sha256: str, origin: str) -> bytes:
+    """The bytes of ``file`` from ``fetch``, checked against the size and SHA-256 the graph file records.
+
+    ``kind`` names the file in errors (``"module file"``, ``"kernel manifest"``); ``origin`` names where the
+    files come from (a folder, or the bytes given to ``capture_load_from_bytes``).
+    """
+    data = fetch(file)
+    if data is None:
+        raise FormatError(f"{kind} '{file}' (Warp module '{module_name}') is missing from {origin}")
+    data = bytes(data)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+        raise FormatError(f"{kind} '{file}' in {origin} does not match the SHA-256 recorded in the graph file "
+                          "(it was modified, or belongs to another save)")
+    return data

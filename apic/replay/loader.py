@@ -18,7 +18,6 @@ Order matters, and nothing native runs before the checks that protect it:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import os
 import re
@@ -33,6 +32,7 @@ from apic.format.reader import SavedGraph
 from apic.record.recording import ModuleInfo
 from apic.format import handles as wire_handles
 from apic.format import manifest as kernel_manifest
+from apic.format.module_folder import fetch_verified
 from apic.replay import budget
 
 _ALIGN = 64
@@ -131,16 +131,8 @@ def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
     for module in saved.modules:
         if module.file in images:
             continue
-        data = fetch(module.file)
-        if data is None:
-            raise FormatError(f"module file '{module.file}' (Warp module '{module.name}') is missing from {origin}")
-        data = bytes(data)
-        if len(data) != module.size or hashlib.sha256(data).hexdigest() != module.sha256:
-            raise FormatError(
-                f"module file '{module.file}' in {origin} does not match the SHA-256 recorded in the graph file "
-                "(it was modified, or belongs to another save)"
-            )
-        images[module.file] = data
+        images[module.file] = fetch_verified(fetch, "module file", module.file, module.name, module.size,
+                                             module.sha256, origin)
     return images
 
 
