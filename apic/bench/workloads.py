@@ -116,7 +116,23 @@ class TinyLaunches(Workload):
         ]
 
 
-class ComputeBound(Workload):
+class HeavyLaunches(Workload):
+    """Launches of the ``heavy`` kernel over ``dim`` threads, one per ``[src, dst]`` of ``_launches()``."""
+
+    dim: int
+
+    def issue(self) -> None:
+        for inputs in self._launches():
+            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE)
+
+    def commands(self):
+        return [
+            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE, record_cmd=True).launch
+            for inputs in self._launches()
+        ]
+
+
+class ComputeBound(HeavyLaunches):
     """``ops`` launches of ``dim`` threads of a transcendental kernel, ping-ponging two buffers."""
 
     def __init__(self, ops: int, dim: int) -> None:
@@ -132,18 +148,8 @@ class ComputeBound(Workload):
         for i in range(self.ops):
             yield [a, b] if i % 2 == 0 else [b, a]
 
-    def issue(self) -> None:
-        for inputs in self._launches():
-            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE)
 
-    def commands(self):
-        return [
-            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE, record_cmd=True).launch
-            for inputs in self._launches()
-        ]
-
-
-class Branches(Workload):
+class Branches(HeavyLaunches):
     """``branches`` independent chains of ``ops // branches`` compute-bound launches of ``dim`` threads
     each, interleaved (chain 0, chain 1, ..., chain 0, ...): each chain ping-pongs its own two buffers."""
 
@@ -161,16 +167,6 @@ class Branches(Workload):
             b, step = i % self.branches, i // self.branches
             src, dst = (a[f"a{b}"], a[f"b{b}"]) if step % 2 == 0 else (a[f"b{b}"], a[f"a{b}"])
             yield [src, dst]
-
-    def issue(self) -> None:
-        for inputs in self._launches():
-            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE)
-
-    def commands(self):
-        return [
-            wp.launch(heavy, dim=self.dim, inputs=inputs, device=DEVICE, record_cmd=True).launch
-            for inputs in self._launches()
-        ]
 
 
 class DemoStep(Workload):
