@@ -12,7 +12,6 @@ from apic.record.ops import HandleRef
 from apic.record.recorder import active
 from apic.record.recording import Recording
 from apic.replay import range_entry
-from apic.replay import table as tbl
 from apic.replay.parallel import MIN_TASKS_PER_THREAD
 from apic.replay.program import Program, lower
 from apic.targets import cpu as cpu_target
@@ -121,24 +120,28 @@ class Graph:
 
     def parallel_report(self, threads: int | None = None) -> list[dict]:
         """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per distinct
-        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "count", "why"}``
-        (``chunks`` 0 and ``why`` the reason when it runs serially; ``count`` its executions per replay).
-        Launches of other kernels always run serially and are not listed."""
+        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "together", "count", "why"}``:
+        ``chunks`` its tasks are cut into (1: run whole on one thread, at the same time as the independent
+        launches next to it), ``together`` the launches of its ``OP_SPLIT`` row (1: split alone), ``count``
+        its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
+        serially. Launches of other kernels always run serially and are not listed."""
         threads = self._threads if threads is None else threads
         program = self.parallel_program(threads)
         report = []
+        fanned = program.plan
         for split in self.program.splits:
-            row = program.table[split.rows[0]]
-            chunks = int(row[7]) if row[0] == tbl.OP_SPLIT else 0
+            row = int(split.rows[0])
+            chunks = fanned.chunks.get(row, 0) if fanned else 0
             why = ""
             if not chunks:
                 why = (("threads=1" if threads == 1 else None) or _split_unavailable()
-                       or self._range_missing.get(split.kernel) or f"fewer than 2 x {self._min_tasks} tasks")
+                       or self._range_missing.get(split.kernel) or f"fewer than 2 x {self._min_tasks} tasks, alone or with the independent launches next to it")
             report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
-                           "chunks": chunks, "count": len(split.rows), "why": why})
+                           "chunks": chunks, "together": fanned.together.get(row, 0) if fanned else 0,
+                           "count": len(split.rows), "why": why})
         for kernel, why in self.program.refusals:
-            report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "count": 0,
-                           "why": why})
+            report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "together": 0,
+                           "count": 0, "why": why})
         return report
 
     def address_of(self, target) -> int:

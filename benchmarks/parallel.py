@@ -118,7 +118,7 @@ def main(argv=None) -> int:
               f"{p_min:.1f} / {p_med:.1f}: ratio {p_min / s_min:.2f} (medians {p_med / s_med:.2f}); "
               f"bit-identical to serial" + (f" (uninitialised, not compared: {', '.join(unset)})" if unset else ""))
         print(f"  {sum(ran.values())} of {sum(1 for op in split.recording.ops if type(op).__name__ == 'Launch')} "
-              f"launches split: {', '.join(f'{k} x{n}' for k, n in ran.items()) or 'none'}")
+              f"launches on several threads: {', '.join(f'{k} x{n}' for k, n in ran.items()) or 'none'}")
         print(f"  splittable kernels kept serial: {', '.join(f'{k} ({why})' for (k, why) in kept) or 'none'}")
         proved = sum(1 for k in split.recording.kernels if k.split_writes is not None)
         print(f"  {proved} of {len(split.recording.kernels)} kernels proved splittable at capture\n")

@@ -21,6 +21,7 @@ import warp as wp
 import apic  # noqa: F401  (installs the CPU capture)
 from apic._compat import quiet_warp
 from apic.bench import workloads
+from apic.replay.table import OP_SPLIT
 
 
 def _captured(ops: int, dim: int, branches: int):
@@ -61,9 +62,12 @@ def main() -> None:
     for _ in range(args.rounds):
         serial.append(_best_of(serial_graph, 1))
         split.append(_best_of(split_graph, args.threads))
-    ran_split = sum(row["count"] for row in split_graph.parallel_report(args.threads) if not row["why"])
+    plan = split_graph.parallel_program(args.threads).plan
+    fanned = len(plan.chunks) if plan else 0
+    rows = int((plan.table[:, 0] == OP_SPLIT).sum()) if plan else 0
     name = f"W4 ({args.branches} branches)" if args.branches else "W2"
-    print(f"warp-lang {wp.config.version}, {name}: {args.ops} launches x {args.dim} tasks, {ran_split} launches split")
+    print(f"warp-lang {wp.config.version}, {name}: {args.ops} launches x {args.dim} tasks, {fanned} launches "
+          f"on {args.threads} threads in {rows} rows")
     print(f"  serial replay     : min {min(serial) * 1e3:.2f} ms, median {statistics.median(serial) * 1e3:.2f} ms")
     print(f"  threads={args.threads} replay : min {min(split) * 1e3:.2f} ms, median {statistics.median(split) * 1e3:.2f} ms")
     print(f"  ratio split/serial: min {min(split) / min(serial):.2f}, median "

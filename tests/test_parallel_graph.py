@@ -210,7 +210,7 @@ def test_every_kernel_shape_split_as_eager(case, threads, interpreter):
     split_rows = graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT
     assert split_rows.sum() == (2 if splits and tasks > 1 else 0), graph.parallel_report(threads)
     if splits and tasks > 1:
-        chunks = graph.parallel_program(threads).table[split_rows, 7]
+        chunks = graph.parallel_program(threads).table[split_rows, tbl.COL_ARG0 + 3]  # the row's chunks (one launch: its own)
         assert (chunks == min(tasks, 4 * threads)).all()  # more threads than tasks: one chunk per task
     for run in range(2):
         _launch_twice(kernel, dim, eager)
@@ -300,7 +300,9 @@ _CHILD = textwrap.dedent(
     job = json.loads(sys.argv[1])
     graph = wp.capture_load(job["path"])
     graph.min_tasks_per_thread = 1
-    splits = int((graph.parallel_program(job["threads"]).table[:, 0] == tbl.OP_SPLIT).sum())
+    program = graph.parallel_program(job["threads"])
+    rows = int((program.table[:, 0] == tbl.OP_SPLIT).sum())
+    splits = len(program.plan.chunks) if program.plan else 0  # launches run on several threads
     for _ in range(job["iters"]):
         wp.capture_launch(graph, threads=job["threads"])
     out = {}
@@ -309,7 +311,7 @@ _CHILD = textwrap.dedent(
         arr = wp.empty(shape=p["shape"], dtype=getattr(wp, p["dtype"]), device="cpu")
         graph.get_param(name, arr)
         np.save(job["out"] + name + ".npy", arr.numpy())
-    print(json.dumps({"splits": splits, "report": graph.parallel_report(job["threads"])}))
+    print(json.dumps({"splits": splits, "rows": rows, "report": graph.parallel_report(job["threads"])}))
     """
 )
 
@@ -348,8 +350,10 @@ def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     # with its source saved, the loaded graph builds its range entries: 6 diffuse + 3 integrate launches split;
-    # without, it has none and runs serially (and says why)
+    # without, it has none and runs serially (and says why). The second diffuse and the integrate after it
+    # touch different arrays: they share one OP_SPLIT row, so 6 rows run the 9 launches.
     assert result["splits"] == (9 if source_fallback else 0), result["report"]
+    assert result["rows"] == (6 if source_fallback else 0), result["report"]
     if not source_fallback:
         assert all("source_fallback" in entry["why"] for entry in result["report"]), result["report"]
     for name, arr in eager.items():

@@ -23,6 +23,7 @@ from apic.errors import LoopLimitError, ReplayError, ReplayIndexError
 from apic.record import natives
 from apic.record import ops as rec
 from apic.record.splittable import graph_launch_refusal
+from apic.replay import fanout
 from apic.replay import table as tbl
 
 _ALIGN = 16
@@ -72,6 +73,8 @@ class Split:
     bounds: int  # address of the launch bounds in the arena
     args: int  # address of the packed arguments in the arena
     tasks: int
+    writes: tuple  # (address, nbytes) of the regions it writes (fanout.launch_spans)
+    reach: tuple  # (address, nbytes) of every region its arguments point into
 
 
 @dataclass
@@ -86,33 +89,23 @@ class Program:
     splits: tuple[Split, ...] = ()  # launches proved splittable (docs/PARALLEL.md)
     refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
     threads: int = 1  # > 1: the table has OP_SPLIT rows, run on this many threads
+    plan: fanout.Plan | None = None  # what those rows run (their work items live there)
 
     def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
-        """This program with every split launch of at least two ranges of ``min_tasks_per_thread`` tasks
-        turned into an ``OP_SPLIT`` row of up to ``threads`` ranges (sharing this arena); ``self`` if none.
+        """This program on ``threads`` threads (sharing this arena): its large split launches, and its
+        runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.fanout``); ``self``
+        if nothing fans out.
 
         ``range_entry_of(kernel)`` is the address of a kernel's range entry, or None (it stays serial).
         """
-        table = None
-        for split in self.splits:
-            ranges = min(threads, split.tasks // max(min_tasks_per_thread, 1))
-            if ranges < 2:
-                continue  # a small launch: fanning out would cost more than its tasks
-            entry = range_entry_of(split.kernel)
-            if not entry:
-                continue
-            if table is None:
-                from apic.replay import split as splitter  # imports Numba: only a parallel program needs it
+        from apic.replay import split as splitter  # lazy: imports Numba, which only a parallel replay needs
 
-                table = self.table.copy()
-            # More chunks than threads, so that a thread the OS runs late leaves its share to the others
-            chunks = min(split.tasks, ranges * CHUNKS_PER_THREAD)
-            row = [tbl.OP_SPLIT, splitter.splitter_address(), splitter.pool().base, entry, split.bounds, split.args,
-                   split.tasks, chunks]
-            table[split.rows] = row + [0] * (tbl.OP_COLUMNS - len(row))
-        if table is None:
+        found = fanout.plan(self.table, self.splits, threads, min_tasks_per_thread, range_entry_of,
+                            splitter.splitter_address(), splitter.pool().base)
+        if found is None:
             return self
-        return Program(table, self.arena, self.loops, self.param_offsets, self.splits, self.refusals, threads)
+        return Program(found.table, self.arena, self.loops, self.param_offsets, self.splits, self.refusals, threads,
+                       found)
 
     def run(self, repeats: int = 1) -> None:
         """Run every op once (``repeats`` times) in one call into the jitted interpreter.
@@ -190,9 +183,6 @@ def _capacity_problem(row) -> str:
 
 
 _run_table = None  # the jitted interpreter, bound on first replay
-CHUNKS_PER_THREAD = 4  # a split launch is cut into this many chunks per thread (see Program.parallel)
-
-
 def _load_interpreter():
     """Import the interpreter (and Numba) on first replay, not on import. Bound once: an import
     statement on every replay cost about 0.7 us, most of ``wp.capture_launch``'s fixed cost.
@@ -511,7 +501,8 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
             continue
         tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
         rows = np.array(positions[row], dtype=np.intp)
-        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks))
+        writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
+        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
     return tuple(splits), tuple(refusals)
 
 

@@ -103,11 +103,15 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
             elif opcode == tbl.OP_SPLIT:
                 # The cut of apic.replay.split, the chunks run here one after the other, last first:
-                # a split launch's tasks must not depend on their order, and this order is not Warp's.
-                _control, entry, bounds, args_ptr, tasks, chunks = args[:6]
-                run_range = function(opcode, entry, _RANGE)
-                for k in reversed(range(chunks)):
-                    run_range(bounds, args_ptr, tasks * k // chunks, tasks * (k + 1) // chunks)
+                # the tasks of a split launch, and the launches of a row, must not depend on their
+                # order, and this order is not Warp's.
+                _control, items, count, _chunks = args[:4]
+                words = np.ctypeslib.as_array((_I64 * (count * tbl.ITEM_WORDS)).from_address(items)).tolist()
+                for k in reversed(range(count)):
+                    entry, bounds, args_ptr, tasks, chunks, _first = words[k * tbl.ITEM_WORDS : (k + 1) * tbl.ITEM_WORDS]
+                    run_range = function(opcode, entry, _RANGE)
+                    for c in reversed(range(chunks)):
+                        run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
             elif opcode != tbl.OP_NOP:
                 raise ValueError(f"op table row {i}: unknown opcode {opcode}")
             i += 1

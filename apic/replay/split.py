@@ -1,20 +1,23 @@
-"""The native splitter of the parallel replay: one launch's task chunks shared with pooled worker threads.
+"""The native splitter of the parallel replay: the task chunks of one ``OP_SPLIT`` row shared with pooled
+worker threads.
 
 ``splitter_address()`` is the address of a C function (a Numba ``cfunc``) that an ``OP_SPLIT`` row
 calls from the interpreter, with the GIL released::
 
-    split(control, range_entry, bounds, args, tasks, chunks)
+    split(control, items, count, chunks)
 
-It cuts tasks ``[0, tasks)`` into ``chunks`` contiguous chunks, chunk ``c`` being ``[tasks * c //
-chunks, tasks * (c + 1) // chunks)`` (the cut the reference interpreter makes), publishes the launch
-in the control block, wakes the workers and runs chunks itself. Every thread, the caller included,
-claims the next chunk with a compare-and-swap until none is left; the caller returns once every
-chunk has run. A worker that the OS does not schedule in time therefore never holds a launch up: the
-caller runs its chunks (on a machine with busy cores, split launches cost about what serial ones
-do, instead of a scheduler time slice each).
+The row's ``count`` work items (``table.ITEM_*``) are launches that may run at the same time: one
+large launch, or several independent ones (``apic.replay.fanout``). Item ``k`` owns chunks
+``[first, first + n)`` of the row's ``chunks``; its chunk ``c`` runs tasks ``[tasks * c // n, tasks *
+(c + 1) // n)`` through the kernel's range entry (the cut the reference interpreter makes). The
+splitter publishes the row in the control block, wakes the workers and runs chunks itself. Every
+thread, the caller included, claims the next chunk with a compare-and-swap until none is left; the
+caller returns once every chunk has run. A worker that the OS does not schedule in time therefore
+never holds a row up: the caller runs its chunks (on a machine with busy cores, split launches cost
+about what serial ones do, instead of a scheduler time slice each).
 
 Workers are Python threads that entered a Numba ``nogil`` loop and never leave it: they spin briefly
-after each launch (the next one of a graph usually follows within microseconds), then sleep on a
+after each row (the next one of a graph usually follows within microseconds), then sleep on a
 futex that the caller wakes. Linux only (x86-64, AArch64); elsewhere :func:`unavailable` says why and
 graphs replay serially. One replay with split launches at a time uses the pool (:func:`workers`).
 """
@@ -31,7 +34,9 @@ import threading
 import numpy as np
 from numba import cfunc, njit, types
 
-from apic.replay._intrinsics import atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call10
+from apic.replay import table as _table
+from apic.replay._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call10,
+                                     load_i64_at)
 
 # The control block: int64 slots, the contended ones on cache lines of their own.
 _CLAIM = 0  # (generation << 32) | next chunk to claim
@@ -39,34 +44,50 @@ _DONE = 8  # chunks of the current generation that have run
 _SEQ = 16  # futex word (its low 32 bits): incremented at every launch
 _SLEEPERS = 24  # workers asleep (or about to be) on the futex
 _HELPED = 25  # chunks run by workers since the pool started (what tests and benchmarks read)
-_FN, _BOUNDS, _ARGS, _TASKS, _CHUNKS, _ACTIVE = 32, 33, 34, 35, 36, 37  # the launch; workers allowed to help
+_ITEMS, _COUNT, _CHUNKS, _ACTIVE = 32, 33, 34, 37  # the row's work items; workers allowed to help
 _SYSCALL, _YIELD, _FUTEX_NR = 40, 41, 42  # libc's syscall and sched_yield, the futex system call number
 _SLOTS = 48
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT / FUTEX_WAKE | FUTEX_PRIVATE_FLAG
 _SPINS = 20_000  # idle polls before a worker sleeps (a few tens of microseconds)
 _FUTEX_NUMBERS = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 
+# Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
+assert (_table.ITEM_ENTRY, _table.ITEM_BOUNDS, _table.ITEM_ARGS, _table.ITEM_TASKS, _table.ITEM_CHUNKS,
+        _table.ITEM_FIRST, _table.ITEM_WORDS) == (0, 1, 2, 3, 4, 5, 6)
+
 lock = threading.Lock()  # one replay with split launches at a time uses the pool
 
 
 @njit(nogil=True, cache=True)
+def _run_chunk(items, count, chunk):
+    """Run chunk ``chunk`` of a row's items: the item owning it, its share of that launch's tasks."""
+    k = 0
+    while k + 1 < count and load_i64_at(items, 6 * (k + 1) + 5) <= chunk:  # ITEM_FIRST of the next item
+        k += 1
+    at = 6 * k
+    tasks = load_i64_at(items, at + 3)
+    chunks = load_i64_at(items, at + 4)
+    c = chunk - load_i64_at(items, at + 5)
+    call4(load_i64_at(items, at), load_i64_at(items, at + 1), load_i64_at(items, at + 2),
+          tasks * c // chunks, tasks * (c + 1) // chunks)
+
+
+@njit(nogil=True, cache=True)
 def _help(base, generation, worker):
-    """Claim and run chunks of launch ``generation`` until none is left (or another launch began)."""
+    """Claim and run chunks of row ``generation`` until none is left (or another row began)."""
     claim = base + 8 * _CLAIM
-    fn = atomic_load(base + 8 * _FN)
-    bounds = atomic_load(base + 8 * _BOUNDS)
-    args = atomic_load(base + 8 * _ARGS)
-    tasks = atomic_load(base + 8 * _TASKS)
+    items = atomic_load(base + 8 * _ITEMS)
+    count = atomic_load(base + 8 * _COUNT)
     chunks = atomic_load(base + 8 * _CHUNKS)
     while True:
         word = atomic_load(claim)
         chunk = word & 0xFFFFFFFF
-        # The parameters read above are this launch's whenever a claim succeeds: the caller changes
-        # them only after every chunk of the launch has run, when no claim of it can succeed.
+        # The parameters read above are this row's whenever a claim succeeds: the caller changes
+        # them only after every chunk of the row has run, when no claim of it can succeed.
         if (word >> 32) != generation or chunk >= chunks:
             return
         if atomic_cas(claim, word, word + 1) == word:
-            call4(fn, bounds, args, tasks * chunk // chunks, tasks * (chunk + 1) // chunks)
+            _run_chunk(items, count, chunk)
             if worker:
                 atomic_add(base + 8 * _HELPED, 1)
             atomic_add(base + 8 * _DONE, 1)
@@ -99,16 +120,14 @@ def _worker(base, index):
 
 
 @cfunc(types.void(*[types.int64] * 10), nogil=True, cache=True)
-def _splitter(base, fn, bounds, args, tasks, chunks, _a6, _a7, _a8, _a9):
+def _splitter(base, items, count, chunks, _a4, _a5, _a6, _a7, _a8, _a9):
     claim = base + 8 * _CLAIM
     generation = ((atomic_load(claim) >> 32) + 1) & 0x7FFFFFFF
-    atomic_store(base + 8 * _FN, fn)
-    atomic_store(base + 8 * _BOUNDS, bounds)
-    atomic_store(base + 8 * _ARGS, args)
-    atomic_store(base + 8 * _TASKS, tasks)
+    atomic_store(base + 8 * _ITEMS, items)
+    atomic_store(base + 8 * _COUNT, count)
     atomic_store(base + 8 * _CHUNKS, chunks)
     atomic_store(base + 8 * _DONE, 0)
-    atomic_store(claim, generation << 32)  # publishes the launch
+    atomic_store(claim, generation << 32)  # publishes the row
     atomic_add(base + 8 * _SEQ, 1)
     if atomic_load(base + 8 * _SLEEPERS) > 0:
         call10(atomic_load(base + 8 * _SYSCALL), atomic_load(base + 8 * _FUTEX_NR), base + 8 * _SEQ, _FUTEX_WAKE,

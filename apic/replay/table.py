@@ -10,11 +10,12 @@ move the program counter instead (their targets are row numbers; the table's len
 
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
-``OP_SPLIT`` runs one kernel launch split into contiguous task chunks (parallel replay, docs/PARALLEL.md):
-``[OP_SPLIT, splitter, control block, range entry, bounds, args, tasks, chunks]``. The Numba interpreter
-calls ``splitter(control block, range entry, bounds, args, tasks, chunks)`` (``apic.replay.split``: the
-chunks shared with worker threads); the reference interpreter calls the range entry on each chunk in
-turn, itself.
+``OP_SPLIT`` runs one or more independent kernel launches, each cut into contiguous task chunks (parallel
+replay, docs/PARALLEL.md): ``[OP_SPLIT, splitter, control block, items, count, chunks]``. ``items`` is the
+address of ``count`` work items of ``ITEM_WORDS`` int64 each (``ITEM_*`` below): a launch's range entry,
+bounds, arguments, tasks, its number of chunks and the index of its first chunk in the row's ``chunks``.
+The Numba interpreter calls ``splitter(control block, items, count, chunks)`` (``apic.replay.split``:
+the chunks shared with worker threads); the reference interpreter runs each chunk in turn, itself.
 
 ``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,
 ends, segments]``: it first checks every segment range ``0 <= start <= end <= count`` in graph memory,
@@ -61,13 +62,16 @@ OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
-OP_SPLIT = 20  # a launch split over threads: [OP_SPLIT, splitter, control, entry, bounds, args, tasks, chunks]
+OP_SPLIT = 20  # launches run on several threads: [OP_SPLIT, splitter, control, items, count, chunks]
 ARGV_ARGS = 20
 OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
 OP_PADDED_TRANSPOSE = 22
 OP_CHECK_INDICES = 23  # a loaded graph's check of index values (program.guards)
 OP_CHECK_IDS = 24  # a loaded graph's check of an array of handle ids
 
+# An OP_SPLIT row's work item: int64 words at ``items + 8 * (ITEM_WORDS * k + ITEM_*)``.
+ITEM_ENTRY, ITEM_BOUNDS, ITEM_ARGS, ITEM_TASKS, ITEM_CHUNKS, ITEM_FIRST = range(6)
+ITEM_WORDS = 6
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
 # The interpreter counts each loop's iterations in its slot and resets the count when the loop exits.

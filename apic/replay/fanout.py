@@ -1,0 +1,130 @@
+"""Which rows of a program run on several threads (parallel replay, docs/PARALLEL.md).
+
+The lowering finds the launches that may be split (``program.Split``: kernels proved splittable at
+capture, launches checked on their arguments). For a replay on ``threads`` threads, :func:`plan`
+turns them into ``OP_SPLIT`` rows of work items (``table.ITEM_*``), in two ways:
+
+* **a large launch** (at least two threads' worth of ``min_tasks_per_thread`` tasks) is cut into
+  ``CHUNKS_PER_THREAD`` chunks per thread;
+* **consecutive independent launches** (no launch writes a region another one reads or writes) form
+  one row whose items are those launches, each cut as above or run whole: the threads share the
+  chunks of all of them, and wait for each other once per row instead of once per launch. Such a
+  group runs only if it is large enough as a whole (two threads' worth of tasks).
+
+Independence is judged on whole regions (allocations), by address span, not on the exact extents
+of the arrays: two launches over disjoint views of one allocation stay apart. Rows that a jump or
+branch lands on start a new group (a group's later rows become ``OP_NOP`` rows, so control must
+not enter it in the middle). Everything else keeps its serial row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from apic.record.ops import HandleRef
+from apic.replay import table as tbl
+
+CHUNKS_PER_THREAD = 4  # more chunks than threads: a thread the OS runs late leaves its share to the others
+MAX_GROUP = 16  # launches in one row at most (a chunk's item is found by a linear search)
+
+
+def launch_spans(blob, split_writes: tuple[int, ...], region_span) -> tuple[tuple, tuple]:
+    """``(writes, reach)`` of one launch's packed arguments ``blob``: the ``(address, nbytes)`` spans of
+    the regions its written arrays lie in, and of every region any of its pointers reaches."""
+    written = set(split_writes)
+    writes, reach = [], []
+    for reloc in blob.relocs:
+        if isinstance(reloc.target, HandleRef):  # refused by the launch check before this is asked
+            raise ValueError("a launch holding a native handle id has no known memory reach")
+        span = region_span(reloc.target)
+        reach.append(span)
+        if reloc.at in written:  # the data pointer of a written array_t (its first field)
+            writes.append(span)
+    return tuple(writes), tuple(reach)
+
+
+def _overlap(spans_a, spans_b) -> bool:
+    return any(a < b + m and b < a + n for a, n in spans_a for b, m in spans_b if n and m)
+
+
+def _independent(a, b) -> bool:
+    return not (_overlap(a.writes, b.reach) or _overlap(b.writes, a.reach))
+
+
+def jump_targets(table: np.ndarray) -> set[int]:
+    """The rows a jump or branch of ``table`` may continue at."""
+    ops = table[:, tbl.COL_OPCODE]
+    jumps = table[ops == tbl.OP_JUMP, tbl.COL_ARG0]
+    branches = table[ops == tbl.OP_BRANCH_IF_ZERO, tbl.COL_ARG0 + 1]
+    return set(jumps.tolist()) | set(branches.tolist())
+
+
+def _chunks(tasks: int, threads: int, min_tasks: int) -> int:
+    """The chunks a launch of ``tasks`` tasks is cut into (1: it runs whole, on one thread)."""
+    ranges = min(threads, tasks // max(min_tasks, 1))
+    return min(tasks, ranges * CHUNKS_PER_THREAD) if ranges >= 2 else 1
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parallel table and what it fans out. ``items`` must stay alive as long as ``table``."""
+
+    table: np.ndarray
+    items: np.ndarray
+    chunks: dict  # table row of a launch that runs on several threads -> chunks it is cut into
+    together: dict  # that row -> launches its OP_SPLIT row runs (1: split alone)
+
+
+def _groups(table: np.ndarray, candidates: dict) -> list[list[int]]:
+    """Runs of consecutive candidate rows, pairwise independent, none but the first a jump target."""
+    targets = jump_targets(table)
+    groups: list[list[int]] = []
+    for row in sorted(candidates):
+        group = groups[-1] if groups else None
+        if (group and row == group[-1] + 1 and row not in targets and len(group) < MAX_GROUP
+                and all(_independent(candidates[row][0], candidates[other][0]) for other in group)):
+            group.append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of, splitter: int,
+         control: int) -> Plan | None:
+    """The parallel version of ``table`` for ``threads`` threads, or None when nothing fans out.
+
+    ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel)`` a kernel's range entry
+    address (0 or None: its launches stay serial), ``splitter`` and ``control`` the native splitter and
+    its pool's control block (``apic.replay.split``).
+    """
+    candidates = {}  # table row -> (split, range entry)
+    for split in splits:
+        entry = range_entry_of(split.kernel)
+        if entry:
+            candidates.update((int(row), (split, entry)) for row in split.rows)
+    chosen = []
+    for group in _groups(table, candidates):
+        cuts = [_chunks(candidates[row][0].tasks, threads, min_tasks) for row in group]
+        total_tasks = sum(candidates[row][0].tasks for row in group)
+        if (max(cuts) > 1 if len(group) == 1 else total_tasks // max(min_tasks, 1) >= 2):
+            chosen.append((group, cuts))
+    if not chosen:
+        return None
+    items = np.zeros((sum(len(group) for group, _ in chosen), tbl.ITEM_WORDS), dtype=np.int64)
+    parallel = table.copy()
+    chunks, together = {}, {}
+    k = 0
+    for group, cuts in chosen:
+        first_item, first_chunk = k, 0
+        for row, cut in zip(group, cuts):
+            split, entry = candidates[row]
+            items[k] = (entry, split.bounds, split.args, split.tasks, cut, first_chunk)
+            first_chunk += cut
+            chunks[row], together[row] = cut, len(group)
+            parallel[row] = 0  # OP_NOP: the group's first row runs it
+            k += 1
+        address = items.ctypes.data + first_item * tbl.ITEM_WORDS * 8
+        parallel[group[0], : tbl.COL_ARG0 + 4] = (tbl.OP_SPLIT, splitter, control, address, len(group), first_chunk)
+    return Plan(parallel, items, chunks, together)
