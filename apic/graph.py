@@ -9,7 +9,7 @@ from apic import bindings as b
 from apic.errors import BindingError
 from apic.params import pack, unpack
 from apic.record.ops import HandleRef
-from apic.record.recorder import active
+from apic.record.current import active
 from apic.record.recording import Recording
 from apic.replay import range_entry
 from apic.replay import table as tbl
