@@ -112,12 +112,13 @@ def make_binding(name, kind: str, arr, regions, region_addresses) -> Binding:
     )
 
 
-def check_array(binding: Binding, arr, method: str) -> None:
-    """Refuse ``arr`` for ``binding`` unless its dtype, shape and size match, with a clear message."""
+def check_array(binding: Binding, arr, method: str, cpu_only: bool = True) -> None:
+    """Refuse ``arr`` for ``binding`` unless its dtype, shape and size match, with a clear message (and,
+    ``cpu_only``, for a CPU graph, unless it is on the CPU; a CUDA graph copies from either)."""
     where = f"{method}('{binding.name}')"
     if not is_warp_array(arr):
         raise TypeError(f"{where}: expected a Warp array, got {type(arr).__name__}")
-    if not arr.device.is_cpu:
+    if cpu_only and not arr.device.is_cpu:
         raise ValueError(f"{where}: the array is on {arr.device}, the graph is on cpu")
     got = dtype_name(arr.dtype)
     problems = []
