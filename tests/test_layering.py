@@ -79,7 +79,6 @@ KNOWN_LOCAL = {
     "apic.bench.workloads": {"apic.demo", "sys"},
     "apic.bindings": {"apic._compat"},
     "apic.format.writer": {"apic._version", "fcntl", "warp"},  # fcntl: POSIX only (the save lock)
-    "apic.record.natives": {"apic._compat", "apic.errors", "ctypes"},
     "apic.replay.loader": {"apic.graph", "apic.record.handles", "warp"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time
 }
