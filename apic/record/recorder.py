@@ -18,7 +18,7 @@ from apic.params import Param, unpack
 from apic.record import current, handles, layout, natives
 from apic.record.base import RecorderBase
 from apic.record.control_flow import ControlFlowRecording
-from apic.record.current import active, paused  # noqa: F401  (the shims and the graph types ask here)
+from apic.record.current import active, paused  # noqa: F401  (also asked here: fem.py, sparse.py, tests)
 from apic.record.ops import ArrayCopy, ArrayFill, ArraySlot, HandleCall, HandleRef, Launch, NativeCall, ParamSlot
 from apic.record.ops import RawBlob, RawHandle, RawPtr, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
@@ -41,7 +41,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
         self._handles: dict[int, object] = {}  # id -> Mesh / Bvh / HashGrid / Volume the ops reach
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
         self.invalid_handles: list[str] = []  # wp.handle arguments that hold no live object's id
-        self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
+        self.launch_module_exec = None  # the loaded module a Launch object being launched holds (launch_shims)
         # (adjoint, argument index, apic.Param) packed by the wp.launch call in progress (None: no call)
         self.pending_params: list | None = None
         self._params: dict = {}  # name -> apic.params.ScalarParam of every named parameter the ops hold
