@@ -20,7 +20,8 @@ from apic.cuda_graph import CapturedCudaGraph, CudaGraph
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.graph import Graph
 from apic.record import cuda
-from apic.record import recorder as _recorder
+from apic.record import current
+from apic.record.recorder import Recorder
 
 _originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
 
@@ -76,18 +77,18 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
     _patches.before_capture(cuda=False)
     if force_module_load:
         wp.force_load(device=dev)
-    _recorder.Recorder.begin(dev, apic=bool(apic))
+    Recorder.begin(dev, apic=bool(apic))
 
 
 def capture_end(device=None, stream=None):
     """End the capture of a graph and return it (a :class:`apic.Graph` for a CPU capture)."""
-    recorder = _recorder.active()
+    recorder = current.active()
     if recorder is not None and (device is None and stream is None or _resolve_device(device, stream).is_cpu):
         recording = recorder.end()
         return Graph(recording, recorder.device, apic=recorder.apic, keepalive=[recorder.keepalive, recording.modules])
     dev = _resolve_device(device, stream)
     if dev.is_cpu:
-        if _recorder._paused_list():
+        if current.paused_list():
             raise CaptureError(
                 "the CPU graph capture on this thread is paused; call wp.capture_resume() before wp.capture_end()"
             )
@@ -150,18 +151,18 @@ class ScopedCapture:
             external=self.external, apic=self.apic, capture_mode=self.capture_mode,
         )
         self.active = True
-        self._recorder = _recorder.active()  # None for a CUDA capture
+        self._recorder = current.active()  # None for a CUDA capture
         return self
 
     def __exit__(self, exc_type, exc_value, traceback):
         if not self.active:
             return
         self.active = False
-        recorder = _recorder.active()
+        recorder = current.active()
         if exc_type is not None and recorder is not None:
             recorder.abort()
             return
-        if exc_type is not None and self._recorder is not None and _recorder.is_paused(self._recorder):
+        if exc_type is not None and self._recorder is not None and current.is_paused(self._recorder):
             self._recorder.abort()  # raised while paused: abandon it too
             return
         try:
@@ -173,10 +174,10 @@ class ScopedCapture:
 
 def abort_all() -> None:
     """Abandon this thread's capture, if any, running or paused (used by ``apic.uninstall``)."""
-    recorder = _recorder.active()
+    recorder = current.active()
     if recorder is not None:
         recorder.abort()
-    for paused in list(_recorder._paused_list()):
+    for paused in list(current.paused_list()):
         paused.abort()
 
 
@@ -207,7 +208,7 @@ class PausedCapture:
         self._recorder = recorder
 
     def __repr__(self) -> str:
-        state = "paused" if _recorder.is_paused(self._recorder) else "not paused"
+        state = "paused" if current.is_paused(self._recorder) else "not paused"
         return f"<apic.PausedCapture device={self.device} {state}>"
 
 
@@ -218,9 +219,9 @@ def capture_pause(device=None, stream=None, **kwargs):
     on where it left off after :func:`capture_resume`. ``Device.is_capturing`` is False meanwhile.
     On CUDA this is Warp's own ``capture_pause``.
     """
-    recorder = _recorder.active()
+    recorder = current.active()
     if recorder is not None and stream is None and (device is None or wp.get_device(device).is_cpu):
-        return PausedCapture(_recorder.pause())
+        return PausedCapture(current.pause())
     _refuse_in_cuda_recording("wp.capture_pause")
     return _original("capture_pause")(device=device, stream=stream, **kwargs)
 
@@ -228,7 +229,7 @@ def capture_pause(device=None, stream=None, **kwargs):
 def capture_resume(graph, device=None, stream=None, **kwargs):
     """Resume a graph capture paused by :func:`capture_pause` (``graph`` is what it returned)."""
     if isinstance(graph, PausedCapture):
-        _recorder.resume(graph._recorder)
+        current.resume(graph._recorder)
         return None
     return _original("capture_resume")(graph, device=device, stream=stream, **kwargs)
 
@@ -291,7 +292,7 @@ def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
     if not condition.device.is_cpu:
         _refuse_in_cuda_recording("wp.capture_if")
         return _original("capture_if")(condition, on_true=on_true, on_false=on_false, stream=stream, **kwargs)
-    recorder = _recorder.active()
+    recorder = current.active()
     if recorder is None:
         body, what = (on_true, "on_true") if _read_condition(condition) else (on_false, "on_false")
         if body is not None:
@@ -321,7 +322,7 @@ def capture_while(condition, while_body, stream=None, **kwargs):
     if not condition.device.is_cpu:
         _refuse_in_cuda_recording("wp.capture_while")
         return _original("capture_while")(condition, while_body, stream=stream, **kwargs)
-    recorder = _recorder.active()
+    recorder = current.active()
     if recorder is None:
         while _read_condition(condition):
             _run_body(while_body, "while_body", kwargs)
@@ -334,7 +335,7 @@ def _device_is_capturing(original):
 
     def is_capturing(self) -> bool:
         if self.is_cpu:
-            recorder = _recorder.active()
+            recorder = current.active()
             if recorder is not None and recorder.device == self:
                 return True
         return original.fget(self)

@@ -7,11 +7,12 @@ import numpy as np
 from apic import _compat
 from apic import bindings as b
 from apic.errors import BindingError
-from apic.params import pack, unpack
+from apic.params import pack
 from apic.record.ops import HandleRef
-from apic.record.recorder import active
+from apic.record.current import active
 from apic.record.recording import Recording
 from apic.replay import range_entry
+from apic.replay.named_params import NamedParams
 from apic.replay.parallel import MIN_TASKS_PER_THREAD
 from apic.replay.program import Program, lower
 from apic.targets import cpu as cpu_target
@@ -29,7 +30,7 @@ def _check_threads(value) -> int:
     return value
 
 
-class Graph:
+class Graph(NamedParams):
     """A graph apic recorded on the CPU (or loaded from a file).
 
     Mirrors the attributes of ``warp.Graph`` that user code reads (``device``, ``apic``,
@@ -184,51 +185,13 @@ class Graph:
             message = error.decode("utf-8", errors="replace")
             raise RuntimeError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
 
-    # --- named parameters (loaded graphs), as warp.Graph in Warp 1.19 ---------------------------------
-    @property
-    def params(self) -> dict:
-        """Parameter name -> ``{"size": bytes, "kind", "dtype", "shape", "strides"}`` for the array bindings of a
-        loaded graph, and ``{"size", "kind": "scalar", "dtype", "shape": (), "value"}`` for each named scalar."""
-        found = {name: b.describe() for name, b in self.bindings.items()}
-        found.update((name, p.describe(self.param_values[name])) for name, p in self.scalars.items())
-        return found
-
-    def _binding(self, name: str, method: str):
-        if name in self.scalars:
-            raise BindingError(f"{method}('{name}'): '{name}' is a named scalar parameter, not an array: "
-                               f"set it with set_param('{name}', value) and read it with get_param('{name}')")
-        if not self.is_loaded:
-            if self.scalars:  # a BindingError is a RuntimeError too, as upstream raises here
-                raise BindingError(f"{method}(): this live graph has no parameter named {name!r} (its named scalar "
-                                   f"parameters: {', '.join(sorted(self.scalars))}); array parameters are only "
-                                   "supported on loaded APIC graphs")
-            raise RuntimeError(f"{method}() is only supported on loaded APIC graphs")
-        binding = self.bindings.get(name)
-        if binding is None:
-            known = ", ".join(sorted(self.params)) or "none"
-            raise BindingError(f"{method}(): the graph has no parameter named {name!r} (its parameters: {known})")
-        return binding
-
-    def set_param(self, name: str, arr) -> None:
-        """Copy ``arr`` into the named parameter: a Warp array (dtype, shape and size must match) or any
-        array-like NumPy takes (NumPy, list, memoryview, torch tensor; shape ``shape + element shape``).
-        Always a copy: changing ``arr`` later does not change the graph.
-
-        For a named scalar parameter (``apic.param``; live or loaded graph), ``arr`` is its new value: a
-        number, or a vector / matrix as a Warp value or a sequence of its shape. It is checked (type,
-        integer range, shape) and packed as Warp packs a kernel argument, then written into every launch
-        that received the parameter; the next replay sees it."""
-        scalar = self.scalars.get(name)
-        if scalar is not None:
-            self._set_scalar(scalar, arr)
-            return
-        binding = self._binding(name, "set_param")
-        where = f"set_param('{name}')"
+    # --- named parameters (apic.replay.named_params): copies to and from host memory ------------------
+    def _write_binding(self, binding, arr) -> None:
         if b.is_warp_array(arr):
             b.check_array(binding, arr, "set_param")
             b.binding_view(binding, self.region_addresses[binding.region])[...] = b.array_view(arr)
             return
-        source = b.array_like_copy(binding, arr, where)
+        source = b.array_like_copy(binding, arr, f"set_param('{binding.name}')")
         b.typed_view(binding, self.region_addresses[binding.region], self)[...] = source
 
     def _set_scalar(self, scalar, value) -> None:
@@ -240,23 +203,8 @@ class Graph:
             write_slots(self.program.arena, offsets, np.frombuffer(packed, dtype=np.uint8))
         self.param_values[scalar.name] = packed
 
-    def get_param(self, name: str, arr=None):
-        """Copy the named parameter into ``arr``: a Warp array (dtype, shape and size must match) or a
-        NumPy array of the parameter's element type and ``shape + element shape``. A read-only
-        destination raises ``BindingError``; nothing is written.
-
-        A named scalar parameter (``apic.param``) is returned instead (``arr`` omitted): a Python
-        ``float`` / ``int`` / ``bool``, or a NumPy array for a vector or matrix."""
-        scalar = self.scalars.get(name)
-        if scalar is not None:
-            if arr is not None:
-                raise BindingError(f"get_param('{name}'): '{name}' is a named scalar parameter; "
-                                   f"get_param('{name}') returns its value")
-            return unpack(scalar, self.param_values[name])
-        if arr is None:
-            raise TypeError(f"get_param('{name}'): pass the array to copy the parameter into")
-        binding = self._binding(name, "get_param")
-        where = f"get_param('{name}')"
+    def _read_binding(self, binding, arr) -> None:
+        where = f"get_param('{binding.name}')"
         b.check_writable(arr, where)
         if isinstance(arr, np.ndarray):
             view = b.typed_view(binding, self.region_addresses[binding.region], self)
@@ -266,16 +214,6 @@ class Graph:
             return
         b.check_array(binding, arr, "get_param")
         b.array_view(arr)[...] = b.binding_view(binding, self.region_addresses[binding.region])
-
-    def get_param_ptr(self, name: str):
-        """Host address of the named parameter's first element, or None if there is no such parameter."""
-        if name in self.scalars:
-            raise BindingError(f"get_param_ptr('{name}'): a named scalar parameter has no one address (each launch "
-                               f"that received it holds a copy); use set_param('{name}', value)")
-        if not self.is_loaded:
-            raise RuntimeError("get_param_ptr() is only supported on loaded APIC graphs")
-        binding = self.bindings.get(name)
-        return None if binding is None else self.region_addresses[binding.region] + binding.offset
 
     def param_numpy(self, name: str):
         """A zero-copy NumPy view of the named parameter (apic only; ``shape + element shape``)."""

@@ -3,13 +3,13 @@
 ``import apic`` calls :func:`install`; ``apic.uninstall()`` calls :func:`uninstall`, which undoes every
 patch in reverse order and leaves warp exactly as it was. What is patched where:
 
-* at install, the Python-level shims (``apic.record.shims``), the Mesh/Bvh/HashGrid methods
+* at install, the Python-level shims (``apic.record.shims``, ``apic.record.launch_shims``), the Mesh/Bvh/HashGrid methods
   (``apic.record.handle_shims``), warp.sparse (``apic.record.sparse``), the capture API
   (``apic.capture``), saving and loading (``apic.persist``), and the CUDA recording's wrappers
   (``apic.record.cuda_shims``), layered on top of the CPU shims;
 * at the first ``apic.param`` (or at install, when one exists), Warp's ``pack_arg``
-  (``apic.record.shims.enable_params``: no cost for programs that never make one);
-* at the first CPU capture, Warp's native host functions (they need an initialised runtime) and warp.fem's
+  (``apic.record.launch_shims.enable_params``: no cost for programs that never make one);
+* at the first CPU capture, Warp's native host functions (``apic.record.native_sinks``; they need an initialised runtime) and warp.fem's
   temporaries (once warp.fem is imported); at the first ``apic=True`` CUDA capture, the CUDA natives.
 
 Nothing below this module imports it: a capture reaches the lazy steps through ``apic.patches.before_capture``.
@@ -22,7 +22,7 @@ import warp as wp
 from apic import _compat, capture, params, patches, persist
 from apic._compat import wp_context
 from apic.errors import CaptureError
-from apic.record import cuda_shims, fem, handle_shims, shims, sparse
+from apic.record import cuda_shims, fem, handle_shims, launch_shims, native_sinks, shims, sparse
 
 _python = patches.Patches()  # Python-level patches, from install on
 _native = patches.Patches()  # Warp's native host functions, from the first CPU capture on
@@ -46,9 +46,9 @@ def install() -> None:
     sparse.install(_python)  # warp.sparse functions (their native BSR calls) and BsrMatrix read-backs
     cuda_shims.patch(_python)  # recording alongside Warp's CUDA capture (apic=True), layered on top
     patches.set_before_capture(_before_capture)
-    params.set_on_create(shims.enable_params)  # the first apic.param routes Warp's pack_arg
+    params.set_on_create(launch_shims.enable_params)  # the first apic.param routes Warp's pack_arg
     if params.created():  # placeholders made before an uninstall / install cycle still work
-        shims.enable_params()
+        launch_shims.enable_params()
 
 
 def uninstall() -> None:
@@ -73,7 +73,7 @@ def ensure_native_sinks() -> None:
     if not _python:
         raise CaptureError("apic is uninstalled; call apic.install() first")
     if not _native:
-        shims.patch_natives(_native)
+        native_sinks.patch_natives(_native)
     fem.install(_python)  # warp.fem temporaries, once warp.fem is imported (idempotent)
 
 

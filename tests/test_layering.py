@@ -77,9 +77,7 @@ KNOWN_LOCAL = {
     "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
     "apic.bench.run": {"numpy"},
     "apic.bench.workloads": {"apic.demo", "sys"},
-    "apic.bindings": {"apic._compat"},
     "apic.format.writer": {"apic._version", "fcntl", "warp"},  # fcntl: POSIX only (the save lock)
-    "apic.record.natives": {"apic._compat", "apic.errors", "ctypes"},
     "apic.replay.loader": {"apic.graph", "apic.record.handles", "warp"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time
 }

@@ -2,7 +2,8 @@
 
 Warp still captures its CUDA graph (every launch, copy and fill is enqueued on the capturing stream
 as before), and apic records the same operations, so that the graph can be saved and later
-replayed with cuda-python alone (``apic.replay.cuda``). This module is the recorder;
+replayed with cuda-python alone (``apic.replay.cuda``). This module is the recorder (its launch
+recording and device checks; what it shares with the CPU recorder is ``apic.record.base``);
 ``apic.record.cuda_shims`` puts it between Python and Warp:
 
 * **Python-level wrappers** (``wp.launch``, ``Launch.launch``, ``wp.copy``, ``array.zero_/fill_``,
@@ -23,16 +24,14 @@ from __future__ import annotations
 import ctypes
 import threading
 
-
 from apic import _compat
-from apic._compat import wp_types
 from apic.errors import CaptureError
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import handles, layout
-from apic.record.ops import Alloc, CudaLaunch, Memcpy, Memset, Memtile, RawBlob, RawPtr, intern_op, resolve_ops
-from apic.record.recording import KernelInfo, ModuleInfo, Recording
-from apic.record.regions import ArrayInfo, RegionTableBuilder
+from apic.record.base import RecorderBase
 from apic.record.launch_args import pointer_value as _as_int
+from apic.record.ops import CudaLaunch, RawBlob, resolve_ops
+from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.targets import cuda as cuda_target
 
 WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
@@ -61,24 +60,15 @@ class CudaModule:
         return _compat.cuda_module_binary_path(self.module, self.module_exec)
 
 
-class CudaRecorder:
+class CudaRecorder(RecorderBase):
     """State of one CUDA recording, from ``capture_begin`` to ``capture_end``."""
 
     def __init__(self, device, stream: int) -> None:
-        self.device = device
+        super().__init__(device)
         self.context = _as_int(device.context)
         self.stream = stream
         self.arch = int(getattr(device, "arch", 0) or 0)
-        self.ops: list = []
-        self.keepalive: list = []
         self.pending: list = []  # kernels being launched through wp.launch / Launch.launch (innermost last)
-        self._ranges = RegionTableBuilder()
-        self._noted: set[int] = set()
-        self._interned: dict = {}
-        self._modules: dict[int, int] = {}  # id(module_exec) -> index
-        self._module_infos: list[ModuleInfo] = []
-        self._kernels: dict[tuple[int, str], int] = {}
-        self._kernel_infos: list[KernelInfo] = []
         self._functions: dict[tuple[int, int], tuple] = {}  # (id(kernel), CUfunction) -> resolved entry
         self._layouts: dict[tuple[int, bool], tuple] = {}
         self._words: dict[tuple[str, str, int], None] = {}  # (kernel, argument, value): nonzero 64-bit ints
@@ -119,61 +109,17 @@ class CudaRecorder:
             reasons.append(f"argument '{label}' of a launch of '{kernel}' holds {what} ({value:#x}) as a plain integer")
         return tuple(reasons)
 
-
-    def _append(self, op) -> None:
-        self.ops.append(intern_op(op, self._interned, self._ranges))
-
-    # --- context from the Python-level API ---------------------------------------------------------
+    # --- the device's memory ---------------------------------------------------------------------------
     def owns(self, device) -> bool:
         return device is not None and not device.is_cpu and _as_int(device.context) == self.context
 
-    def note_values(self, values, api: str) -> None:
-        """Keep ``values`` alive; note the whole allocations behind the Warp arrays among them."""
-        for value in values:
-            if value is None or isinstance(value, (int, float, bool)) or id(value) in self._noted:
-                continue
-            if hasattr(type(value), "_constructors"):  # a @wp.struct: walk its fields every time
-                self.note_values([getattr(value, name) for name, _ in type(value)._constructors], api)
-                continue
-            self._noted.add(id(value))
-            self.keepalive.append(value)
-            self._note_arrays(value, api)
-
-    def _note_arrays(self, value, api: str) -> None:
-        if isinstance(value, wp_types.indexedarray):
-            self._note_arrays(value.data, api)
-            for index in value.indices:
-                if index is not None:
-                    self._note_arrays(index, api)
-        elif isinstance(value, wp_types.array):
-            self._note_allocation(value, api)
-            if getattr(value, "grad", None) is not None:
-                self._note_allocation(value.grad, api)
-
-    def _note_allocation(self, arr, api: str, owned: bool = False) -> None:
-        root = arr
-        while isinstance(getattr(root, "_ref", None), wp_types.array):
-            root = root._ref
-        if not root.ptr or not root.capacity:
-            return
+    def _accepts(self, root, api: str) -> bool:
         if not self.owns(root.device):
             raise unsupported(
                 f"{api} with an array on {root.device} during an apic capture on {self.device}",
                 "a saved CUDA graph holds memory of the capturing device only",
             )
-        info = None
-        nbytes = root.size * wp_types.type_size_in_bytes(root.dtype)
-        if root.is_contiguous and nbytes == root.capacity:
-            info = ArrayInfo(wp_types.type_repr(root.dtype), tuple(root.shape), tuple(root.strides))
-        self._ranges.note(root.ptr, root.ptr + root.capacity, used=owned, owned=owned, array=info)
-
-    def record_alloc(self, arr) -> None:
-        """An array allocated inside the capture: graph-owned memory (saved by size, not contents)."""
-        if not arr.ptr:
-            return
-        self.keepalive.append(arr)
-        self._note_allocation(arr, "an allocation", owned=True)
-        self._append(Alloc(RawPtr(arr.ptr, arr.ptr, arr.ptr + arr.capacity), arr.capacity))
+        return True
 
     # --- native operations -------------------------------------------------------------------------
     def _check_stream(self, stream, what: str) -> None:
@@ -267,35 +213,25 @@ class CudaRecorder:
 
     def _kernel_index(self, kernel, module_exec, adjoint: bool, fn: int, params_layout) -> int:
         symbol = _compat.cuda_kernel_symbol(module_exec, kernel, adjoint)
-        key = (id(module_exec), symbol)
-        index = self._kernels.get(key)
-        if index is None:
-            module_index = self._modules.get(id(module_exec))
-            if module_index is None:
-                module_index = self._modules[id(module_exec)] = len(self._module_infos)
-                self._module_infos.append(ModuleInfo(kernel.module.name, CudaModule(kernel.module, module_exec)))
-            index = self._kernels[key] = len(self._kernel_infos)
-            params = tuple(zip(params_layout.offsets, params_layout.sizes))
-            self._kernel_infos.append(KernelInfo(module_index, str(kernel.key), symbol, adjoint, fn, params))
-        return index
+        return self._intern_kernel(
+            module_exec, symbol, lambda: ModuleInfo(kernel.module.name, CudaModule(kernel.module, module_exec)),
+            lambda module: KernelInfo(module, str(kernel.key), symbol, adjoint, fn,
+                                      tuple(zip(params_layout.offsets, params_layout.sizes))))
 
-    def record_memcpy(self, context, dst, src, nbytes, stream=None) -> None:
+    # --- Warp's device memory natives (their arguments as ctypes passes them) ---------------------------
+    def device_memcpy(self, context, dst, src, nbytes, stream=None) -> None:
+        """``wp_memcpy_d2d``."""
         self._check_stream(stream, "wp.copy")
-        dst, src, nbytes = _as_int(dst), _as_int(src), _as_int(nbytes)
-        if nbytes:
-            self._append(Memcpy(RawPtr(dst, dst, dst + nbytes), RawPtr(src, src, src + nbytes), nbytes))
+        self.record_memcpy(_as_int(dst), _as_int(src), _as_int(nbytes))
 
-    def record_memset(self, context, dst, value, nbytes, stream=None) -> None:
+    def device_memset(self, context, dst, value, nbytes, stream=None) -> None:
+        """``wp_memset_device``."""
         self._check_stream(stream, "a memset")
-        dst, nbytes = _as_int(dst), _as_int(nbytes)
-        if nbytes:
-            self._append(Memset(RawPtr(dst, dst, dst + nbytes), _as_int(value) & 0xFF, nbytes))
+        self.record_memset(_as_int(dst), _as_int(value), _as_int(nbytes))
 
-    def record_memtile(self, context, dst, src, srcsize, reps) -> None:
-        dst, srcsize, reps = _as_int(dst), _as_int(srcsize), _as_int(reps)
-        if srcsize * reps:
-            value = ctypes.string_at(_as_int(src), srcsize)  # a host pointer to the fill value
-            self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
+    def device_memtile(self, context, dst, src, srcsize, reps) -> None:
+        """``wp_memtile_device`` (``src``: a host pointer to the fill value)."""
+        self.record_memtile(_as_int(dst), _as_int(src), _as_int(srcsize), _as_int(reps))
 
 
 def array_slots(kernel, types: list, params_layout: cuda_target.ParamLayout, adjoint: bool) -> tuple:

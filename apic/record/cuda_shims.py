@@ -142,7 +142,7 @@ def _refusing_sink(name: str, original):
     return sink
 
 
-_MEMORY_SINKS = {"memcpy_d2d": "record_memcpy", "memset_device": "record_memset", "memtile_device": "record_memtile"}
+_MEMORY_SINKS = {"memcpy_d2d": "device_memcpy", "memset_device": "device_memset", "memtile_device": "device_memtile"}
 # Natives that move or compute device data and that apic does not record (refused during a recording).
 _REFUSED = ("memcpy_h2d", "memcpy_d2h", "memcpy_p2p", "memcpy_peer", "memcpy_batch", "cuda_graph_insert_memcpy",
             "cuda_graph_update_memcpy")

@@ -1,113 +1,47 @@
-"""The recorder: what a running CPU capture has seen, turned into a ``Recording`` at the end.
+"""The CPU recorder: what a running CPU capture has seen, turned into a ``Recording`` at the end.
 
-The shims (``shims.py``) call in here; nothing in this module patches Warp. Each capturing thread
-has its own recorder (``active()``), so other threads keep running eagerly, as with Warp's
-thread-local CUDA capture.
+The shims (``shims.py``, ``launch_shims.py``, ``native_sinks.py``) call in here; nothing in this module
+patches Warp. What both recorders share (noting values and allocations, the module and kernel tables,
+plain memory ops) is ``apic.record.base``; control flow is ``apic.record.control_flow``; which recorder
+records on this thread is ``apic.record.current``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
-import threading
 
 from apic import _compat
 from apic._compat import wp_types
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
-from apic.record import handles, layout
-from apic.record import natives
-from apic.record.ops import Alloc, ArrayCopy, ArraySlot, ArrayFill, Branch, HandleCall, HandleRef, Jump, Launch
-from apic.record.ops import Memcpy, Memset, Memtile, NativeCall, ParamSlot, RawBlob, RawHandle, RawPtr, intern_op
-from apic.record.ops import resolve_ops, unresolve_op
-from apic.record.recording import KernelInfo, ModuleInfo, Recording
-from apic.record.regions import ArrayInfo, RegionTableBuilder
 from apic.params import Param, unpack
+from apic.record import current, handles, layout, natives
+from apic.record.base import RecorderBase
+from apic.record.control_flow import ControlFlowRecording
+from apic.record.current import active, paused  # noqa: F401  (also asked here: fem.py, sparse.py, tests)
+from apic.record.ops import ArrayCopy, ArrayFill, ArraySlot, HandleCall, HandleRef, Launch, NativeCall, ParamSlot
+from apic.record.ops import RawBlob, RawHandle, RawPtr, resolve_ops
+from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.splittable import written_offsets
-
-_local = threading.local()
-
-# Warp's array type ids for the strided/indexed native copy and fill helpers.
-from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # noqa: E402
-from apic.targets.cpu import ARRAY_TYPE_REGULAR as _ARRAY_TYPE_REGULAR  # noqa: E402
+from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # Warp's array type ids for the
+from apic.targets.cpu import ARRAY_TYPE_REGULAR as _ARRAY_TYPE_REGULAR  # strided/indexed copy and fill helpers
 
 
-def active() -> "Recorder | None":
-    """The recorder of the capture running on this thread, if any."""
-    return getattr(_local, "recorder", None)
-
-
-def _set_active(recorder: "Recorder | None") -> None:
-    _local.recorder = recorder
-
-
-def _paused_list() -> list:
-    found = getattr(_local, "paused", None)
-    if found is None:
-        found = _local.paused = []
-    return found
-
-
-def pause() -> "Recorder":
-    """``wp.capture_pause``: stop recording on this thread (work runs eagerly) until ``resume``."""
-    recorder = active()
-    if recorder is None:
-        raise CaptureError("no CPU graph capture is in progress on this thread")
-    _set_active(None)
-    _paused_list().append(recorder)
-    return recorder
-
-
-def resume(recorder: "Recorder") -> None:
-    """``wp.capture_resume``: record again into a capture paused on this thread."""
-    paused_here = _paused_list()
-    if not any(r is recorder for r in paused_here):
-        raise CaptureError("CPU graph capture is not paused (on this thread)")
-    if active() is not None:
-        raise CaptureError("cannot resume a paused CPU capture while another capture is in progress on this thread")
-    paused_here[:] = [r for r in paused_here if r is not recorder]
-    _set_active(recorder)
-
-
-def is_paused(recorder: "Recorder") -> bool:
-    return any(r is recorder for r in _paused_list())
-
-
-@contextlib.contextmanager
-def paused():
-    """Let Warp run eagerly on this thread for a moment (e.g. a read of memory the capture never used)."""
-    recorder = active()
-    _set_active(None)
-    try:
-        yield
-    finally:
-        _set_active(recorder)
-
-
-class Recorder:
+class Recorder(ControlFlowRecording, RecorderBase):
     """State of one CPU capture, from ``capture_begin`` to ``capture_end``."""
 
     def __init__(self, device, apic: bool) -> None:
-        self.device = device
+        super().__init__(device)
         self.apic = apic
-        self.ops: list = []
-        self.keepalive: list = []  # Python objects whose memory the ops use
-        self._noted: set[int] = set()  # ids of values already noted (kept alive, so ids stay unique)
-        self._ranges = RegionTableBuilder()
-        self._modules: dict[int, int] = {}  # id(module_exec) -> index
-        self._module_infos: list[ModuleInfo] = []
-        self._kernels: dict[tuple[int, str], int] = {}  # (id(module_exec), symbol) -> index
         # (id(hooks), adjoint) -> (kernel index, number of kernel arguments): one lookup per launch
         self._entry_points: dict[tuple[int, bool], tuple[int, int]] = {}
         self._launches: dict[tuple, Launch] = {}  # identical launches share one op (found before packing)
         self.repeats: dict[tuple, Launch] = {}  # wp.launch calls seen before -> their op (apic.record.repeats)
-        self._interned: dict = {}  # every distinct op, to itself
         self._layouts: dict[tuple, layout.ArgsLayout] = {}  # (id(kernel), param types) -> layout
-        self._kernel_infos: list[KernelInfo] = []
         self._handles: dict[int, object] = {}  # id -> Mesh / Bvh / HashGrid / Volume the ops reach
         self.api_depth = 0  # > 0 while inside a Python-level API whose native calls are recorded
         self.invalid_handles: list[str] = []  # wp.handle arguments that hold no live object's id
-        self.launch_module_exec = None  # the loaded module a Launch object being launched holds (see shims)
+        self.launch_module_exec = None  # the loaded module a Launch object being launched holds (launch_shims)
         # (adjoint, argument index, apic.Param) packed by the wp.launch call in progress (None: no call)
         self.pending_params: list | None = None
         self._params: dict = {}  # name -> apic.params.ScalarParam of every named parameter the ops hold
@@ -118,15 +52,11 @@ class Recorder:
         if active() is not None:
             raise CaptureError("Graph capture already in progress on this thread (nested captures are not supported)")
         recorder = cls(device, apic)
-        _set_active(recorder)
+        current.set_active(recorder)
         return recorder
 
     def abort(self) -> None:
-        if active() is self:
-            _set_active(None)
-        paused_here = _paused_list()
-        if any(r is self for r in paused_here):
-            paused_here[:] = [r for r in paused_here if r is not self]
+        current.forget(self)
 
     def end(self) -> Recording:
         """Stop recording and resolve every address into a region reference."""
@@ -245,161 +175,19 @@ class Recorder:
             groups = _descriptor_blob(int(args[4]), _ARRAY_TYPE_REGULAR, 4, "wp.HashGrid.build")
         self._append(HandleCall(name, handle, (type_id,), radius, blob, groups))
 
-    def _append(self, op) -> None:
-        self.ops.append(intern_op(op, self._interned, self._ranges))
+    # --- the device's memory ---------------------------------------------------------------------------
+    def _accepts(self, root, api: str) -> bool:
+        return root.device.is_cpu  # a CUDA array noted by a CPU capture is only kept alive (no region)
 
-    def _reserve(self) -> int:
-        """A place in the op list for a control-flow op whose target is not known yet."""
-        self.ops.append(None)
-        return len(self.ops) - 1
-
-    def _place(self, index: int, op) -> None:
-        self.ops[index] = intern_op(op, self._interned, self._ranges)
-
-    # --- control flow (wp.capture_if / wp.capture_while) ----------------------------------------------
-    def _condition(self, condition) -> RawPtr:
-        """The int32 a branch reads at replay time: the first element of ``condition``."""
-        if not condition.ptr or condition.size < 1:
-            raise CaptureError("the condition of wp.capture_if / capture_while must be an int32 array with an element")
-        self.note_values([condition])
-        return RawPtr(condition.ptr, condition.ptr, condition.ptr + 4)
-
-    def record_if(self, condition, on_true, on_false) -> None:
-        """``capture_if``: ``on_true`` / ``on_false`` (callables or None) record the two bodies inline.
-
-        Layout: ``branch(cond == 0 -> else); <on_true>; [jump -> end; else: <on_false>;] end:``.
-        """
-        cond = self._condition(condition)
-        start = len(self.ops)
-        try:
-            branch = self._reserve()
-            if on_true is not None:
-                on_true()
-            if on_false is not None:
-                jump = self._reserve()
-                otherwise = len(self.ops)
-                on_false()
-                self._place(jump, Jump(len(self.ops)))
-            else:
-                otherwise = len(self.ops)
-            self._place(branch, Branch(cond, otherwise))
-        except BaseException:
-            del self.ops[start:]  # a failed body leaves nothing behind (the capture may go on)
-            raise
-
-    def record_while(self, condition, body) -> None:
-        """``capture_while``: ``top: branch(cond == 0 -> end); <body>; jump -> top; end:``."""
-        cond = self._condition(condition)
-        start = len(self.ops)
-        try:
-            branch = self._reserve()
-            body()
-            self._place(self._reserve(), Jump(start))
-            self._place(branch, Branch(cond, len(self.ops)))
-        except BaseException:
-            del self.ops[start:]
-            raise
-
-    def record_graph(self, graph) -> None:
-        """A finished apic graph launched (or used as a branch body) inside this capture: its ops, inline."""
-        recording = graph.recording
-        if recording.abi != _compat.KERNEL_ABI:
-            raise UnsupportedOperationError(
-                "launching a loaded graph saved for another kernel ABI inside a capture",
-                f"it calls kernels as {recording.abi}, this warp-lang as {_compat.KERNEL_ABI}",
-            )
-        self.keepalive.append(graph)  # its arrays, external buffers, modules and loaded memory
-        for handle in recording.handles:
-            self.note_handle(handle.obj)
-        for spec in recording.params:
-            self.note_param(spec)
-        values = getattr(graph, "param_values", {})
-        addresses = graph.region_addresses
-        for region in recording.regions:
-            lo = addresses[region.id]
-            self._ranges.note(lo, lo + region.nbytes, used=True, owned=region.owned, array=region.array)
-        kernels = [self._kernel_from(recording, info) for info in recording.kernels]
-        base = len(self.ops)
-        converted: dict[int, object] = {}  # by id: ops shared in the graph stay shared
-        for op in recording.ops:
-            done = converted.get(id(op))
-            if done is None:
-                done = unresolve_op(op, graph.address_of, values)
-                if isinstance(done, Launch):
-                    done = dataclasses.replace(done, kernel=kernels[done.kernel])
-                elif isinstance(done, (Branch, Jump)):
-                    done = dataclasses.replace(done, target=done.target + base)
-                converted[id(op)] = done
-            self._append(done)
-
-    def _kernel_from(self, recording, info) -> int:
-        """This capture's index of a kernel of another recording (same loaded module, same symbol)."""
-        module = recording.modules[info.module]
-        key = (id(module.module_exec), info.symbol)
-        index = self._kernels.get(key)
-        if index is None:
-            module_index = self._modules.get(id(module.module_exec))
-            if module_index is None:
-                module_index = self._modules[id(module.module_exec)] = len(self._module_infos)
-                self._module_infos.append(ModuleInfo(module.name, module.module_exec))
-            index = self._kernels[key] = len(self._kernel_infos)
-            self._kernel_infos.append(dataclasses.replace(info, module=module_index))
-        return index
-
-    # --- context from the Python-level API -------------------------------------------------------
-    def note_values(self, values) -> None:
-        """Keep ``values`` alive and note the whole allocations behind any Warp arrays among them."""
-        noted = self._noted
-        for value in values:
-            if id(value) in noted or value is None or isinstance(value, (int, float, bool)):
-                continue
-            if type(value) is Param:  # a named parameter: the graph has it even where no launch packs it (dim 0)
-                self.note_param(value.spec)
-            elif hasattr(type(value), "_constructors"):  # a @wp.struct instance
-                # Its fields can be reassigned between launches (and after the capture): walk it
-                # every time, and keep the arrays in it alive themselves, not through the struct.
-                self.note_values([getattr(value, name) for name, _ in type(value)._constructors])
-                continue
-            self._noted.add(id(value))
-            self.keepalive.append(value)
-            self._note_arrays(value)
-
-    def _note_arrays(self, value) -> None:
-        if isinstance(value, wp_types.array):
-            self._note_allocation(value)
-            if getattr(value, "grad", None) is not None:
-                self._note_allocation(value.grad)
-        elif isinstance(value, wp_types.indexedarray):
-            self._note_arrays(value.data)
-            for index in value.indices:
-                if index is not None:
-                    self._note_arrays(index)
-
-    def _note_allocation(self, arr, owned: bool = False) -> None:
-        root = arr
-        while isinstance(getattr(root, "_ref", None), wp_types.array):
-            root = root._ref
-        if not root.ptr or not root.capacity or not root.device.is_cpu:
-            return
-        nbytes = root.size * wp_types.type_size_in_bytes(root.dtype)
-        info = None
-        if root.is_contiguous and nbytes == root.capacity:
-            info = ArrayInfo(wp_types.type_repr(root.dtype), tuple(root.shape), tuple(root.strides))
-        self._ranges.note(root.ptr, root.ptr + root.capacity, used=owned, owned=owned, array=info)
+    def _note_value(self, value) -> None:
+        if type(value) is Param:  # a named parameter: the graph has it even where no launch packs it (dim 0)
+            self.note_param(value.spec)
 
     def touches(self, arr) -> bool:
         """Whether the capture so far has used any memory of ``arr`` (an indexed array's data or indices)."""
         if isinstance(arr, wp_types.indexedarray):
             return self.touches(arr.data) or any(i is not None and self.touches(i) for i in arr.indices)
         return bool(arr.ptr) and self._ranges.overlaps(arr.ptr, arr.ptr + max(arr.capacity, 1))
-
-    def record_alloc(self, arr) -> None:
-        """An array allocated inside the capture: the graph owns its memory from now on."""
-        if not arr.ptr:
-            return
-        self.keepalive.append(arr)
-        self._note_allocation(arr, owned=True)
-        self._append(Alloc(RawPtr(arr.ptr, arr.ptr, arr.ptr + arr.capacity), arr.capacity))
 
     # --- native operations -------------------------------------------------------------------------
     def record_launch(self, kernel, hooks, params, adjoint: bool, cpu_blocks: bool = False) -> None:
@@ -491,36 +279,10 @@ class Recorder:
 
     def _new_kernel_index(self, kernel, hooks, fn, adjoint: bool) -> int:
         module_exec = _find_module_exec(kernel, hooks, self.launch_module_exec)
-        key = (id(module_exec), _compat.kernel_symbol(module_exec, kernel, adjoint))
-        index = self._kernels.get(key)
-        if index is None:
-            module_index = self._modules.get(id(module_exec))
-            if module_index is None:
-                module_index = self._modules[id(module_exec)] = len(self._module_infos)
-                self._module_infos.append(ModuleInfo(kernel.module.name, module_exec))
-            index = self._kernels[key] = len(self._kernel_infos)
-            self._kernel_infos.append(
-                KernelInfo(module_index, str(kernel.key), key[1], adjoint, _compat.function_address(fn))
-            )
-        return index
-
-    # A zero-byte memory op does nothing, and Warp may pass it a null pointer (zero_() of an empty
-    # array): record nothing, as eager Warp does nothing.
-    def record_memcpy(self, dst: int, src: int, nbytes: int) -> None:
-        if nbytes == 0:
-            return
-        self._append(Memcpy(RawPtr(dst, dst, dst + nbytes), RawPtr(src, src, src + nbytes), nbytes))
-
-    def record_memset(self, dst: int, value: int, nbytes: int) -> None:
-        if nbytes == 0:
-            return
-        self._append(Memset(RawPtr(dst, dst, dst + nbytes), value & 0xFF, nbytes))
-
-    def record_memtile(self, dst: int, src: int, srcsize: int, reps: int) -> None:
-        if srcsize * reps == 0:
-            return
-        value = ctypes.string_at(src, srcsize)
-        self._append(Memtile(RawPtr(dst, dst, dst + srcsize * reps), RawBlob(value), reps))
+        symbol = _compat.kernel_symbol(module_exec, kernel, adjoint)
+        return self._intern_kernel(
+            module_exec, symbol, lambda: ModuleInfo(kernel.module.name, module_exec),
+            lambda module: KernelInfo(module, str(kernel.key), symbol, adjoint, _compat.function_address(fn)))
 
     def record_array_copy(self, dst_desc: int, src_desc: int, dst_type: int, src_type: int, elem_size: int) -> None:
         dst = _descriptor_blob(dst_desc, dst_type, elem_size, "wp.copy")

@@ -27,13 +27,14 @@ import warp as wp
 
 from apic import bindings as b
 from apic.cuda_graph import CudaGraph
-from apic.errors import BindingError, GraphMemoryError, IncompatibleGraphError
+from apic.errors import GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
 from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
 from apic.replay.loader import verified_images
+from apic.replay.named_params import NamedParams
 from apic.targets import cuda as cuda_target
 from apic.targets.cuda import DEFAULT_SMEM
 
@@ -104,7 +105,7 @@ class _Resources:
         self.context = None
 
 
-class LoadedCudaGraph(CudaGraph):
+class LoadedCudaGraph(NamedParams, CudaGraph):
     """A CUDA graph loaded from a ``.wrp``, replayed with cuda-python (see the module docstring).
 
     ``wp.capture_launch(graph)`` replays it on ``stream`` (a ``wp.Stream``, a ``CUstream`` or its
@@ -316,30 +317,7 @@ class LoadedCudaGraph(CudaGraph):
         with self._current():
             self._cu("cuCtxSynchronize")
 
-    # --- named parameters ----------------------------------------------------------------------------
-    @property
-    def params(self) -> dict:
-        return {name: b.describe() for name, b in self.bindings.items()}
-
-    def _binding(self, name: str, method: str):
-        binding = self.bindings.get(name)
-        if binding is None:
-            known = ", ".join(sorted(self.bindings)) or "none"
-            raise BindingError(f"{method}(): the graph has no parameter named {name!r} (its parameters: {known})")
-        return binding
-
-    def _check(self, binding, arr, method: str) -> None:
-        where = f"{method}('{binding.name}')"
-        if not b.is_warp_array(arr):
-            raise TypeError(f"{where}: expected a Warp array, got {type(arr).__name__}")
-        problems = []
-        if b.dtype_name(arr.dtype) != binding.dtype:
-            problems.append(f"dtype {b.dtype_name(arr.dtype)} (expected {binding.dtype})")
-        if tuple(arr.shape) != tuple(binding.shape):
-            problems.append(f"shape {tuple(arr.shape)} (expected {tuple(binding.shape)})")
-        if problems:
-            raise BindingError(f"{where}: the array does not match the binding: " + ", ".join(problems))
-
+    # --- named parameters (apic.replay.named_params): copies to and from device memory ----------------
     def _read_span(self, binding) -> tuple[np.ndarray, int]:
         """The device bytes the binding can reach, on the host, and where its first element is in them."""
         lo, hi = binding.extent()
@@ -348,10 +326,9 @@ class LoadedCudaGraph(CudaGraph):
             self._cu("cuMemcpyDtoH", host.ctypes.data, self.region_addresses[binding.region] + lo, hi - lo)
         return host, binding.offset - lo
 
-    def set_param(self, name: str, arr) -> None:
-        """Copy the Warp array ``arr`` (CPU or CUDA; dtype and shape must match) into the named parameter."""
-        binding = self._binding(name, "set_param")
-        self._check(binding, arr, "set_param")
+    def _write_binding(self, binding, arr) -> None:
+        """Copy the Warp array ``arr`` (CPU or CUDA) into the binding's device memory, synchronously."""
+        b.check_array(binding, arr, "set_param", cpu_only=False)
         if not binding.nbytes:
             return
         source = np.ascontiguousarray(arr.numpy()).view(np.uint8).reshape(-1)
@@ -364,10 +341,10 @@ class LoadedCudaGraph(CudaGraph):
             self._cu("cuMemcpyHtoD", self.region_addresses[binding.region] + lo, host.ctypes.data, hi - lo)
             self._cu("cuCtxSynchronize")  # landed before a replay on the non-blocking stream reads it
 
-    def get_param(self, name: str, arr) -> None:
-        """Copy the named parameter into the Warp array ``arr`` (CPU or CUDA; dtype and shape must match)."""
-        binding = self._binding(name, "get_param")
-        self._check(binding, arr, "get_param")
+    def _read_binding(self, binding, arr) -> None:
+        """Copy the binding's device memory into the Warp array ``arr`` (CPU or CUDA), synchronously."""
+        b.check_writable(arr, f"get_param('{binding.name}')")
+        b.check_array(binding, arr, "get_param", cpu_only=False)
         if not binding.nbytes:
             return
         with self._current():
@@ -381,11 +358,6 @@ class LoadedCudaGraph(CudaGraph):
         staging = wp.array(ptr=packed.ctypes.data, dtype=arr.dtype, shape=arr.shape, device="cpu")
         wp.copy(arr, staging)
         wp.synchronize_device(arr.device)
-
-    def get_param_ptr(self, name: str):
-        """Device address of the named parameter's first element, or None if there is no such parameter."""
-        binding = self.bindings.get(name)
-        return None if binding is None else self.region_addresses[binding.region] + binding.offset
 
     # --- what saving again needs -------------------------------------------------------------------------
     def read_region(self, index: int) -> bytes:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-import numpy as np
-
 from apic._compat import cuda_graph_instantiate_call
 from apic.record import ops as rec
+from apic.replay.relocate import Arena
 
 # The fill kernel for fills memset nodes cannot do: dst[i] = src[i % size] for each byte i < total.
 # Hand-written PTX (ISA 6.0, sm_50) so that every driver apic can meet JIT-compiles it.
@@ -107,23 +106,13 @@ def lower(recording, regions: list[int], functions: list, fill, cu, memory: list
         return regions[ref.region] + ref.offset
 
     # Host arena of relocated param blobs (each distinct blob once), and device constants for fills.
-    blobs, at, size = {}, {}, 0
+    arena = Arena([op.params for op in recording.ops if isinstance(op, rec.CudaLaunch)])
+    arena.fill(address)
     fills, fill_size = {}, 0
     for op in recording.ops:
-        if isinstance(op, rec.CudaLaunch) and id(op.params) not in blobs:
-            blobs[id(op.params)] = op.params
-            at[id(op.params)] = size
-            size += -(-max(len(op.params.data), 1) // 16) * 16
-        elif needs_fill_kernel(op) and op.value.data not in fills:
+        if needs_fill_kernel(op) and op.value.data not in fills:
             fills[op.value.data] = fill_size
             fill_size += -(-len(op.value.data) // 16) * 16
-    arena = np.zeros(max(size, 16), dtype=np.uint8)
-    base = arena.ctypes.data
-    for key, blob in blobs.items():
-        data = bytearray(blob.data)
-        for reloc in blob.relocs:
-            data[reloc.at : reloc.at + 8] = address(reloc.target).to_bytes(8, "little")
-        arena[at[key] : at[key] + len(data)] = np.frombuffer(bytes(data), dtype=np.uint8)
     constants = 0
     if fills:
         staging = bytearray(fill_size)
@@ -134,12 +123,12 @@ def lower(recording, regions: list[int], functions: list, fill, cu, memory: list
         cu("cuMemcpyHtoD", pointer, bytes(staging), fill_size)
         constants = int(pointer)
 
-    keep = [arena]  # the param arena, kernelParams arrays and fill arguments: alive as long as the plan
+    keep = [arena.buffer]  # the param arena, kernelParams arrays and fill arguments: alive as long as the plan
     plan = []
     for op in recording.ops:
         if isinstance(op, rec.CudaLaunch):
             kernel = recording.kernels[op.kernel]
-            start = base + at[id(op.params)]
+            start = arena.address(op.params)
             params = (ctypes.c_void_p * len(kernel.params))(*[start + offset for offset, _ in kernel.params])
             keep.append(params)
             plan.append(("kernel", functions[op.kernel], op.grid, op.block, op.smem, ctypes.addressof(params)))

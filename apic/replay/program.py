@@ -25,9 +25,8 @@ from apic.record import ops as rec
 from apic.record.splittable import graph_launch_refusal
 from apic.replay import fanout
 from apic.replay import table as tbl
+from apic.replay.relocate import Arena as _Arena
 
-_ALIGN = 16
-_U64 = struct.Struct("<Q")
 _BOUNDS_QWORDS = struct.Struct("<4q")
 _I64 = struct.Struct("<q")  # signed: the table holds int64 (same bits)
 
@@ -200,45 +199,6 @@ def _load_interpreter():
         raise ValueError(f"APIC_REPLAY={choice!r}: expected 'numba' (the default) or 'reference'")
     _run_table = run_table
     return run_table
-
-
-class _Arena:
-    """Lays blobs out in one aligned byte buffer, then relocates their pointers in place.
-
-    Blobs are keyed by identity: a blob shared by several ops (a repeated launch) is stored once.
-    """
-
-    def __init__(self, blobs: list[rec.Blob]) -> None:
-        self._offsets: dict[int, int] = {}
-        self._blobs = []
-        size = 0
-        for blob in blobs:
-            if id(blob) not in self._offsets:
-                self._offsets[id(blob)] = size
-                self._blobs.append(blob)
-                size += -(-max(len(blob.data), 1) // _ALIGN) * _ALIGN
-        self.buffer = np.zeros(max(size, _ALIGN), dtype=np.uint8)
-        self.base = self.buffer.ctypes.data
-
-    def fill(self, address_of) -> None:
-        staging = bytearray(len(self.buffer))  # built in Python bytes, copied into the buffer once
-        for blob in self._blobs:
-            at = self._offsets[id(blob)]
-            staging[at : at + len(blob.data)] = blob.data
-            for reloc in blob.relocs:
-                _U64.pack_into(staging, at + reloc.at, address_of(reloc.target))
-        self.buffer[:] = np.frombuffer(staging, dtype=np.uint8)
-
-    def address(self, blob: rec.Blob) -> int:
-        return self.base + self._offsets[id(blob)]
-
-    def param_offsets(self) -> dict:
-        """Named parameter -> the arena offsets of its slots (``Graph.set_param`` writes there)."""
-        found: dict = {}
-        for blob in self._blobs:
-            for slot in blob.params:
-                found.setdefault(slot.name, []).append(self._offsets[id(blob)] + slot.at)
-        return {name: np.array(offsets, dtype=np.intp) for name, offsets in found.items()}
 
 
 def _blobs_of(op) -> list[rec.Blob]:

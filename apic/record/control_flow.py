@@ -1,0 +1,107 @@
+"""Control flow in a CPU capture: ``wp.capture_if`` / ``wp.capture_while`` bodies recorded inline, and a
+finished graph launched inside a capture (its ops, inline, as a CUDA child graph).
+
+A mixin of ``apic.record.recorder.Recorder``: it uses the recorder's op list, noting and interning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from apic import _compat
+from apic.errors import CaptureError, UnsupportedOperationError
+from apic.record.ops import Branch, Jump, Launch, RawPtr, intern_op, unresolve_op
+from apic.record.recording import ModuleInfo
+
+
+class ControlFlowRecording:
+    """Branches, loops and nested graphs of a CPU recorder."""
+
+    def _reserve(self) -> int:
+        """A place in the op list for a control-flow op whose target is not known yet."""
+        self.ops.append(None)
+        return len(self.ops) - 1
+
+    def _place(self, index: int, op) -> None:
+        self.ops[index] = intern_op(op, self._interned, self._ranges)
+
+    def _condition(self, condition) -> RawPtr:
+        """The int32 a branch reads at replay time: the first element of ``condition``."""
+        if not condition.ptr or condition.size < 1:
+            raise CaptureError("the condition of wp.capture_if / capture_while must be an int32 array with an element")
+        self.note_values([condition])
+        return RawPtr(condition.ptr, condition.ptr, condition.ptr + 4)
+
+    def record_if(self, condition, on_true, on_false) -> None:
+        """``capture_if``: ``on_true`` / ``on_false`` (callables or None) record the two bodies inline.
+
+        Layout: ``branch(cond == 0 -> else); <on_true>; [jump -> end; else: <on_false>;] end:``.
+        """
+        cond = self._condition(condition)
+        start = len(self.ops)
+        try:
+            branch = self._reserve()
+            if on_true is not None:
+                on_true()
+            if on_false is not None:
+                jump = self._reserve()
+                otherwise = len(self.ops)
+                on_false()
+                self._place(jump, Jump(len(self.ops)))
+            else:
+                otherwise = len(self.ops)
+            self._place(branch, Branch(cond, otherwise))
+        except BaseException:
+            del self.ops[start:]  # a failed body leaves nothing behind (the capture may go on)
+            raise
+
+    def record_while(self, condition, body) -> None:
+        """``capture_while``: ``top: branch(cond == 0 -> end); <body>; jump -> top; end:``."""
+        cond = self._condition(condition)
+        start = len(self.ops)
+        try:
+            branch = self._reserve()
+            body()
+            self._place(self._reserve(), Jump(start))
+            self._place(branch, Branch(cond, len(self.ops)))
+        except BaseException:
+            del self.ops[start:]
+            raise
+
+    def record_graph(self, graph) -> None:
+        """A finished apic graph launched (or used as a branch body) inside this capture: its ops, inline."""
+        recording = graph.recording
+        if recording.abi != _compat.KERNEL_ABI:
+            raise UnsupportedOperationError(
+                "launching a loaded graph saved for another kernel ABI inside a capture",
+                f"it calls kernels as {recording.abi}, this warp-lang as {_compat.KERNEL_ABI}",
+            )
+        self.keepalive.append(graph)  # its arrays, external buffers, modules and loaded memory
+        for handle in recording.handles:
+            self.note_handle(handle.obj)
+        for spec in recording.params:
+            self.note_param(spec)
+        values = getattr(graph, "param_values", {})
+        addresses = graph.region_addresses
+        for region in recording.regions:
+            lo = addresses[region.id]
+            self._ranges.note(lo, lo + region.nbytes, used=True, owned=region.owned, array=region.array)
+        kernels = [self._kernel_from(recording, info) for info in recording.kernels]
+        base = len(self.ops)
+        converted: dict[int, object] = {}  # by id: ops shared in the graph stay shared
+        for op in recording.ops:
+            done = converted.get(id(op))
+            if done is None:
+                done = unresolve_op(op, graph.address_of, values)
+                if isinstance(done, Launch):
+                    done = dataclasses.replace(done, kernel=kernels[done.kernel])
+                elif isinstance(done, (Branch, Jump)):
+                    done = dataclasses.replace(done, target=done.target + base)
+                converted[id(op)] = done
+            self._append(done)
+
+    def _kernel_from(self, recording, info) -> int:
+        """This capture's index of a kernel of another recording (same loaded module, same symbol)."""
+        module = recording.modules[info.module]
+        return self._intern_kernel(module.module_exec, info.symbol, lambda: ModuleInfo(module.name, module.module_exec),
+                                   lambda index: dataclasses.replace(info, module=index))

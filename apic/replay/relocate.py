@@ -1,0 +1,58 @@
+"""Blob relocation, for every target: recorded blobs laid out in one host arena, their pointers
+rewritten to the live addresses of the regions (and handles) they refer to.
+
+The CPU program (``apic.replay.program``) runs its launches from this arena; a loaded CUDA graph
+(``apic.replay.cuda_lowering``) points each kernel's ``kernelParams`` into it.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from apic.record import ops as rec
+
+ALIGN = 16  # every blob starts 16-byte aligned (a launch's argument struct may hold 16-byte members)
+_U64 = struct.Struct("<Q")
+
+
+class Arena:
+    """Lays blobs out in one aligned byte buffer, then relocates their pointers in place.
+
+    Blobs are keyed by identity: a blob shared by several ops (a repeated launch) is stored once.
+    """
+
+    def __init__(self, blobs: list[rec.Blob]) -> None:
+        self._offsets: dict[int, int] = {}
+        self._blobs = []
+        size = 0
+        for blob in blobs:
+            if id(blob) not in self._offsets:
+                self._offsets[id(blob)] = size
+                self._blobs.append(blob)
+                size += -(-max(len(blob.data), 1) // ALIGN) * ALIGN
+        self.buffer = np.zeros(max(size, ALIGN), dtype=np.uint8)
+        self.base = self.buffer.ctypes.data
+
+    def fill(self, address_of) -> None:
+        """Copy every blob in, each pointer rewritten to ``address_of(its target)``."""
+        staging = bytearray(len(self.buffer))  # built in Python bytes, copied into the buffer once
+        for blob in self._blobs:
+            at = self._offsets[id(blob)]
+            staging[at : at + len(blob.data)] = blob.data
+            for reloc in blob.relocs:
+                _U64.pack_into(staging, at + reloc.at, address_of(reloc.target))
+        self.buffer[:] = np.frombuffer(staging, dtype=np.uint8)
+
+    def address(self, blob: rec.Blob) -> int:
+        """The host address of ``blob`` in the arena."""
+        return self.base + self._offsets[id(blob)]
+
+    def param_offsets(self) -> dict:
+        """Named parameter -> the arena offsets of its slots (``Graph.set_param`` writes there)."""
+        found: dict = {}
+        for blob in self._blobs:
+            for slot in blob.params:
+                found.setdefault(slot.name, []).append(self._offsets[id(blob)] + slot.at)
+        return {name: np.array(offsets, dtype=np.intp) for name, offsets in found.items()}
