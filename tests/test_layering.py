@@ -52,8 +52,8 @@ LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "a
 # Imports kept out of ``import apic`` for its start-up time, each with a comment saying so: importer -> imported.
 LAZY_FOR_STARTUP = {
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
-    "apic.persist": {"apic.format.cuda", "apic.format.reader", "apic.format.untouched", "apic.format.writer",
-                     "apic.replay.cuda", "apic.replay.loader"},
+    "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.replay.cuda",
+                     "apic.replay.loader"},
 }
 
 # (importer, imported) module-level or local edges that go up the layers, and why they remain.
@@ -78,7 +78,6 @@ KNOWN_LOCAL = {
     "apic.bench.run": {"numpy"},
     "apic.bench.workloads": {"apic.demo", "sys"},
     "apic.bindings": {"apic._compat"},
-    "apic.format.writer": {"apic._version", "fcntl", "warp"},  # fcntl: POSIX only (the save lock)
     "apic.record.natives": {"apic._compat", "apic.errors", "ctypes"},
     "apic.replay.loader": {"apic.graph", "apic.record.handles", "warp"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time
