@@ -71,15 +71,11 @@ KNOWN_LOCAL = {
     "apic.cli": {"apic.errors"},
     "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
-    "apic.cli.inspect_wrp": {"apic.dot", "apic.errors", "apic.format.manifest", "apic.format.module_folder", "apic.format.reader",
-                             "apic.format.writer", "apic.params", "apic.record.ops", "apic.replay.cuda",
-                             "apic.replay.loader"},
     "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
     "apic.bench.run": {"numpy"},
     "apic.bench.workloads": {"apic.demo", "sys"},
     "apic.bindings": {"apic._compat"},
     "apic.record.natives": {"apic._compat", "apic.errors", "ctypes"},
-    "apic.replay.loader": {"apic.graph", "apic.record.handles", "warp"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time
 }
 
