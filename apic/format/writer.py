@@ -197,7 +197,7 @@ def target_of(recording) -> targets.Target:
     """The target a recording's kernels were compiled for (from its ABI tag)."""
     target = targets.of_abi(recording.abi)
     if target is None:
-        raise UnsupportedOperationError(f"saving a graph with kernel ABI {recording.abi!r}", "no target has it")
+        raise ValueError(f"cannot save a graph with kernel ABI {recording.abi!r}: no target of apic calls its kernels")
     return target
 
 
