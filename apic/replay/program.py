@@ -572,15 +572,15 @@ def _call(fn: int, *args: int) -> list[int]:
 _NO_ROW = (rec.Alloc,)  # ops that lower to no table row
 
 
-@dataclass(frozen=True)
 class _Lowering:
-    """What lowering one op needs besides the op (the arguments of ``_lower_op``)."""
+    """What lowering one op needs besides the op (the arguments of ``_lower_op``). A plain class with
+    slots, not a frozen dataclass: one is made per distinct op, and that costs a third as much."""
 
-    abi: str
-    arena: _Arena
-    address_of: object  # Ref or HandleRef -> address
-    kernel_addresses: list
-    row_at: object  # position in the op sequence -> table row
+    __slots__ = ("abi", "arena", "address_of", "kernel_addresses", "row_at")
+
+    def __init__(self, abi: str, arena: _Arena, address_of, kernel_addresses: list, row_at) -> None:
+        self.abi, self.arena, self.address_of, self.kernel_addresses, self.row_at = (
+            abi, arena, address_of, kernel_addresses, row_at)
 
 
 def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at) -> list[int] | None:
