@@ -81,14 +81,17 @@ def array_facts(arr) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     )
 
 
-def make_binding(name, kind: str, arr, regions, region_addresses) -> Binding:
-    """The binding of ``arr`` under ``name``: it must lie inside one region of the graph."""
+def make_binding(name, kind: str, arr, regions, region_addresses, device=None) -> Binding:
+    """The binding of ``arr`` under ``name``: it must lie inside one region of the graph, and on the
+    graph's ``device`` (None: a CPU graph, which binds CPU arrays)."""
     if not isinstance(name, str) or not name:
         raise BindingError(f"binding names must be non-empty strings, got {name!r}")
     if not is_warp_array(arr):
         raise TypeError(f"{kind} '{name}' must be a Warp array, got {type(arr).__name__}")
-    if not arr.device.is_cpu:
+    if device is None and not arr.device.is_cpu:
         raise ValueError(f"{kind} '{name}' is on {arr.device}; an apic graph binds CPU arrays only")
+    if device is not None and arr.device != device:
+        raise ValueError(f"{kind} '{name}' is on {arr.device}; the graph is on {device}")
     ptr, elem_size, shape, strides = array_facts(arr)
     lo, hi = extent(ptr, elem_size, shape, strides)
     for region, base in zip(regions, region_addresses):

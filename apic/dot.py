@@ -53,60 +53,71 @@ def _refs(value) -> list:
     return []
 
 
+def _handle_call_effects(op: rec.HandleCall, handles) -> tuple[set, set]:
+    index = op.handle.index
+    arrays = dict(handles[index].arrays) if 0 <= index < len(handles) else {}
+    reads = set(_refs(op.points)) | set(_refs(op.groups)) | {a.start.region for a in arrays.values()}
+    return reads, {("h", index)}
+
+
+def _launch_effects(op: rec.Launch, handles) -> tuple[set, set]:
+    both = set(_refs(op.args)) | set(_refs(op.adj_args))
+    return both, {r for r in both if not isinstance(r, tuple)}
+
+
+def _both(value) -> tuple[set, set]:
+    both = set(_refs(value))
+    return both, both
+
+
+_EFFECTS = {  # op type -> (op, handles) -> (regions read, regions written)
+    rec.Memcpy: lambda op, handles: (set(_refs(op.src)), set(_refs(op.dst))),
+    rec.Memset: lambda op, handles: (set(), set(_refs(op.dst))),
+    rec.Memtile: lambda op, handles: (set(), set(_refs(op.dst))),
+    rec.Alloc: lambda op, handles: (set(), set(_refs(op.dst))),
+    rec.ArrayCopy: lambda op, handles: (set(_refs(op.src)), set(_refs(op.dst))),
+    rec.ArrayFill: lambda op, handles: (set(), set(_refs(op.dst))),
+    rec.Branch: lambda op, handles: (set(_refs(op.cond)), set()),
+    rec.Jump: lambda op, handles: (set(), set()),
+    rec.HandleCall: _handle_call_effects,
+    rec.Launch: _launch_effects,
+    rec.CudaLaunch: lambda op, handles: _both(op.params),
+    rec.NativeCall: lambda op, handles: _both(list(op.args)),
+}
+
+
 def effects(op, handles=()) -> tuple[set, set]:
     """``(regions read, regions written)`` by ``op``; launches and native calls count as both.
 
     A native handle (a mesh, ...) counts as memory ``("h", index)``: its methods read the handle's arrays
     and write it, and a kernel that receives its id reads it.
     """
-    if isinstance(op, rec.Memcpy):
-        return set(_refs(op.src)), set(_refs(op.dst))
-    if isinstance(op, (rec.Memset, rec.Memtile, rec.Alloc)):
-        return set(), set(_refs(op.dst))
-    if isinstance(op, rec.ArrayCopy):
-        return set(_refs(op.src)), set(_refs(op.dst))
-    if isinstance(op, rec.ArrayFill):
-        return set(), set(_refs(op.dst))
-    if isinstance(op, rec.Branch):
-        return set(_refs(op.cond)), set()
-    if isinstance(op, rec.HandleCall):
-        index = op.handle.index
-        arrays = dict(handles[index].arrays) if 0 <= index < len(handles) else {}
-        reads = set(_refs(op.points)) | set(_refs(op.groups)) | {a.start.region for a in arrays.values()}
-        return reads, {("h", index)}
-    if isinstance(op, rec.Launch):
-        both = set(_refs(op.args)) | set(_refs(op.adj_args))
-        return both, {r for r in both if not isinstance(r, tuple)}
-    if isinstance(op, rec.CudaLaunch):
-        both = set(_refs(op.params))
-        return both, both
-    if isinstance(op, rec.NativeCall):
-        both = set(_refs(list(op.args)))
-        return both, both
-    return set(), set()
+    return rec.handler(_EFFECTS, op, "drawing a graph")(op, handles)
+
+
+def _launch_label(op, kernels, region_name) -> str:
+    kernel = kernels[op.kernel]
+    return f"{op.kind.name.lower()} {kernel.key}{' (backward)' if kernel.adjoint else ''}\ndim={tuple(op.dim)}"
+
+
+_LABELS = {  # op type -> (op, kernels, region_name) -> the label of its node
+    rec.Launch: _launch_label,
+    rec.CudaLaunch: _launch_label,
+    rec.Memcpy: lambda op, kernels, name: f"memcpy {op.nbytes} B\n{name(op.src.region)} -> {name(op.dst.region)}",
+    rec.Memset: lambda op, kernels, name: f"memset {name(op.dst.region)} = {op.value:#04x}\n{op.nbytes} B",
+    rec.Memtile: lambda op, kernels, name: f"memtile {name(op.dst.region)}\n{len(op.value.data)} B x {op.count}",
+    rec.ArrayCopy: lambda op, kernels, name: f"array_copy elem {op.elem_size} B",
+    rec.ArrayFill: lambda op, kernels, name: f"array_fill {len(op.value.data)} B",
+    rec.Alloc: lambda op, kernels, name: f"alloc {name(op.dst.region)} {op.nbytes} B",
+    rec.NativeCall: lambda op, kernels, name: f"wp_{op.name}",
+    rec.HandleCall: lambda op, kernels, name: f"wp_{op.name}\nhandle {op.handle.index}",
+    rec.Branch: lambda op, kernels, name: "branch",
+    rec.Jump: lambda op, kernels, name: "jump",
+}
 
 
 def _op_label(op, kernels, region_name) -> str:
-    if isinstance(op, (rec.Launch, rec.CudaLaunch)):
-        kernel = kernels[op.kernel]
-        return f"{'launch' if isinstance(op, rec.Launch) else 'cuda_launch'} {kernel.key}" \
-               f"{' (backward)' if kernel.adjoint else ''}\ndim={tuple(op.dim)}"
-    if isinstance(op, rec.Memcpy):
-        return f"memcpy {op.nbytes} B\n{region_name(op.src.region)} -> {region_name(op.dst.region)}"
-    if isinstance(op, rec.Memset):
-        return f"memset {region_name(op.dst.region)} = {op.value:#04x}\n{op.nbytes} B"
-    if isinstance(op, rec.Memtile):
-        return f"memtile {region_name(op.dst.region)}\n{len(op.value.data)} B x {op.count}"
-    if isinstance(op, rec.ArrayCopy):
-        return f"array_copy elem {op.elem_size} B"
-    if isinstance(op, rec.ArrayFill):
-        return f"array_fill {len(op.value.data)} B"
-    if isinstance(op, rec.Alloc):
-        return f"alloc {region_name(op.dst.region)} {op.nbytes} B"
-    if isinstance(op, (rec.NativeCall, rec.HandleCall)):
-        handle = f"\nhandle {op.handle.index}" if isinstance(op, rec.HandleCall) else ""
-        return f"wp_{op.name}{handle}"
-    return type(op).__name__.lower()
+    return rec.handler(_LABELS, op, "drawing a graph")(op, kernels, region_name)
 
 
 # --- structure: control flow and folded repeats -----------------------------------------------------

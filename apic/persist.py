@@ -70,9 +70,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     from apic.format import untouched, writer  # lazy: the file format (see the top of this module)
 
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
-        from apic.format import cuda as cuda_format  # lazy, as above
-
-        cuda_format.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback))
+        writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback))
         return
     if not isinstance(graph, Graph):
         raise TypeError(

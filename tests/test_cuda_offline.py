@@ -32,6 +32,7 @@ from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import Region
 from apic.record import cuda as record_cuda
 from apic.targets import cuda as cp
+from apic.targets.target import CUDA
 
 ARCH = 75  # an architecture every NVRTC that Warp 1.12-1.19 ships compiles for
 
@@ -358,11 +359,11 @@ def _saxpy_recording():
 
 
 def _document(ptx_text, module_arch=(ARCH, "", "ptx"), arch=ARCH):
-    from apic.format import cuda as cuda_format
+    from apic.format import writer
 
     recording, contents = _saxpy_recording()
     graph = FileGraph(recording, contents, ptx_text.encode("latin-1"), module_arch, arch)
-    return cuda_format.document(graph, [])
+    return writer.document(graph, [])
 
 
 def _read(doc):
@@ -491,7 +492,6 @@ def test_ptx_loads_on_its_architecture_or_newer(ptx):
 
 def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
     """The files are written atomically like CPU ones; loading them needs cuda-python and a GPU."""
-    from apic.format import cuda as cuda_format
     from apic.replay import cuda as cuda_replay
 
     recording, contents = _saxpy_recording()
@@ -506,7 +506,7 @@ def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
         wp.capture_load(str(tmp_path / "g"))
     with pytest.raises(ValueError, match="CUDA device"):
         wp.capture_load(str(tmp_path / "g"), device="cpu")
-    assert cuda_format.CUDA_ABI == "cuda-params-v1"
+    assert CUDA.abis == ("cuda-params-v1",)
 
 
 def test_fill_kernel_ptx_declares_its_entry():
@@ -564,7 +564,7 @@ def test_integer_launch_arguments_are_found_in_the_param_blob():
 def test_a_cuda_graph_passing_a_handle_id_or_pointer_as_an_integer_is_not_saved(ptx, tmp_path):
     """Such a value would dangle after a load: the recorder notes it, and saving refuses, naming it."""
     from apic.errors import UnsupportedOperationError
-    from apic.format import cuda as cuda_format
+    from apic.format import writer
     from apic.record.cuda import CudaRecorder
 
     points = wp.array(np.zeros((3, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
@@ -581,5 +581,5 @@ def test_a_cuda_graph_passing_a_handle_id_or_pointer_as_an_integer_is_not_saved(
     recording = Recording(**{**recording.__dict__, "unsaveable": reasons})
     graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
     with pytest.raises(UnsupportedOperationError, match="mesh_id.*wp.Mesh.*dangle after a load"):
-        cuda_format.save(graph, str(tmp_path / "g"))
+        writer.save(graph, str(tmp_path / "g"))
     assert not os.listdir(tmp_path)  # nothing written

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from apic.format import ownership, writer
+from apic.format import ownership, publish, writer
 
 
 @wp.kernel
@@ -131,7 +131,7 @@ def test_symlinked_modules_folder_swapped_in_is_not_followed(tmp_path, monkeypat
     for name, data in victim_files.items():
         (victim / name).write_bytes(data)
     graph, x = kernel_graph()
-    original = writer._publish
+    original = publish._publish
     calls = {"n": 0}
 
     def swap_then_publish(staged, created):
@@ -141,7 +141,7 @@ def test_symlinked_modules_folder_swapped_in_is_not_followed(tmp_path, monkeypat
             os.symlink(victim, tmp_path / "g_modules")
         return original(staged, created)
 
-    monkeypatch.setattr(writer, "_publish", swap_then_publish)
+    monkeypatch.setattr(publish, "_publish", swap_then_publish)
     wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
     assert calls["n"] >= 2
     check_survive(victim, victim_files)
@@ -152,7 +152,7 @@ def test_lock_refuses_a_symlinked_folder(tmp_path):
     (tmp_path / "real").mkdir()
     os.symlink(tmp_path / "real", tmp_path / "link")
     with pytest.raises(OSError) as error:
-        writer._lock(str(tmp_path / "link"))
+        publish._lock(str(tmp_path / "link"))
     assert error.value.errno in (errno.ELOOP, errno.ENOTDIR)
     with pytest.raises(OSError):
         ownership.open_folder(str(tmp_path / "link"))

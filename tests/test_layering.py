@@ -52,8 +52,8 @@ LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "a
 # Imports kept out of ``import apic`` for its start-up time, each with a comment saying so: importer -> imported.
 LAZY_FOR_STARTUP = {
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
-    "apic.persist": {"apic.format.cuda", "apic.format.reader", "apic.format.untouched", "apic.format.writer",
-                     "apic.replay.cuda", "apic.replay.loader"},
+    "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.replay.cuda",
+                     "apic.replay.loader"},
 }
 
 # (importer, imported) module-level or local edges that go up the layers, and why they remain.
@@ -71,14 +71,9 @@ KNOWN_LOCAL = {
     "apic.cli": {"apic.errors"},
     "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
-    "apic.cli.inspect_wrp": {"apic.dot", "apic.errors", "apic.format.manifest", "apic.format.module_folder", "apic.format.reader",
-                             "apic.format.writer", "apic.params", "apic.record.ops", "apic.replay.cuda",
-                             "apic.replay.loader"},
     "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
     "apic.bench.run": {"numpy"},
     "apic.bench.workloads": {"apic.demo", "sys"},
-    "apic.format.writer": {"apic._version", "fcntl", "warp"},  # fcntl: POSIX only (the save lock)
-    "apic.replay.loader": {"apic.graph", "apic.record.handles", "warp"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time
 }
 

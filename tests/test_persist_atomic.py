@@ -23,7 +23,7 @@ import pytest
 import warp as wp
 
 import persist_kernels as pk
-from apic.format import writer
+from apic.format import publish, writer
 from persist_helpers import child_env, same_bits
 
 
@@ -88,22 +88,22 @@ def fail_on_call(n: int, original, exc):
 
 INJECTIONS = {
     "document": lambda mp: mp.setattr(writer, "document", fail_on_call(1, writer.document, Boom("collect"))),
-    "stage module": lambda mp: mp.setattr(writer, "_stage", fail_on_call(1, writer._stage, Boom("stage"))),
-    "stage wrp": lambda mp: mp.setattr(writer, "_stage", fail_on_call(2, writer._stage, Boom("stage"))),
+    "stage module": lambda mp: mp.setattr(publish, "_stage", fail_on_call(1, publish._stage, Boom("stage"))),
+    "stage wrp": lambda mp: mp.setattr(publish, "_stage", fail_on_call(2, publish._stage, Boom("stage"))),
     "disk full module": lambda mp: mp.setattr(
-        writer, "_write_all", fail_on_call(1, writer._write_all, OSError(errno.ENOSPC, "No space left on device"))),
+        publish, "_write_all", fail_on_call(1, publish._write_all, OSError(errno.ENOSPC, "No space left on device"))),
     "disk full wrp": lambda mp: mp.setattr(
-        writer, "_write_all", fail_on_call(2, writer._write_all, OSError(errno.ENOSPC, "No space left on device"))),
-    "publish module": lambda mp: mp.setattr(writer, "_publish", fail_on_call(1, writer._publish, Boom("publish"))),
-    "commit": lambda mp: mp.setattr(writer, "_publish", fail_on_call(2, writer._publish, OSError(errno.EIO, "io"))),
-    "rename": lambda mp: mp.setattr(writer.os, "replace", fail_on_call(1, os.replace, OSError(errno.EIO, "io"))),
+        publish, "_write_all", fail_on_call(2, publish._write_all, OSError(errno.ENOSPC, "No space left on device"))),
+    "publish module": lambda mp: mp.setattr(publish, "_publish", fail_on_call(1, publish._publish, Boom("publish"))),
+    "commit": lambda mp: mp.setattr(publish, "_publish", fail_on_call(2, publish._publish, OSError(errno.EIO, "io"))),
+    "rename": lambda mp: mp.setattr(publish.os, "replace", fail_on_call(1, os.replace, OSError(errno.EIO, "io"))),
     "permission denied module": lambda mp: mp.setattr(
-        writer, "_stage", fail_on_call(1, writer._stage, PermissionError(errno.EACCES, "Permission denied"))),
+        publish, "_stage", fail_on_call(1, publish._stage, PermissionError(errno.EACCES, "Permission denied"))),
     "permission denied wrp": lambda mp: mp.setattr(
-        writer, "_stage", fail_on_call(2, writer._stage, PermissionError(errno.EACCES, "Permission denied"))),
-    "fsync": lambda mp: mp.setattr(writer.os, "fsync", fail_on_call(1, os.fsync, OSError(errno.EIO, "io"))),
-    "fsync modules dir": lambda mp: mp.setattr(writer, "_fsync_dir", fail_on_call(1, writer._fsync_dir, Boom("dir"))),
-    "interrupt": lambda mp: mp.setattr(writer, "_stage", fail_on_call(2, writer._stage, KeyboardInterrupt())),
+        publish, "_stage", fail_on_call(2, publish._stage, PermissionError(errno.EACCES, "Permission denied"))),
+    "fsync": lambda mp: mp.setattr(publish.os, "fsync", fail_on_call(1, os.fsync, OSError(errno.EIO, "io"))),
+    "fsync modules dir": lambda mp: mp.setattr(publish, "_fsync_dir", fail_on_call(1, publish._fsync_dir, Boom("dir"))),
+    "interrupt": lambda mp: mp.setattr(publish, "_stage", fail_on_call(2, publish._stage, KeyboardInterrupt())),
 }
 
 
@@ -163,8 +163,8 @@ def test_leftovers_are_ignored_by_load_and_removed_by_save(tmp_path):
     save removes it all, reusing the .wrp's temporary name on the way."""
     expected_x = save_a(tmp_path)
     leftovers = {
-        ".g.wrp" + writer._TEMP_TAG: b"half a .wrp",
-        os.path.join("g_modules", ".x.0123456789abcdef.o" + writer._TEMP_TAG): b"half a module",
+        ".g.wrp" + publish._TEMP_TAG: b"half a .wrp",
+        os.path.join("g_modules", ".x.0123456789abcdef.o" + publish._TEMP_TAG): b"half a module",
         os.path.join("g_modules", "x.%s.o" % hashlib.sha256(b"\x7fELF an orphan").hexdigest()[:16]):
             b"\x7fELF an orphan",
     }
@@ -189,7 +189,7 @@ def test_saves_at_one_path_take_turns(tmp_path, monkeypatch):
     graph_a = pk.capture(sim)
     graph, x = graph_b()
     paused, resume, done = threading.Event(), threading.Event(), []
-    original = writer._fsync_dir
+    original = publish._fsync_dir
 
     def fsync_dir(folder):
         original(folder)
@@ -201,7 +201,7 @@ def test_saves_at_one_path_take_turns(tmp_path, monkeypatch):
         wp.capture_save(g, str(tmp_path / "g"), **bindings)
         done.append(g)
 
-    monkeypatch.setattr(writer, "_fsync_dir", fsync_dir)
+    monkeypatch.setattr(publish, "_fsync_dir", fsync_dir)
     first = threading.Thread(target=save, args=(graph,), kwargs={"inputs": {"x": x}})
     second = threading.Thread(target=save, args=(graph_a,), kwargs={"outputs": {"x": sim.a["x"]}})
     first.start()
@@ -253,7 +253,7 @@ CHILD_SAVE = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import apic
-    from apic.format import writer
+    from apic.format import publish
 
     @wp.kernel
     def triple(x: wp.array(dtype=float)):
@@ -276,15 +276,15 @@ CHILD_SAVE = textwrap.dedent(
         sys.exit("the save did not fail")
 
     # mode "every": argv[1] is a folder holding template/ (what is there before the save). The save
-    # runs once to the end in complete/ and lists every call of an `os` function the writer makes;
+    # runs once to the end in complete/ and lists every call of an `os` function the publication makes;
     # then, for each call k, a forked process copies template/ to k<k>/ and saves there, with
     # SIGKILL just before call k (half-way through it, for a write).
     root = sys.argv[1]
     if arg == "named":  # no unnamed files: every staged file has its temporary name from the start
-        writer._open_unnamed = lambda folder: None
+        publish._open_unnamed = lambda folder: None
     real_os = os
 
-    class Dying:  # stands for `os` in the writer
+    class Dying:  # stands for `os` in the publication (apic.format.publish)
         def __init__(self, kill_at):
             self.kill_at, self.calls = kill_at, []
 
@@ -304,11 +304,11 @@ CHILD_SAVE = textwrap.dedent(
 
     def save(folder, kill_at):
         shutil.copytree(os.path.join(root, "template"), folder)
-        writer.os = dying = Dying(kill_at)
+        publish.os = dying = Dying(kill_at)
         try:
             wp.capture_save(cap.graph, os.path.join(folder, "g"), inputs={"x": x})
         finally:
-            writer.os = real_os
+            publish.os = real_os
         return dying.calls
 
     calls = save(os.path.join(root, "complete"), 0)
@@ -327,7 +327,7 @@ CHILD_SAVE = textwrap.dedent(
 
 
 def _unnamed_files_supported(folder) -> bool:
-    fd = writer._open_unnamed(str(folder))
+    fd = publish._open_unnamed(str(folder))
     if fd is None:
         return False
     os.close(fd)
@@ -381,9 +381,9 @@ def check_killed(folder, old: dict, new: dict, old_x, named: bool, done: list[st
     assert dirs <= {"g_modules"}, f"{where}: folders {sorted(dirs)}"
 
     modules = {name for name in set(old) | set(new) if name.startswith("g_modules" + os.sep)}
-    temps = {".g.wrp" + writer._TEMP_TAG}
+    temps = {".g.wrp" + publish._TEMP_TAG}
     if named:
-        temps |= {os.path.join("g_modules", "." + os.path.basename(m) + writer._TEMP_TAG) for m in modules}
+        temps |= {os.path.join("g_modules", "." + os.path.basename(m) + publish._TEMP_TAG) for m in modules}
     strays = set(files) - set(artifact)
     for name in strays:
         if name in modules:  # the other artifact's module: complete (a file has its name only when it is)
@@ -391,7 +391,7 @@ def check_killed(folder, old: dict, new: dict, old_x, named: bool, done: list[st
         else:
             assert name in temps, f"{where}: stray {name}"
             if not named:  # linked only once complete, for the commit rename
-                assert name == ".g.wrp" + writer._TEMP_TAG and files[name] == new["g.wrp"], where
+                assert name == ".g.wrp" + publish._TEMP_TAG and files[name] == new["g.wrp"], where
     if not named and "link" not in done:
         assert not strays, f"{where}: {sorted(strays)} left before anything was published"
     if not named and "mkdir" not in done and state == "none":  # a first save, everything written unnamed

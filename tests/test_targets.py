@@ -11,7 +11,7 @@ import os
 import pytest
 
 from apic import _compat
-from apic.format import reader, schema
+from apic.format import read_ops, reader, schema
 from apic.record import handles
 from apic.replay import program
 from apic.targets import cpu, cuda
@@ -56,7 +56,7 @@ def test_the_users_read_the_targets_constants():
     assert _compat.KERNEL_ABI in cpu.KERNEL_ABIS
     assert schema.ARRAY_T_SIZE is cpu.ARRAY_T_SIZE and schema.INDEXEDARRAY_T_POINTER_SLOTS is cpu.INDEXEDARRAY_T_POINTER_SLOTS
     assert handles.NATIVE_CALLS is cpu.HANDLE_CALLS
-    assert set(reader._HANDLE_CALLS) == set(cpu.HANDLE_CALLS)  # the reader's argument ranges cover exactly them
+    assert set(read_ops._HANDLE_CALLS) == set(cpu.HANDLE_CALLS)  # the reader's argument ranges cover exactly them
 
 
 def test_the_installed_warp_has_the_descriptor_layout_the_cpu_target_says():

@@ -8,6 +8,15 @@ import json
 import os
 import unicodedata
 
+from apic import dot
+from apic.errors import ApicError, FormatError
+from apic.format import manifest, reader, writer
+from apic.format.module_folder import ModuleFolder
+from apic.params import unpack
+from apic.record import ops as rec
+from apic.replay import loader
+from apic.replay.cuda import unavailable_reason
+
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
@@ -32,41 +41,39 @@ def _blob(blob) -> dict:
     return {"bytes": len(blob.data), "relocs": [{"at": r.at, **_ref(r.target)} for r in blob.relocs]}
 
 
-def _op(op, kernels) -> dict:
-    from apic.record import ops as rec
+def _launch(op: rec.Launch, kernels) -> dict:
+    entry = {"kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim), "args": _blob(op.args)}
+    if op.adj_args is not None:
+        entry["adj_args"] = _blob(op.adj_args)
+    return entry
 
-    if isinstance(op, rec.Launch):
-        entry = {"kind": "launch", "kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim),
-                 "args": _blob(op.args)}
-        if op.adj_args is not None:
-            entry["adj_args"] = _blob(op.adj_args)
-        return entry
-    if isinstance(op, rec.CudaLaunch):
-        return {"kind": "cuda_launch", "kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim),
-                "grid": list(op.grid), "block": list(op.block), "smem": op.smem, "params": _blob(op.params)}
-    if isinstance(op, rec.Memcpy):
-        return {"kind": "memcpy", "dst": _ref(op.dst), "src": _ref(op.src), "nbytes": op.nbytes}
-    if isinstance(op, rec.Memset):
-        return {"kind": "memset", "dst": _ref(op.dst), "value": op.value, "nbytes": op.nbytes}
-    if isinstance(op, rec.Memtile):
-        return {"kind": "memtile", "dst": _ref(op.dst), "value_bytes": len(op.value.data), "count": op.count}
-    if isinstance(op, rec.ArrayCopy):
-        return {"kind": "array_copy", "dst": _blob(op.dst), "src": _blob(op.src), "dst_type": op.dst_type,
-                "src_type": op.src_type, "elem_size": op.elem_size}
-    if isinstance(op, rec.ArrayFill):
-        return {"kind": "array_fill", "dst": _blob(op.dst), "array_type": op.array_type,
-                "value_bytes": len(op.value.data)}
-    if isinstance(op, rec.Branch):
-        return {"kind": "branch", "cond": _ref(op.cond), "target": op.target}
-    if isinstance(op, rec.Jump):
-        return {"kind": "jump", "target": op.target}
-    if isinstance(op, rec.NativeCall):
-        return {"kind": "native_call", "fn": op.name,
-                "args": [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]}
-    if isinstance(op, rec.HandleCall):
-        return {"kind": "handle_call", "fn": op.name, "handle": op.handle.index, "ints": list(op.ints),
-                "radius": op.radius}
-    return {"kind": "alloc", "dst": _ref(op.dst), "nbytes": op.nbytes}
+
+_DESCRIBE = {  # op type -> (op, kernels) -> what inspect shows of it besides its kind
+    rec.Launch: _launch,
+    rec.CudaLaunch: lambda op, kernels: {"kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim),
+                                         "grid": list(op.grid), "block": list(op.block), "smem": op.smem,
+                                         "params": _blob(op.params)},
+    rec.Memcpy: lambda op, kernels: {"dst": _ref(op.dst), "src": _ref(op.src), "nbytes": op.nbytes},
+    rec.Memset: lambda op, kernels: {"dst": _ref(op.dst), "value": op.value, "nbytes": op.nbytes},
+    rec.Memtile: lambda op, kernels: {"dst": _ref(op.dst), "value_bytes": len(op.value.data), "count": op.count},
+    rec.ArrayCopy: lambda op, kernels: {"dst": _blob(op.dst), "src": _blob(op.src), "dst_type": op.dst_type,
+                                        "src_type": op.src_type, "elem_size": op.elem_size},
+    rec.ArrayFill: lambda op, kernels: {"dst": _blob(op.dst), "array_type": op.array_type,
+                                        "value_bytes": len(op.value.data)},
+    rec.Branch: lambda op, kernels: {"cond": _ref(op.cond), "target": op.target},
+    rec.Jump: lambda op, kernels: {"target": op.target},
+    rec.NativeCall: lambda op, kernels: {"fn": op.name,
+                                         "args": [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]},
+    rec.HandleCall: lambda op, kernels: {"fn": op.name, "handle": op.handle.index, "ints": list(op.ints),
+                                         "radius": op.radius},
+    rec.Alloc: lambda op, kernels: {"dst": _ref(op.dst), "nbytes": op.nbytes},
+}
+
+
+def _op(op, kernels) -> dict:
+    """``op`` as inspect shows it: ``kind`` (its name, ``OpSpec.name``), then its fields."""
+    describe = rec.handler(_DESCRIBE, op, "inspect")
+    return {"kind": rec.SPEC_OF_TYPE[type(op)].name, **describe(op, kernels)}
 
 
 def _distinct_ops(sequence, kernels) -> list[dict]:
@@ -87,9 +94,6 @@ def _distinct_ops(sequence, kernels) -> list[dict]:
 
 def _check_manifests(saved, modules_dir: str) -> None:
     """The load's check of every launch against its kernel manifest (``apic.format.manifest``)."""
-    from apic.format import manifest
-    from apic.format.module_folder import ModuleFolder
-
     folder = ModuleFolder.of(modules_dir, saved)
     try:
         manifest.check(saved, manifest.load(saved, folder.fetch, folder.names, modules_dir))
@@ -99,11 +103,6 @@ def _check_manifests(saved, modules_dir: str) -> None:
 
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
-    from apic.errors import ApicError, FormatError
-    from apic.format.module_folder import ModuleFolder
-    from apic.format import reader, writer
-    from apic.replay import loader
-
     wrp_path, modules_dir = writer.wrp_paths(path)
     with open(wrp_path, "rb") as f:
         data = f.read()
@@ -130,8 +129,6 @@ def describe(path: str) -> dict:
         folder.close()
     try:
         if saved.device is not None:  # a CUDA graph: needs cuda-python and a GPU that runs its modules
-            from apic.replay.cuda import unavailable_reason
-
             reason = unavailable_reason()
             if reason:
                 raise ApicError(f"cannot replay a CUDA graph here: {reason}")
@@ -180,9 +177,6 @@ def describe(path: str) -> dict:
 
 def _scalar_params(recording) -> list:
     """Each named scalar parameter: its type, saved value and how many launch arguments hold it."""
-    from apic.params import unpack
-    from apic.record import ops as rec
-
     slots: collections.Counter = collections.Counter()
     seen: set = set()
     for op in recording.ops:
@@ -199,9 +193,6 @@ def _scalar_params(recording) -> list:
 
 def _picture(args) -> None:
     """``--dot`` / ``--png``: the graph as DOT (``apic.dot``), and through Graphviz as a PNG."""
-    from apic import dot
-    from apic.format import reader, writer
-
     with open(writer.wrp_paths(args.path)[0], "rb") as f:
         saved = reader.read(f.read())
     text = dot.to_dot(saved.recording, saved.bindings, title=os.path.basename(args.path))
@@ -243,36 +234,33 @@ def _where(ref: dict) -> str:
     return f"r{ref['region']}+{ref['offset']}"
 
 
-def _op_line(op: dict) -> str:
-    kind = op["kind"]
-    if kind == "launch":
-        adj = " (backward)" if "adj_args" in op else ""
-        return (f"launch {op['name']}{adj} dim={tuple(op['dim'])} args={op['args']['bytes']} B "
-                f"pointers={len(op['args']['relocs'])}")
-    if kind == "cuda_launch":
-        return (f"cuda_launch {op['name']} dim={tuple(op['dim'])} grid={tuple(op['grid'])} block={tuple(op['block'])} "
-                f"smem={op['smem']} params={op['params']['bytes']} B pointers={len(op['params']['relocs'])}")
-    if kind == "memcpy":
-        return f"memcpy {_where(op['dst'])} <- {_where(op['src'])} {op['nbytes']} B"
-    if kind == "memset":
-        return f"memset {_where(op['dst'])} = {op['value']:#04x} x {op['nbytes']} B"
-    if kind == "memtile":
-        return f"memtile {_where(op['dst'])} {op['value_bytes']} B x {op['count']}"
-    if kind == "array_copy":
-        return f"array_copy elem {op['elem_size']} B (types {op['src_type']} -> {op['dst_type']})"
-    if kind == "array_fill":
-        return f"array_fill value {op['value_bytes']} B (type {op['array_type']})"
-    if kind == "branch":
-        return f"branch to {op['target']} if int32 at {_where(op['cond'])} is 0"
-    if kind == "jump":
-        return f"jump to {op['target']}"
-    if kind == "native_call":
-        args = ", ".join(_where(a) if isinstance(a, dict) else str(a) for a in op["args"])
-        return f"wp_{op['fn']}({args})"
-    if kind == "handle_call":
-        radius = [] if op["radius"] is None else [f"radius={op['radius']}", "points"]
-        return f"wp_{op['fn']}(handle {op['handle']}{''.join(', ' + str(a) for a in [*op['ints'], *radius])})"
-    return f"alloc {_where(op['dst'])} {op['nbytes']} B"
+def _launch_line(op: dict) -> str:
+    adj = " (backward)" if "adj_args" in op else ""
+    return (f"launch {op['name']}{adj} dim={tuple(op['dim'])} args={op['args']['bytes']} B "
+            f"pointers={len(op['args']['relocs'])}")
+
+
+def _handle_call_line(op: dict) -> str:
+    radius = [] if op["radius"] is None else [f"radius={op['radius']}", "points"]
+    return f"wp_{op['fn']}(handle {op['handle']}{''.join(', ' + str(a) for a in [*op['ints'], *radius])})"
+
+
+_LINES = {  # op kind name -> (what _op made of an op) -> its line in the text view
+    "launch": _launch_line,
+    "cuda_launch": lambda op: (f"cuda_launch {op['name']} dim={tuple(op['dim'])} grid={tuple(op['grid'])} "
+                               f"block={tuple(op['block'])} smem={op['smem']} params={op['params']['bytes']} B "
+                               f"pointers={len(op['params']['relocs'])}"),
+    "memcpy": lambda op: f"memcpy {_where(op['dst'])} <- {_where(op['src'])} {op['nbytes']} B",
+    "memset": lambda op: f"memset {_where(op['dst'])} = {op['value']:#04x} x {op['nbytes']} B",
+    "memtile": lambda op: f"memtile {_where(op['dst'])} {op['value_bytes']} B x {op['count']}",
+    "array_copy": lambda op: f"array_copy elem {op['elem_size']} B (types {op['src_type']} -> {op['dst_type']})",
+    "array_fill": lambda op: f"array_fill value {op['value_bytes']} B (type {op['array_type']})",
+    "branch": lambda op: f"branch to {op['target']} if int32 at {_where(op['cond'])} is 0",
+    "jump": lambda op: f"jump to {op['target']}",
+    "native_call": lambda op: f"wp_{op['fn']}({', '.join(_where(a) if isinstance(a, dict) else str(a) for a in op['args'])})",
+    "handle_call": _handle_call_line,
+    "alloc": lambda op: f"alloc {_where(op['dst'])} {op['nbytes']} B",
+}
 
 
 def _text(info: dict) -> str:
@@ -322,7 +310,7 @@ def _text(info: dict) -> str:
     counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
     lines.append(f"ops ({info['op_count']}{': ' + counts if counts else ''}; {len(info['ops'])} distinct):")
     for i, op in enumerate(info["ops"]):
-        lines.append(f"  [{i}] x{op['count']} from position {op['first']}: {_op_line(op)}")
+        lines.append(f"  [{i}] x{op['count']} from position {op['first']}: {_LINES[op['kind']](op)}")
     return "\n".join(lines)
 
 

@@ -20,7 +20,7 @@ Changelog (one entry per format version; never change the meaning of a written v
   ``native_call`` (``wp.utils`` host utilities from an allow-list).
   Also added before the first release, still version 1: CUDA graphs (an optional ``device`` map,
   ABI ``"cuda-params-v1"``, ``.cubin``/``.ptx`` modules with ``arch``, kernels with ``params``,
-  op kind 11 ``cuda_launch``; see ``apic.format.cuda``). CPU files are unchanged.
+  op kind 11 ``cuda_launch``; see ``apic.targets.cuda``). CPU files are unchanged.
 * 2 (2026-11-22): native handles (``wp.Mesh``, ``wp.Bvh``, ``wp.HashGrid``, ``wp.Volume``). New body keys
   ``handles`` (each handle's kind, the region ranges of its arrays, its options and, for a Volume, its
   NanoVDB buffer: rebuilt on load) and ``handle_slots`` (saved words that hold a handle's id, rewritten

@@ -255,6 +255,56 @@ Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch,
 CONTROL_TYPES = (Branch, Jump)
 
 
+# --- the op-kind table ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpSpec:
+    """One op kind: its dataclass, its persisted number and name, and the targets that may run it.
+
+    Every layer that treats ops one kind at a time (the ``.wrp`` writer and reader, the CPU and CUDA
+    lowerings, ``inspect``, the DOT picture) keeps its own table keyed by ``type``, with an entry or a
+    :class:`Refused` for each kind here; ``tests/test_op_kinds.py`` checks that none is missing.
+    """
+
+    type: type
+    kind: OpKind
+    name: str  # on the wire (schema.OP_FIELDS has its fields) and in what apic shows: "launch", "cuda_launch", ...
+    targets: tuple[str, ...]  # the ``Target.name`` of each target whose graphs may hold it (apic.targets.target)
+
+
+_CPU_ONLY, _BOTH, _CUDA_ONLY = ("cpu",), ("cpu", "cuda"), ("cuda",)
+OP_SPECS: tuple[OpSpec, ...] = tuple(
+    OpSpec(op_type, op_type.kind, op_type.kind.name.lower(), targets)
+    for op_type, targets in (
+        (Launch, _CPU_ONLY), (Memcpy, _BOTH), (Memset, _BOTH), (Memtile, _BOTH), (ArrayCopy, _CPU_ONLY),
+        (ArrayFill, _CPU_ONLY), (Alloc, _BOTH), (Branch, _CPU_ONLY), (Jump, _CPU_ONLY), (NativeCall, _CPU_ONLY),
+        (CudaLaunch, _CUDA_ONLY), (HandleCall, _CPU_ONLY),
+    )
+)
+SPEC_OF_TYPE: dict[type, OpSpec] = {spec.type: spec for spec in OP_SPECS}
+SPEC_OF_KIND: dict[OpKind, OpSpec] = {spec.kind: spec for spec in OP_SPECS}
+
+
+class Refused:
+    """The entry of a handler table for a kind that layer does not handle: calling it raises ``error`` with
+    ``why``, in which ``{name}`` (the kind's name) and ``{type}`` (its dataclass's) are filled in."""
+
+    def __init__(self, why: str, error: Callable[[str], Exception] = TypeError) -> None:
+        self.why, self.error = why, error
+
+    def __call__(self, op, *args, **kwargs):
+        raise self.error(self.why.format(name=op.kind.name.lower(), type=type(op).__name__))
+
+
+def handler(table: dict, op, layer: str) -> Callable:
+    """``table[type(op)]``: one layer's handler for ``op`` (which may be a :class:`Refused`); a ``TypeError``
+    naming the op's type and ``layer`` when the table has none (not an op kind of ``OP_SPECS``)."""
+    found = table.get(type(op))
+    if found is None:
+        known = "" if type(op) in SPEC_OF_TYPE else " (not an op kind of apic.record.ops.OP_SPECS)"
+        raise TypeError(f"{layer}: no handler for an op of type {type(op).__name__}{known}")
+    return found
+
+
 @functools.lru_cache(maxsize=None)
 def _field_names(op_type: type) -> tuple[str, ...]:
     return tuple(field.name for field in dataclasses.fields(op_type))

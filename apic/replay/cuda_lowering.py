@@ -124,34 +124,60 @@ def lower(recording, regions: list[int], functions: list, fill, cu, memory: list
         constants = int(pointer)
 
     keep = [arena.buffer]  # the param arena, kernelParams arrays and fill arguments: alive as long as the plan
+    steps = _Steps(recording, address, functions, arena, fill, constants, fills, keep)
     plan = []
     for op in recording.ops:
-        if isinstance(op, rec.CudaLaunch):
-            kernel = recording.kernels[op.kernel]
-            start = arena.address(op.params)
-            params = (ctypes.c_void_p * len(kernel.params))(*[start + offset for offset, _ in kernel.params])
-            keep.append(params)
-            plan.append(("kernel", functions[op.kernel], op.grid, op.block, op.smem, ctypes.addressof(params)))
-        elif isinstance(op, rec.Memcpy):
-            plan.append(("memcpy", address(op.dst), address(op.src), op.nbytes))
-        elif isinstance(op, rec.Memset):
-            plan.append(("memset", address(op.dst), op.value, 1, op.nbytes))
-        elif isinstance(op, rec.Memtile) and not needs_fill_kernel(op):
-            width = memset_width(op)
-            value = int.from_bytes(op.value.data[:width], "little")
-            plan.append(("memset", address(op.dst), value, width, len(op.value.data) * op.count // width))
-        elif isinstance(op, rec.Memtile):
-            total = len(op.value.data) * op.count
-            values = (ctypes.c_uint64 * 4)(address(op.dst), constants + fills[op.value.data], len(op.value.data), total)
-            params = (ctypes.c_void_p * 4)(*[ctypes.addressof(values) + 8 * i for i in range(4)])
-            keep += [values, params]
-            blocks = min(-(-total // FILL_BLOCK), FILL_MAX_BLOCKS)
-            plan.append(("kernel", fill, (blocks, 1, 1), (FILL_BLOCK, 1, 1), 0, ctypes.addressof(params)))
-        elif isinstance(op, rec.Alloc):
-            continue
-        else:  # pragma: no cover - the reader lets no other kind into a CUDA graph
-            raise TypeError(f"cannot replay a {type(op).__name__} op on CUDA")
+        step = rec.handler(_STEP, op, "lowering a graph for CUDA replay")(op, steps)
+        if step is not None:
+            plan.append(step)
     return Lowered(plan, keep)
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """What turning one op into a step needs (see ``lower``)."""
+
+    recording: object
+    address: object  # Ref -> device address
+    functions: list  # the CUfunction of each kernel
+    arena: Arena  # the relocated param blobs, in host memory
+    fill: object  # the fill kernel's CUfunction
+    constants: int  # the device address of the fill values
+    fills: dict  # fill value -> its offset in the constants
+    keep: list  # host memory the steps point into
+
+
+def _kernel_step(op: rec.CudaLaunch, c: _Steps) -> tuple:
+    kernel = c.recording.kernels[op.kernel]
+    start = c.arena.address(op.params)
+    params = (ctypes.c_void_p * len(kernel.params))(*[start + offset for offset, _ in kernel.params])
+    c.keep.append(params)
+    return ("kernel", c.functions[op.kernel], op.grid, op.block, op.smem, ctypes.addressof(params))
+
+
+def _memtile_step(op: rec.Memtile, c: _Steps) -> tuple:
+    if not needs_fill_kernel(op):
+        width = memset_width(op)
+        value = int.from_bytes(op.value.data[:width], "little")
+        return ("memset", c.address(op.dst), value, width, len(op.value.data) * op.count // width)
+    total = len(op.value.data) * op.count
+    values = (ctypes.c_uint64 * 4)(c.address(op.dst), c.constants + c.fills[op.value.data], len(op.value.data), total)
+    params = (ctypes.c_void_p * 4)(*[ctypes.addressof(values) + 8 * i for i in range(4)])
+    c.keep.extend((values, params))
+    blocks = min(-(-total // FILL_BLOCK), FILL_MAX_BLOCKS)
+    return ("kernel", c.fill, (blocks, 1, 1), (FILL_BLOCK, 1, 1), 0, ctypes.addressof(params))
+
+
+# op type -> (op, _Steps) -> one step, or None (nothing to do); the reader lets no CPU-only kind into a CUDA graph
+_CPU_ONLY = rec.Refused("cannot replay a {type} op on CUDA")
+_STEP = {
+    rec.CudaLaunch: _kernel_step,
+    rec.Memcpy: lambda op, c: ("memcpy", c.address(op.dst), c.address(op.src), op.nbytes),
+    rec.Memset: lambda op, c: ("memset", c.address(op.dst), op.value, 1, op.nbytes),
+    rec.Memtile: _memtile_step,
+    rec.Alloc: lambda op, c: None,
+    **{spec.type: _CPU_ONLY for spec in rec.OP_SPECS if "cuda" not in spec.targets},
+}
 
 
 def build_graph(plan: list[tuple], cu, res) -> None:

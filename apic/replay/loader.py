@@ -24,15 +24,18 @@ import re
 import weakref
 
 import numpy as np
+import warp as wp
 
 from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
-from apic.format import source as source_format
-from apic.format.reader import SavedGraph
-from apic.record.recording import ModuleInfo
 from apic.format import handles as wire_handles
 from apic.format import manifest as kernel_manifest
+from apic.format import source as source_format
 from apic.format.module_folder import fetch_verified
+from apic.format.reader import SavedGraph
+from apic.graph import Graph
+from apic.record import handles
+from apic.record.recording import ModuleInfo
 from apic.replay import budget
 
 _ALIGN = 64
@@ -88,8 +91,6 @@ class LoadedModule:
 
 def check_compatible(saved: SavedGraph) -> None:
     """Refuse, saying why, a graph whose compiled kernels cannot run safely in this process."""
-    import warp as wp
-
     host = _compat.host_target()
     saved_target = saved.target
     for key, what in (("system", "operating system"), ("machine", "machine architecture"),
@@ -165,8 +166,6 @@ def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
 def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None):
     """Allocate, fill, load and lower: the loaded ``apic.Graph``; ``id_arrays`` (from
     ``apic.format.manifest.check``): the arrays of handle ids each launch passes, checked at replay."""
-    from apic.graph import Graph
-
     recording = saved.recording
     buffers, addresses, views, regions = [], [], [], []
     for region, contents in zip(recording.regions, saved.contents):
@@ -215,8 +214,6 @@ def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.nda
 
     What the native builders read is checked first (``apic.format.handles.check_handle_data``).
     """
-    from apic.record import handles
-
     rebuilt = []
     for index, (handle, data) in enumerate(zip(saved.recording.handles, saved.volume_data)):
         wire_handles.check_handle_data(index, handle, views)  # before Warp's native builder reads it

@@ -523,63 +523,78 @@ def _call(fn: int, *args: int) -> list[int]:
 _NO_ROW = (rec.Alloc,)  # ops that lower to no table row
 
 
+class _Lowering:
+    """What lowering one op needs besides the op (the arguments of ``_lower_op``). A plain class with
+    slots, not a frozen dataclass: one is made per distinct op, and that costs a third as much."""
+
+    __slots__ = ("abi", "arena", "address_of", "kernel_addresses", "row_at")
+
+    def __init__(self, abi: str, arena: _Arena, address_of, kernel_addresses: list, row_at) -> None:
+        self.abi, self.arena, self.address_of, self.kernel_addresses, self.row_at = (
+            abi, arena, address_of, kernel_addresses, row_at)
+
+
 def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at) -> list[int] | None:
-    """One op-table row (as a list) for ``op``, or None when there is nothing to run.
+    """One op-table row (as a list) for ``op``, or None when there is nothing to run (``_LOWER``, by op kind).
 
     ``row_at(position)`` is the table row of a position in the op sequence (for jump targets).
     """
-    if isinstance(op, rec.Launch):
-        fn = kernel_addresses[op.kernel]
-        args = arena.address(op.args)
-        adj = arena.address(op.adj_args) if op.adj_args is not None else None
-        if abi == ABI_BY_VALUE and _compat.SYSV_X86_64:
-            # The 32-byte bounds struct goes on the stack after the six register arguments:
-            # call f(args, [adj], 0, ..., q0, q1, q2, q3) with ten integer arguments.
-            regs = [args] if adj is None else [args, adj]
-            regs += [0] * (6 - len(regs))
-            return _call(fn, *regs, *_BOUNDS_QWORDS.unpack_from(op.bounds.data.ljust(32, b"\0")))
-        # By pointer (1.13+), or by value on Win64/AArch64, where the caller passes a pointer to a copy.
-        bounds = arena.address(op.bounds)
-        return _call(fn, bounds, args) if adj is None else _call(fn, bounds, args, adj)
-    if isinstance(op, rec.Memcpy):
-        return _call(_compat.native_address("memcpy_h2h"), address_of(op.dst), address_of(op.src), op.nbytes)
-    if isinstance(op, rec.Memset):
-        return _call(_compat.native_address("memset_host"), address_of(op.dst), op.value, op.nbytes)
-    if isinstance(op, rec.Memtile):
-        value = op.value
-        return _call(_compat.native_address("memtile_host"), address_of(op.dst), arena.address(value), len(value.data), op.count)
-    if isinstance(op, rec.ArrayCopy):
-        fn = _compat.native_address("array_copy_host")
-        return _call(fn, arena.address(op.dst), arena.address(op.src), op.dst_type, op.src_type, op.elem_size)
-    if isinstance(op, rec.ArrayFill):
-        fn = _compat.native_address("array_fill_host")
-        return _call(fn, arena.address(op.dst), op.array_type, arena.address(op.value), len(op.value.data))
-    if isinstance(op, rec.Branch):
-        return [tbl.OP_BRANCH_IF_ZERO, 0, address_of(op.cond), row_at(op.target)]
-    if isinstance(op, rec.Jump):
-        return [tbl.OP_JUMP, 0, row_at(op.target)]
-    if isinstance(op, rec.NativeCall):
-        natives.check_host(op.name, len(op.args))
-        passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
-        args = [address_of(a) if isinstance(a, rec.Ref) else a for a in passed]
-        row = _call(_compat.native_address(op.name), *args)
-        if op.name.startswith("segmented_sort_pairs_"):
-            row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
-        return row
-    if isinstance(op, rec.HandleCall):
-        return _lower_handle_call(op, arena, address_of)
-    if isinstance(op, _NO_ROW):
-        return None
-    raise TypeError(f"cannot lower op {type(op).__name__}")
+    lower = rec.handler(_LOWER, op, "lowering a graph for CPU replay")
+    return lower(op, _Lowering(abi, arena, address_of, kernel_addresses, row_at))
 
 
-def _lower_handle_call(op: rec.HandleCall, arena: _Arena, address_of) -> list[int]:
+def _lower_launch(op: rec.Launch, low: _Lowering) -> list[int]:
+    fn = low.kernel_addresses[op.kernel]
+    args = low.arena.address(op.args)
+    adj = low.arena.address(op.adj_args) if op.adj_args is not None else None
+    if low.abi == ABI_BY_VALUE and _compat.SYSV_X86_64:
+        # The 32-byte bounds struct goes on the stack after the six register arguments:
+        # call f(args, [adj], 0, ..., q0, q1, q2, q3) with ten integer arguments.
+        regs = [args] if adj is None else [args, adj]
+        regs += [0] * (6 - len(regs))
+        return _call(fn, *regs, *_BOUNDS_QWORDS.unpack_from(op.bounds.data.ljust(32, b"\0")))
+    # By pointer (1.13+), or by value on Win64/AArch64, where the caller passes a pointer to a copy.
+    bounds = low.arena.address(op.bounds)
+    return _call(fn, bounds, args) if adj is None else _call(fn, bounds, args, adj)
+
+
+def _lower_native_call(op: rec.NativeCall, low: _Lowering) -> list[int]:
+    natives.check_host(op.name, len(op.args))
+    passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
+    row = _call(_compat.native_address(op.name), *[low.address_of(a) if isinstance(a, rec.Ref) else a for a in passed])
+    if op.name.startswith("segmented_sort_pairs_"):
+        row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
+    return row
+
+
+def _lower_handle_call(op: rec.HandleCall, low: _Lowering) -> list[int]:
     """``wp_<name>(id, ...)``; a hash grid build passes its radius as a C double (argument 2)."""
     fn = _compat.native_address(op.name)
-    handle = address_of(op.handle)
+    handle = low.address_of(op.handle)
     if op.name != "hash_grid_update_host":
         return _call(fn, handle, *op.ints)
-    groups = arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
+    groups = low.arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
     radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
     # warp <= 1.12 takes no groups argument: the extra integer is harmless to a C callee (see _call)
-    return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, arena.address(op.points), groups]
+    return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, low.arena.address(op.points), groups]
+
+
+_LOWER = {  # op type -> (op, _Lowering) -> one table row, or None for an op with nothing to run (_NO_ROW)
+    rec.Launch: _lower_launch,
+    rec.Memcpy: lambda op, low: _call(_compat.native_address("memcpy_h2h"), low.address_of(op.dst),
+                                      low.address_of(op.src), op.nbytes),
+    rec.Memset: lambda op, low: _call(_compat.native_address("memset_host"), low.address_of(op.dst), op.value,
+                                      op.nbytes),
+    rec.Memtile: lambda op, low: _call(_compat.native_address("memtile_host"), low.address_of(op.dst),
+                                       low.arena.address(op.value), len(op.value.data), op.count),
+    rec.ArrayCopy: lambda op, low: _call(_compat.native_address("array_copy_host"), low.arena.address(op.dst),
+                                         low.arena.address(op.src), op.dst_type, op.src_type, op.elem_size),
+    rec.ArrayFill: lambda op, low: _call(_compat.native_address("array_fill_host"), low.arena.address(op.dst),
+                                         op.array_type, low.arena.address(op.value), len(op.value.data)),
+    rec.Alloc: lambda op, low: None,
+    rec.Branch: lambda op, low: [tbl.OP_BRANCH_IF_ZERO, 0, low.address_of(op.cond), low.row_at(op.target)],
+    rec.Jump: lambda op, low: [tbl.OP_JUMP, 0, low.row_at(op.target)],
+    rec.NativeCall: _lower_native_call,
+    rec.HandleCall: _lower_handle_call,
+    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda"),
+}

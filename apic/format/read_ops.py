@@ -1,0 +1,307 @@
+"""Reading the ops of a ``.wrp``: one reader per op kind (``READ``, keyed by op type), each checking every
+field of its op map before it builds the op (``read_op`` picks it by the map's ``kind``, and refuses a
+kind the graph's target cannot hold)."""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from apic.format import handles as wire_handles
+from apic.format import schema
+from apic.format.fields import check_int as _int
+from apic.format.fields import check_ints as _ints
+from apic.format.fields import check_list as _list
+from apic.format.fields import check_map as _map
+from apic.format.fields import check_str as _str
+from apic.format.fields import fail as _fail
+from apic.format.read_context import Context
+from apic.record import natives
+from apic.record import ops as rec
+from apic.record.handles import GRID_POINT_SIZES
+from apic.targets import cpu as cpu_target
+from apic.targets.cuda import MAX_SMEM
+
+
+def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
+    """The op of map ``entry`` (``ops[i]``) of a graph of ``target`` (its kernel ABI ``abi``), checked."""
+    entry = _map(entry, where, ("kind",))
+    kind_value = _int(entry["kind"], f"{where}.kind", 0, 1 << 16)
+    try:
+        kind = schema.WireOp(kind_value)
+    except ValueError:
+        _fail(f"{where}.kind", f"unknown op kind {kind_value} (this apic knows {[int(k) for k in schema.WireOp]})")
+    fields = schema.OP_FIELDS.get(kind)
+    if fields is None:  # a kind apic records but never writes
+        _fail(f"{where}.kind", f"op kind {kind_value} ({kind.name.lower()}) cannot appear in a graph file")
+    _map(entry, where, tuple(k for k, t in fields.items() if not t.endswith("?")))
+    spec = rec.SPEC_OF_KIND[kind]
+    if target.name not in spec.targets:
+        _fail(f"{where}.kind", f"op kind {kind_value} ({spec.name}) cannot appear in a graph with ABI {abi!r}")
+    return READ[spec.type](entry, where, ctx, kernels)
+
+
+def _kernel_index(entry: dict, where: str, kernels) -> int:
+    if not kernels:
+        _fail(f"{where}.kernel", "the graph has no kernels")
+    return _int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
+
+
+def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
+    kernel = _kernel_index(entry, where, kernels)
+    # Unsigned extents: Warp launches a kernel that never reads wp.tid() over more than 2^31 threads
+    # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
+    dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 32) - 1)
+    bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
+    sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if ctx.legacy_bounds else cpu_target.BOUNDS_SIZES
+    if len(bounds.data) not in sizes:
+        expected = " or ".join(map(str, sizes))
+        _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
+    _check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
+    bounds = rec.Blob(_padded_with_ones(bounds.data, ctx.legacy_bounds))
+    args = ctx.kernel_args(entry["args"], f"{where}.args")
+    adj = entry.get("adj_args")
+    adj_args = None if adj is None else ctx.kernel_args(adj, f"{where}.adj_args")
+    if (adj_args is not None) != kernels[kernel].adjoint:
+        _fail(where, "adjoint arguments must be present exactly for a backward (adjoint) kernel")
+    _check_args_layout(ctx, kernel, args, adj_args, where)
+    return rec.Launch(kernel, dim, bounds, args, adj_args)
+
+
+def _cuda_launch(entry: dict, where: str, ctx: Context, kernels) -> rec.CudaLaunch:
+    """A kernel of this file, its param blob (as its ``params`` say), grid, block, smem."""
+    index = _kernel_index(entry, where, kernels)
+    kernel = kernels[index]
+    dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 31) - 1)
+    params = ctx.kernel_args(entry["params"], f"{where}.params")
+    end = kernel.params[-1][0] + kernel.params[-1][1]
+    if len(params.data) != end:
+        _fail(f"{where}.params", f"{len(params.data)} bytes for a kernel whose parameters take {end}")
+    grid = _ints(entry["grid"], f"{where}.grid", 1, (1 << 31) - 1, 3)
+    block = _ints(entry["block"], f"{where}.block", 1, 1024, 3)
+    if len(grid) != 3 or len(block) != 3:
+        _fail(where, "grid and block are [x, y, z]")
+    if grid[1] > 65535 or grid[2] > 65535 or block[0] * block[1] * block[2] > 1024:
+        _fail(where, f"grid {grid} / block {block} exceed CUDA's limits")
+    smem = _int(entry["smem"], f"{where}.smem", 0, MAX_SMEM)
+    return rec.CudaLaunch(kernel=index, dim=dim, params=params, grid=grid, block=block, smem=smem)
+
+
+def _memcpy(entry: dict, where: str, ctx: Context, kernels) -> rec.Memcpy:
+    nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+    dst = ctx.ref(entry["dst"], f"{where}.dst", nbytes)
+    return rec.Memcpy(dst, ctx.ref(entry["src"], f"{where}.src", nbytes), nbytes)
+
+
+def _memset(entry: dict, where: str, ctx: Context, kernels) -> rec.Memset:
+    nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+    value = _int(entry["value"], f"{where}.value", 0, 255)
+    return rec.Memset(ctx.ref(entry["dst"], f"{where}.dst", nbytes), value, nbytes)
+
+
+def _memtile(entry: dict, where: str, ctx: Context, kernels) -> rec.Memtile:
+    value = ctx.blob(entry["value"], f"{where}.value", relocatable=False)
+    count = _int(entry["count"], f"{where}.count")
+    if count and not value.data:
+        _fail(f"{where}.value", "an empty value repeated")
+    return rec.Memtile(ctx.ref(entry["dst"], f"{where}.dst", len(value.data) * count), value, count)
+
+
+def _array_copy(entry: dict, where: str, ctx: Context, kernels) -> rec.ArrayCopy:
+    dst_type = _int(entry["dst_type"], f"{where}.dst_type", 0, 1)
+    src_type = _int(entry["src_type"], f"{where}.src_type", 0, 1)
+    elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, 1 << 20)
+    dst = ctx.blob(entry["dst"], f"{where}.dst")
+    src = ctx.blob(entry["src"], f"{where}.src")
+    dst_shape = ctx.descriptor(dst, dst_type, elem_size, f"{where}.dst")
+    src_shape = ctx.descriptor(src, src_type, elem_size, f"{where}.src")
+    if dst_shape != src_shape:
+        _fail(where, f"copy between arrays of shapes {src_shape} and {dst_shape}")
+    return rec.ArrayCopy(dst, src, dst_type, src_type, elem_size)
+
+
+def _array_fill(entry: dict, where: str, ctx: Context, kernels) -> rec.ArrayFill:
+    array_type = _int(entry["array_type"], f"{where}.array_type", 0, 1)
+    value = ctx.blob(entry["value"], f"{where}.value", relocatable=False)
+    if not 1 <= len(value.data) <= 1 << 20:
+        _fail(f"{where}.value", f"a fill value of {len(value.data)} bytes")
+    dst = ctx.blob(entry["dst"], f"{where}.dst")
+    ctx.descriptor(dst, array_type, len(value.data), f"{where}.dst")
+    return rec.ArrayFill(dst, array_type, value)
+
+
+def _alloc(entry: dict, where: str, ctx: Context, kernels) -> rec.Alloc:
+    nbytes = _int(entry["nbytes"], f"{where}.nbytes")
+    return rec.Alloc(ctx.ref(entry["dst"], f"{where}.dst", nbytes), nbytes)
+
+
+_LEGACY_BOUNDS = struct.Struct("<4IiIQ")  # warp <= 1.13: int shape[4] (read unsigned, as the recorder reads an
+# extent past 2^31 that Warp stored in a C int), int ndim, (padding), size_t size
+
+
+def _templated_bounds(dim: tuple, rank: int) -> bytes:
+    """Warp 1.14+'s ``launch_bounds_<rank>d_t`` for a launch of ``dim`` (as ``wp.launch`` builds it: missing
+    dimensions are 1, extra ones fold into ``coord_mult``)."""
+    padded = tuple(dim) + (1,) * max(0, rank - len(dim))
+    kept, folded = padded[:rank], math.prod(padded[rank:])
+    if math.prod(kept) * folded >> 64:  # no launch of 2^64 threads or more: these bounds cannot be Warp's
+        return b""
+    shape = struct.pack(f"<{rank}I", *kept).ljust(-(-4 * rank // 8) * 8, b"\0")
+    return shape + struct.pack("<QQ", math.prod(kept) * folded, folded)
+
+
+def _check_bounds(data: bytes, dim: tuple, legacy: bool, where: str) -> None:
+    """The launch bounds must be exactly what Warp builds for the op's ``dim``: the kernel runs as many
+    threads as the bounds say, so bounds that disagree with ``dim`` would run past what was recorded."""
+    if not dim:
+        _fail(where, "a launch with an empty dim")
+    if len(data) == _LEGACY_BOUNDS.size:
+        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
+        if ndim == len(dim) and tuple(shape[:ndim]) == tuple(dim) and size == math.prod(dim) and not pad:
+            return
+    if legacy:  # warp <= 1.12 (bounds by value) has only this layout
+        _fail(where, f"launch bounds {data.hex()} (warp <= 1.13's shape[4], ndim, size) do not agree with the "
+                     f"op's dim {list(dim)}")
+    ranks = (1, 2) if len(data) == 24 else (3, 4)
+    # A block launch (tile kernels, CPU blocks) runs block_dim threads per coordinate: Warp folds the
+    # block size into coord_mult as a trailing dimension (at most 1024, Warp's largest block)
+    coord_mult = struct.unpack_from("<Q", data, len(data) - 8)[0]
+
+    def block(rank: int) -> tuple:  # the block size a coord_mult beyond dim's own folded dimensions says
+        folded = math.prod(dim[rank:])
+        extra = coord_mult // folded if folded and coord_mult % folded == 0 else 1
+        return (extra,) if 1 < extra <= 1024 else ()
+
+    if not any(data == _templated_bounds(tuple(dim) + (1,) * max(0, rank - len(dim)) + block(rank), rank)
+               for rank in ranks):
+        _fail(where, f"launch bounds {data.hex()} are not what warp-lang builds for the op's dim {list(dim)}")
+
+
+def _padded_with_ones(data: bytes, legacy: bool) -> bytes:
+    """The bounds with every shape slot a kernel of another rank could read set to 1, never 0.
+
+    Which rank a kernel unravels its thread index with is compiled into it, not in the file: a 2-d
+    kernel handed 1-d bounds would read the padding after ``shape[0]`` as ``shape[1]`` and divide by
+    it. With 1 there, any rank reads coordinates inside the launch's own ``dim``. A kernel of the rank
+    the bounds were built for never reads these slots."""
+    out = bytearray(data)
+    if len(out) == _LEGACY_BOUNDS.size and (legacy or _LEGACY_BOUNDS.unpack(data)[4] in (1, 2, 3, 4)):
+        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
+        if 1 <= ndim <= 4 and not pad and tuple(shape[:ndim]) and size == math.prod(shape[:ndim]):
+            for slot in range(ndim, 4):
+                struct.pack_into("<i", out, 4 * slot, 1)
+            return bytes(out)
+    if len(out) == 24 and not any(out[4:8]):  # launch_bounds_1d_t: the padding after shape[0]
+        struct.pack_into("<I", out, 4, 1)
+    if len(out) == 32 and not any(out[12:16]):  # launch_bounds_3d_t: the padding after shape[2]
+        struct.pack_into("<I", out, 12, 1)
+    return bytes(out)
+
+
+def _check_args_layout(ctx: Context, kernel: int, args: rec.Blob, adj_args, where: str) -> None:
+    """Every launch of a kernel passes an argument struct of the size its kernel entry records (Warp's
+    packed struct for that kernel), with the same array descriptors at the same places."""
+    layout = (len(args.data), args.arrays, None if adj_args is None else (len(adj_args.data), adj_args.arrays))
+    sizes = ctx.args_sizes.get(kernel, (None, None))
+    for size, blob, name in ((sizes[0], args, "args"), (sizes[1], adj_args, "adj_args")):
+        if size is not None and blob is not None and len(blob.data) != size:
+            _fail(f"{where}.{name}", f"{len(blob.data)} bytes, but kernel {kernel}'s argument struct has {size} "
+                                     f"(kernels[{kernel}].{name}_size)")
+    first = ctx.launch_layouts.setdefault(kernel, layout)
+    if first != layout:
+        _fail(f"{where}.args", f"the arguments of kernel {kernel} are laid out differently from its first launch "
+                               "(size or array descriptors): one kernel has one argument struct")
+
+
+
+def _native_call(entry: dict, where: str, ctx: Context, kernels=None) -> rec.NativeCall:
+    """A call of an allowed native utility whose every pointer stays inside its region."""
+    name = _str(entry["fn"], f"{where}.fn", max_len=64)
+    args = _list(entry["args"], f"{where}.args", natives.MAX_ARGS)
+    sig = natives.signature(name, len(args))
+    if sig is None:
+        _fail(f"{where}.fn", f"wp_{name} with {len(args)} arguments is not a native call apic makes")
+    ints = tuple(
+        _int(a, f"{where}.args[{i}]", -schema.MAX_INT, schema.MAX_INT) if kind == natives.INT else 0
+        for i, (kind, a) in enumerate(zip(sig.params, args))
+    )
+    problem = sig.check(ints)
+    if problem is not None:
+        _fail(f"{where}.args", problem)
+    null = lambda kind, a: kind == natives.OPT and type(a) is int and a == 0  # noqa: E731  (an optional pointer)
+    values = tuple(
+        ints[i] if kind == natives.INT or null(kind, a) else ctx.ref(a, f"{where}.args[{i}]", nbytes)
+        for i, (kind, a, nbytes) in enumerate(zip(sig.params, args, sig.reach(ints)))
+    )
+    return rec.NativeCall(name, values)
+
+
+# Native handle methods and the integers after the handle id: (lo, hi) of each.
+_HANDLE_CALLS = {
+    "mesh_refit_host": (),
+    "bvh_refit_host": (),
+    "bvh_rebuild_host": ((0, 3),),  # the BVH constructor
+    "hash_grid_reserve_host": ((0, 2), (0, (1 << 31) - 1), (0, 1)),  # type, point count[, with groups]
+    "hash_grid_update_host": ((0, 2),),  # type; then radius, points and groups
+}
+
+
+_HANDLE_CALL_KINDS = {"mesh": "Mesh", "bvh": "Bvh", "hash": "HashGrid"}
+
+
+def _handle_call(entry: dict, where: str, ctx: Context, kernels=None) -> rec.HandleCall:
+    """A native method of a handle: a known export, its integers in range, a hash grid's points inside a region."""
+    name = _str(entry["fn"], f"{where}.fn", max_len=64)
+    ranges = _HANDLE_CALLS.get(name)
+    if ranges is None:
+        _fail(f"{where}.fn", f"wp_{name} is not a native handle method apic calls")
+    if not ctx.handle_count:
+        _fail(f"{where}.handle", "the graph has no handles")
+    handle = rec.HandleRef(_int(entry["handle"], f"{where}.handle", 0, ctx.handle_count - 1))
+    kind = _HANDLE_CALL_KINDS[name.split("_")[0]]
+    if ctx.handle_kinds[handle.index] != kind:  # wp_mesh_refit_host on a hash grid reads it as a Mesh
+        _fail(f"{where}.handle", f"wp_{name} is a {kind} method, but handles[{handle.index}] is a "
+                                 f"{ctx.handle_kinds[handle.index]}")
+    ints = _list(entry["ints"], f"{where}.ints", len(ranges))
+    optional = 1 if name == "hash_grid_reserve_host" else 0  # 1.12 reserves without a groups flag
+    if not len(ranges) - optional <= len(ints) <= len(ranges):
+        _fail(f"{where}.ints", f"wp_{name} takes {len(ranges)} integers after the handle, found {len(ints)}")
+    ints = tuple(_int(v, f"{where}.ints[{i}]", lo, hi) for i, (v, (lo, hi)) in enumerate(zip(ints, ranges)))
+    if name == "bvh_rebuild_host" and ints[0] == wire_handles.CUBQL:
+        # cuBQL crashes on bounds with lower > upper, and a rebuild at replay reads bounds kernels may have
+        # written since the load: they cannot be checked, so the rebuild is refused
+        _fail(f"{where}.ints[0]", "a Bvh rebuild with the cubql constructor at replay (its native builder crashes "
+                                  "on bounds a kernel can write); rebuild with sah, median or lbvh")
+    if name != "hash_grid_update_host":
+        return rec.HandleCall(name, handle, ints)
+    radius = entry.get("radius")
+    if not isinstance(radius, float) or not math.isfinite(radius) or radius <= 0:
+        _fail(f"{where}.radius", f"a hash grid cell width must be a positive number, found {radius!r}")
+    points = ctx.blob(entry.get("points"), f"{where}.points")
+    shape = ctx.descriptor(points, schema.ARRAY_TYPE_REGULAR, GRID_POINT_SIZES[ints[0]], f"{where}.points")
+    if len(shape) != 1:
+        _fail(f"{where}.points", "hash grid points must be a 1-d array")
+    groups = entry.get("groups")
+    if groups is not None:  # warp 1.19: an array descriptor of one int32 per point
+        groups = ctx.blob(groups, f"{where}.groups")
+        if ctx.descriptor(groups, schema.ARRAY_TYPE_REGULAR, 4, f"{where}.groups") != tuple(shape):
+            _fail(f"{where}.groups", "hash grid groups must be a 1-d array of as many int32 as points")
+    return rec.HandleCall(name, handle, ints, radius, points, groups)
+
+
+READ = {
+    rec.Launch: _launch,
+    rec.Memcpy: _memcpy,
+    rec.Memset: _memset,
+    rec.Memtile: _memtile,
+    rec.ArrayCopy: _array_copy,
+    rec.ArrayFill: _array_fill,
+    rec.Alloc: _alloc,
+    # the target is checked against the sequence in apic.format.reader.read
+    rec.Branch: lambda entry, where, ctx, kernels: rec.Branch(ctx.ref(entry["cond"], f"{where}.cond", 4),
+                                                              _int(entry["target"], f"{where}.target")),
+    rec.Jump: lambda entry, where, ctx, kernels: rec.Jump(_int(entry["target"], f"{where}.target")),
+    rec.NativeCall: _native_call,
+    rec.CudaLaunch: _cuda_launch,
+    rec.HandleCall: _handle_call,
+}

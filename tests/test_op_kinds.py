@@ -1,0 +1,114 @@
+"""The op-kind table (``apic.record.ops.OP_SPECS``) and the handler tables of every layer that treats ops one
+kind at a time: each has an entry, or an explicit refusal, for every kind, and an op of a type no table knows
+is refused with an error naming it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import apic  # noqa: F401  (installs apic, as every user of these modules has)
+from apic import dot
+from apic.cli import inspect_wrp
+from apic.errors import FormatError, UnsupportedOperationError
+from apic.format import read_ops, reader, schema, write_ops, writer
+from apic.record import ops as rec
+from apic.replay import cuda_lowering, program
+from apic.targets import target as targets
+
+# (layer, its table keyed by op type)
+TABLES = [
+    ("write", write_ops.WRITE),
+    ("read", read_ops.READ),
+    ("lower for CPU replay", program._LOWER),
+    ("lower for CUDA replay", cuda_lowering._STEP),
+    ("describe (inspect)", inspect_wrp._DESCRIBE),
+    ("effects (dot)", dot._EFFECTS),
+    ("label (dot)", dot._LABELS),
+]
+
+
+def test_the_specs_cover_every_op_kind_once():
+    assert {spec.kind for spec in rec.OP_SPECS} == set(rec.OpKind)
+    assert len({spec.type for spec in rec.OP_SPECS}) == len(rec.OP_SPECS) == len(rec.OpKind)
+    for spec in rec.OP_SPECS:
+        assert spec.type.kind is spec.kind and spec.name == spec.kind.name.lower()
+        assert spec.kind in schema.OP_FIELDS, f"{spec.name} has no wire fields"
+        assert spec.targets and set(spec.targets) <= {t.name for t in targets.TARGETS}
+        assert dataclasses.is_dataclass(spec.type)
+    assert set(rec.Op.__args__) == {spec.type for spec in rec.OP_SPECS}
+
+
+@pytest.mark.parametrize("layer, table", TABLES, ids=[name for name, _ in TABLES])
+def test_every_table_has_an_entry_or_a_refusal_for_every_kind(layer, table):
+    assert set(table) == {spec.type for spec in rec.OP_SPECS}, layer
+    assert all(callable(entry) for entry in table.values())
+
+
+def test_inspect_has_a_line_for_every_kind():
+    assert set(inspect_wrp._LINES) == {spec.name for spec in rec.OP_SPECS}
+
+
+def test_the_lowerings_refuse_exactly_the_kinds_their_target_cannot_hold():
+    for spec in rec.OP_SPECS:
+        assert isinstance(program._LOWER[spec.type], rec.Refused) == ("cpu" not in spec.targets), spec.name
+        assert isinstance(cuda_lowering._STEP[spec.type], rec.Refused) == ("cuda" not in spec.targets), spec.name
+
+
+def test_a_refusal_names_the_kind():
+    op = rec.CudaLaunch(0, (1,), rec.Blob(b""), (1, 1, 1), (1, 1, 1), 0)
+    with pytest.raises(TypeError, match="cannot lower op CudaLaunch"):
+        program._lower_op(op, "bounds-by-pointer-v1", None, None, [], None)
+    with pytest.raises(TypeError, match="cannot replay a Jump op on CUDA"):
+        cuda_lowering._STEP[rec.Jump](rec.Jump(0), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Teleport:
+    """An op type no table knows."""
+
+    kind = 99
+
+
+@pytest.mark.parametrize("layer, table", TABLES, ids=[name for name, _ in TABLES])
+def test_an_unknown_op_type_is_refused_naming_it(layer, table):
+    with pytest.raises(TypeError, match=r"no handler for an op of type Teleport \(not an op kind of"):
+        rec.handler(table, Teleport(), layer)
+
+
+def test_the_layers_refuse_an_unknown_op_type_naming_it():
+    with pytest.raises(TypeError, match="saving a graph: no handler for an op of type Teleport"):
+        write_ops.op_wire(Teleport(), {}, "cpu")
+    with pytest.raises(TypeError, match="lowering a graph for CPU replay: no handler for an op of type Teleport"):
+        program._lower_op(Teleport(), "bounds-by-pointer-v1", None, None, [], None)
+    with pytest.raises(TypeError, match="drawing a graph: no handler for an op of type Teleport"):
+        dot.effects(Teleport())
+    with pytest.raises(TypeError, match="inspect: no handler for an op of type Teleport"):
+        inspect_wrp._op(Teleport(), [])
+
+
+def test_the_writer_refuses_a_kind_the_target_cannot_hold():
+    with pytest.raises(UnsupportedOperationError, match="saving a Jump op in a CUDA graph"):
+        write_ops.op_wire(rec.Jump(0), {}, "cuda")
+    with pytest.raises(UnsupportedOperationError, match="saving a CudaLaunch op in a CPU graph"):
+        write_ops.op_wire(rec.CudaLaunch(0, (1,), rec.Blob(b""), (1, 1, 1), (1, 1, 1), 0), {}, "cpu")
+
+
+def _file_with_op(op: dict) -> bytes:
+    """A CPU graph file with one region and one op map."""
+    doc = {"format": schema.FORMAT_NAME, "format_version": 1, "writer": {"apic": "0", "warp": "0"},
+           "target": {"system": "", "machine": "", "cpu": "", "features": [], "byteorder": "little", "pointer_bits": 64},
+           "abi": "bounds-by-pointer-v1", "regions": [{"nbytes": 8, "owned": True, "contents": None}],
+           "modules": [], "kernels": [], "ops": [op], "sequence": bytes(4), "bindings": []}
+    return writer.encode(doc)
+
+
+def test_the_reader_refuses_an_unknown_kind_naming_it():
+    with pytest.raises(FormatError, match=r"ops\[0\].kind: unknown op kind 99"):
+        reader.read(_file_with_op({"kind": 99}))
+    # and a kind its target cannot hold, by name
+    with pytest.raises(FormatError, match=r"op kind 11 \(cuda_launch\) cannot appear in a graph with ABI"):
+        reader.read(_file_with_op({"kind": 11, "kernel": 0, "dim": [1], "params": {"data": b"", "relocs": []},
+                                   "grid": [1, 1, 1], "block": [1, 1, 1], "smem": 0}))
+    assert reader.read(_file_with_op({"kind": 9, "target": 1})).recording.ops == (rec.Jump(1),)
