@@ -14,7 +14,8 @@ from apic.record.recording import Recording
 from apic.replay import range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.parallel import MIN_TASKS_PER_THREAD
-from apic.replay.program import Program, lower
+from apic.replay.lowering import lower
+from apic.replay.program import Program
 from apic.targets import cpu as cpu_target
 
 
@@ -58,7 +59,7 @@ class Graph(NamedParams):
         self.region_addresses = list(region_addresses)
         # The ids of its native handles (Mesh, Bvh, ...): the captured objects, or those rebuilt on load.
         self.handle_ids = [int(h.obj.id) for h in recording.handles]
-        # a loaded graph checks the index values its native code reads (program.guards); a live one runs as eagerly
+        # a loaded graph checks the index values its native code reads (apic.replay.guards); a live one runs as eagerly
         self.id_arrays = id_arrays or {}  # id(launch) -> arrays of handle ids it passes (apic.format.manifest)
         self.program: Program = lower(recording, self.address_of, list(kernel_addresses), checked=is_loaded,
                                       id_arrays=self.id_arrays)

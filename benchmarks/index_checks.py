@@ -3,7 +3,7 @@
 A graph of indexed launches (a gather through an ``indexedarray`` of ``N`` indices) and an indexed
 copy and fill, saved and loaded: ``wp.capture_launch`` runs its program with a check of every index
 buffer before the op that reads it. The same loaded graph is lowered again without the checks
-(``program.lower(..., checked=False)``) and both tables are replayed by the same jitted interpreter,
+(``lowering.lower(..., checked=False)``) and both tables are replayed by the same jitted interpreter,
 interleaved, over ``ROUNDS`` rounds; the figure is the ratio of the minimum times, per ``N``.
 
     python -m benchmarks.index_checks
@@ -19,7 +19,7 @@ import numpy as np
 import warp as wp
 
 import apic  # noqa: F401  (installs the capture)
-from apic.replay import program
+from apic.replay import lowering, program
 
 ROUNDS = 31
 SIZES = (1 << 10, 1 << 16, 1 << 20)
@@ -56,7 +56,7 @@ def main() -> None:
         for n in SIZES:
             graph = loaded_graph(n, folder)
             checked = graph.program
-            bare = program.lower(graph.recording, graph.address_of, [k.address for k in graph.recording.kernels])
+            bare = lowering.lower(graph.recording, graph.address_of, [k.address for k in graph.recording.kernels])
             run_table(checked.table, 1, limits, checked.loops)  # compile before timing
             times = {"checked": [], "unchecked": []}
             pair = [("checked", checked), ("unchecked", bare)]

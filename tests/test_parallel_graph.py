@@ -496,7 +496,7 @@ def test_split_writes_naming_no_array_slot_keeps_the_launch_serial():
     """A kernel's offsets that are not a plain array of a launch: that launch runs serially, said why."""
     import dataclasses
 
-    from apic.replay.program import lower
+    from apic.replay.lowering import lower
 
     make = _generic(P.integrate, (50_000,))
     inputs = make(4)

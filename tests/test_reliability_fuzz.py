@@ -25,7 +25,7 @@ from apic.cli import inspect_wrp
 from apic.format import reader, schema
 from apic.record import ops as rec
 from apic.record.recording import KernelInfo
-from apic.replay import program
+from apic.replay import lowering
 
 CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "fuzz_corpus")
 
@@ -185,6 +185,6 @@ def test_by_value_bounds_with_high_bits_lower():
     launch = rec.Launch(0, (1,), bounds, args, None)
     kernel = KernelInfo(module=0, key="k", symbol="k_cpu_forward", adjoint=False)
     recording = reader.Recording(abi="bounds-by-value-v1", regions=(), modules=(), kernels=(kernel,), ops=(launch,))
-    table = program.lower(recording, [], [0x1000]).table  # lowered, never run
+    table = lowering.lower(recording, [], [0x1000]).table  # lowered, never run
     assert (table == -1).any()
     assert np.asarray(table).dtype == np.int64

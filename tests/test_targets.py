@@ -13,7 +13,7 @@ import pytest
 from apic import _compat
 from apic.format import read_ops, reader, schema
 from apic.record import handles
-from apic.replay import program
+from apic.replay import lowering
 from apic.targets import cpu, cuda
 from apic.targets.target import CPU, CUDA, TARGETS, of_abi, of_device_kind
 
@@ -52,7 +52,7 @@ def test_abi_tags_and_entry_suffixes_are_spelled_only_in_targets():
 
 def test_the_users_read_the_targets_constants():
     assert reader.KERNEL_ABIS is cpu.KERNEL_ABIS
-    assert program.SUPPORTED_ABIS == cpu.KERNEL_ABIS
+    assert lowering.SUPPORTED_ABIS == cpu.KERNEL_ABIS
     assert _compat.KERNEL_ABI in cpu.KERNEL_ABIS
     assert schema.ARRAY_T_SIZE is cpu.ARRAY_T_SIZE and schema.INDEXEDARRAY_T_POINTER_SLOTS is cpu.INDEXEDARRAY_T_POINTER_SLOTS
     assert handles.NATIVE_CALLS is cpu.HANDLE_CALLS

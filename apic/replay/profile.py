@@ -19,6 +19,8 @@ import numpy as np
 
 from apic import _compat
 from apic.record import ops as rec
+from apic.replay import guards as _guards
+from apic.replay import lowering as _lowering
 from apic.replay import program as _program
 
 CLOCK_MONOTONIC = 1  # Linux's id (the profile's clock is read through libc's clock_gettime)
@@ -100,14 +102,14 @@ def row_labels(graph) -> list:
     """``(kind, name)`` of each op-table row of ``graph``, from the recorded op that produced it."""
     recording = graph.recording
     labels = []
-    meshes = _program.mesh_indices(recording) if graph.is_loaded else []
-    guarded = ({id(op): _program.guards(op, meshes, getattr(graph, "id_arrays", None)) for op in recording.ops}
+    meshes = _guards.mesh_indices(recording) if graph.is_loaded else []
+    guarded = ({id(op): _guards.guards(op, meshes, getattr(graph, "id_arrays", None)) for op in recording.ops}
                if graph.is_loaded else {})
-    kept = _program.kept_guards(recording.ops, guarded) if graph.is_loaded else None
+    kept = _guards.kept_guards(recording.ops, guarded) if graph.is_loaded else None
     for position, op in enumerate(recording.ops):
         after = guarded[id(op)][1] if kept is not None else ()
         labels += [("check", "index check")] * (len(kept[position]) if kept is not None else 0)
-        if isinstance(op, _program._NO_ROW):
+        if isinstance(op, _lowering.NO_ROW):
             labels += [("check", "index check")] * len(after)
             continue
         kind = _KIND_NAMES.get(type(op), type(op).__name__)

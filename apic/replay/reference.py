@@ -1,6 +1,6 @@
 """A reference interpreter of the op table in plain Python: each row called through ``ctypes``.
 
-It runs exactly the table ``program.py`` builds for the Numba interpreter (``interpreter.run_table``),
+It runs exactly the table ``lowering.py`` builds for the Numba interpreter (``interpreter.run_table``),
 row by row, with the opcodes of ``table.py`` spelled out once more in the simplest way Python
 allows. It is the second implementation the Numba loop is checked against: the test suite runs
 with it selected (``APIC_REPLAY=reference``) and must leave every graph's memory bit for bit as

@@ -1,4 +1,4 @@
-"""The op-table layout shared by the lowering (``program.py``) and the interpreter.
+"""The op-table layout shared by the lowering (``lowering.py``) and the interpreter.
 
 Each row is ``OP_COLUMNS`` int64 values: ``[opcode, function address, arg0 .. arg9]``. For a call the
 opcode is the number of integer arguments the native function takes; 0 does nothing. Two opcodes
@@ -34,7 +34,7 @@ kernel's array of handle ids held at capture); otherwise stop the replay there (
 ``OP_CHECK_INDICES``: ``[OP_CHECK_INDICES, 0, address, count, bound]``, go on only if each of the
 ``count`` int32 at ``address`` lies in ``[0, bound)``; otherwise stop the replay there (status ``-(row + 1)``). A
 loaded graph has one before each op whose native code indexes with such values (an indexed array's
-index buffer) and after each op that may write a Mesh's triangle indices (``program.guards``).
+index buffer) and after each op that may write a Mesh's triangle indices (``guards.py``).
 
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
@@ -66,7 +66,7 @@ OP_SPLIT = 20  # launches run on several threads: [OP_SPLIT, splitter, control, 
 ARGV_ARGS = 20
 OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
 OP_PADDED_TRANSPOSE = 22
-OP_CHECK_INDICES = 23  # a loaded graph's check of index values (program.guards)
+OP_CHECK_INDICES = 23  # a loaded graph's check of index values (apic.replay.guards)
 OP_CHECK_IDS = 24  # a loaded graph's check of an array of handle ids
 
 # An OP_SPLIT row's work item: int64 words at ``items + 8 * (ITEM_WORDS * k + ITEM_*)``.

@@ -1,0 +1,277 @@
+"""Lowering: a ``Recording`` plus the addresses of its regions and kernels becomes a ``Program``.
+
+A program is an arena of bytes (every blob, with its pointers relocated) and an op table of native
+calls for ``interpreter.run_table``. Lowering happens once, at capture end or at load; replay then
+runs the table as it is. The same code serves live graphs (regions at their captured addresses)
+and loaded ones (regions freshly allocated, with the index checks of ``guards``).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from apic import _compat
+from apic.record import natives
+from apic.record import ops as rec
+from apic.record.splittable import graph_launch_refusal
+from apic.replay import fanout
+from apic.replay import table as tbl
+from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
+from apic.replay.program import Program, Split
+from apic.replay.relocate import Arena as _Arena
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
+
+SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)  # the ABI tags a lowering can call (apic._compat.KERNEL_ABI)
+_BOUNDS_QWORDS = struct.Struct("<4q")
+_I64 = struct.Struct("<q")  # signed: the table holds int64 (same bits)
+
+
+def lower(recording, address_of, kernel_addresses: list[int], checked: bool = False, id_arrays=None) -> Program:
+    """Build the program of ``recording`` with kernels at the given addresses.
+
+    ``address_of(target)`` is the live address of a region reference (``Ref``), or the id of a native
+    handle (``HandleRef``). ``checked`` (a loaded graph) adds the index checks of ``guards``, and of the
+    arrays of handle ids ``id_arrays`` names (``apic.format.manifest.check``).
+    """
+    if recording.abi not in SUPPORTED_ABIS:
+        raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
+    distinct_ops = {id(op): op for op in recording.ops}.values()  # shared ops hold shared blobs
+    blobs = [blob for op in distinct_ops for blob in blobs_of(op)]
+    wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
+    argvs = {id(op): _argv_blob(op) for op in wide}
+    meshes = mesh_indices(recording) if checked else []
+    guarded = {id(op): guards(op, meshes, id_arrays) for op in distinct_ops} if checked else {}
+    id_blobs = {g[2]: ids_blob(g[2], recording.handles)
+                for before, _ in guarded.values() for g in before if isinstance(g[2], frozenset)}
+    arena = _Arena(blobs + list(argvs.values()) + list(id_blobs.values()))
+    arena.fill(address_of)
+    kept = kept_guards(recording.ops, guarded) if checked else None
+    rows_before: list = []  # table row of each position of the op sequence (built if a jump needs it)
+
+    def rows_of(position: int, op) -> int:
+        if kept is None:
+            return not isinstance(op, NO_ROW)
+        return (not isinstance(op, NO_ROW)) + len(kept[position]) + len(guarded[id(op)][1])
+
+    def row_at(position: int) -> int:
+        if not rows_before:
+            rows_before.extend(np.cumsum([0] + [rows_of(p, op) for p, op in enumerate(recording.ops)]).tolist())
+        return rows_before[position]
+
+    heads = loop_heads(recording.ops)  # position -> slot of each loop head
+    launch_rows: dict[int, rec.Launch] = {}  # distinct row -> the launch of a splittable kernel it runs
+    # Lower each distinct op once (the recording shares equal ops), then gather the table's rows.
+    row_of: dict[int, int] = {}  # id(op) -> row in `distinct`, or -1 for an op with nothing to run
+    distinct = []
+    sequence = []
+    guard_rows: dict[int, tuple[list, list]] = {}  # id(op) -> rows of its checks before and after
+    for op in distinct_ops:
+        before, after = guarded.get(id(op), ((), ()))
+        if before or after:
+            first = len(distinct)
+            for g in (*before, *after):
+                row = guard_row(g, address_of, arena, id_blobs)
+                distinct.append(row + [0] * (tbl.OP_COLUMNS - len(row)))
+            rows = list(range(first, len(distinct)))
+            guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
+    for position, op in enumerate(recording.ops):
+        before, after = guard_rows.get(id(op), ((), ()))
+        if before:
+            sequence.extend(before[k] for k in kept[position])
+        if position in heads:  # a loop head has a row of its own: it carries its loop's slot
+            sequence.append(len(distinct))
+            row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+            row = row + [0] * (tbl.OP_COLUMNS - len(row))
+            row[tbl.COL_LOOP] = 1 + heads[position]
+            distinct.append(row)
+            sequence.extend(after)
+            continue
+        row = row_of.get(id(op))
+        if row is None:
+            argv = argvs.get(id(op))
+            if argv is not None:  # a native call with too many arguments for a row: they live in the arena
+                natives.check_host(op.name, len(op.args))
+                lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
+                if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
+                    offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
+                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
+            else:
+                lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+            row = row_of[id(op)] = -1 if lowered is None else len(distinct)
+            if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
+                launch_rows[row] = op
+            if lowered is not None:
+                distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
+        if row >= 0:
+            sequence.append(row)
+        sequence.extend(after)
+    table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
+    splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
+    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), splits, refusals)
+
+
+def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: list[int]):
+    """The launches of splittable kernels that may run split (``Split``), and why the others may not."""
+    if not launch_rows:
+        return (), ()
+    def region_span(ref) -> tuple[int, int]:
+        region = recording.regions[ref.region]
+        return address_of(rec.Ref(ref.region, 0)), region.nbytes
+
+    positions: dict[int, list[int]] = {row: [] for row in launch_rows}
+    for position, row in enumerate(sequence):
+        if row in positions:
+            positions[row].append(position)
+    splits, refusals = [], []
+    for row, op in launch_rows.items():
+        kernel = recording.kernels[op.kernel]
+        at = arena.address(op.args) - arena.base
+        data = arena.buffer[at : at + len(op.args.data)].tobytes()
+        why = "backward launch" if op.adj_args is not None else None
+        if why is None and kernel.cpu_blocks:
+            why = "runs as cooperative CPU blocks"
+        why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
+        if why is not None:
+            refusals.append((op.kernel, why))
+            continue
+        tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
+        rows = np.array(positions[row], dtype=np.intp)
+        writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
+        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
+    return tuple(splits), tuple(refusals)
+
+
+def control_flow_problem(ops) -> str | None:
+    """Why the branches and jumps of an op sequence could loop without a loop head, or None.
+
+    Every loop must pass a branch that counts it (a loop head): a branch only goes forward, and a
+    jump goes forward or back to a branch whose forward target lies past the jump (the jump is
+    inside the code that branch skips), as ``capture_while`` writes ``L0: branch(-> L2); body;
+    jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
+    """
+    for position, op in enumerate(ops):
+        if isinstance(op, rec.Branch) and op.target <= position:
+            return f"the branch at position {position} goes back to position {op.target} (branches only go forward)"
+        if isinstance(op, rec.Jump) and op.target <= position:
+            head = ops[op.target]
+            if not isinstance(head, rec.Branch) or head.target <= position:
+                return (f"the jump at position {position} goes back to position {op.target}, which is not the "
+                        f"branch that ends a loop around it: it could loop forever without a condition")
+    return None
+
+
+def loop_heads(ops) -> dict[int, int]:
+    """Position -> slot (0, 1, ...) of every branch that a backward jump returns to."""
+    problem = control_flow_problem(ops)
+    if problem is not None:
+        raise ValueError(f"cannot replay this op sequence: {problem}")
+    heads: dict[int, int] = {}
+    for position, op in enumerate(ops):
+        if isinstance(op, rec.Jump) and op.target <= position:
+            heads.setdefault(op.target, len(heads))
+    return heads
+
+
+def _argv_blob(op: rec.NativeCall) -> rec.Blob:
+    """The arguments of a wide native call as ``ARGV_ARGS`` int64 (pointers relocated, the rest zero).
+    apic's own trailing arguments (``natives.Signature.extra``) are not passed."""
+    args = op.args[: natives.native_arity(op.name, len(op.args))]
+    if len(args) > tbl.ARGV_ARGS:
+        raise ValueError(f"wp_{op.name} takes {len(args)} arguments; the interpreter passes at most {tbl.ARGV_ARGS}")
+    data = bytearray(8 * tbl.ARGV_ARGS)
+    relocs = []
+    for i, arg in enumerate(args):
+        if isinstance(arg, rec.Ref):
+            relocs.append(rec.Reloc(8 * i, arg))
+        else:
+            struct.pack_into("<q", data, 8 * i, arg)
+    return rec.Blob(bytes(data), tuple(relocs))
+
+
+def _call(fn: int, *args: int) -> list[int]:
+    # A function of another arity is called with trailing zeros: extra integer arguments are harmless
+    # to a C callee on every supported ABI (the caller owns and cleans up the argument area).
+    arity = min(n for n in tbl.CALL_OPCODES if n >= len(args))
+    return [tbl.CALL_OPCODES[arity], fn, *args, *[0] * (arity - len(args))]
+
+
+NO_ROW = (rec.Alloc,)  # ops that lower to no table row
+
+
+class _Lowering:
+    """What lowering one op needs besides the op (the arguments of ``_lower_op``). A plain class with
+    slots, not a frozen dataclass: one is made per distinct op, and that costs a third as much."""
+
+    __slots__ = ("abi", "arena", "address_of", "kernel_addresses", "row_at")
+
+    def __init__(self, abi: str, arena: _Arena, address_of, kernel_addresses: list, row_at) -> None:
+        self.abi, self.arena, self.address_of, self.kernel_addresses, self.row_at = (
+            abi, arena, address_of, kernel_addresses, row_at)
+
+
+def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at) -> list[int] | None:
+    """One op-table row (as a list) for ``op``, or None when there is nothing to run (``_LOWER``, by op kind).
+
+    ``row_at(position)`` is the table row of a position in the op sequence (for jump targets).
+    """
+    lower = rec.handler(_LOWER, op, "lowering a graph for CPU replay")
+    return lower(op, _Lowering(abi, arena, address_of, kernel_addresses, row_at))
+
+
+def _lower_launch(op: rec.Launch, low: _Lowering) -> list[int]:
+    fn = low.kernel_addresses[op.kernel]
+    args = low.arena.address(op.args)
+    adj = low.arena.address(op.adj_args) if op.adj_args is not None else None
+    if low.abi == ABI_BY_VALUE and _compat.SYSV_X86_64:
+        # The 32-byte bounds struct goes on the stack after the six register arguments:
+        # call f(args, [adj], 0, ..., q0, q1, q2, q3) with ten integer arguments.
+        regs = [args] if adj is None else [args, adj]
+        regs += [0] * (6 - len(regs))
+        return _call(fn, *regs, *_BOUNDS_QWORDS.unpack_from(op.bounds.data.ljust(32, b"\0")))
+    # By pointer (1.13+), or by value on Win64/AArch64, where the caller passes a pointer to a copy.
+    bounds = low.arena.address(op.bounds)
+    return _call(fn, bounds, args) if adj is None else _call(fn, bounds, args, adj)
+
+
+def _lower_native_call(op: rec.NativeCall, low: _Lowering) -> list[int]:
+    natives.check_host(op.name, len(op.args))
+    passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
+    row = _call(_compat.native_address(op.name), *[low.address_of(a) if isinstance(a, rec.Ref) else a for a in passed])
+    if op.name.startswith("segmented_sort_pairs_"):
+        row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
+    return row
+
+
+def _lower_handle_call(op: rec.HandleCall, low: _Lowering) -> list[int]:
+    """``wp_<name>(id, ...)``; a hash grid build passes its radius as a C double (argument 2)."""
+    fn = _compat.native_address(op.name)
+    handle = low.address_of(op.handle)
+    if op.name != "hash_grid_update_host":
+        return _call(fn, handle, *op.ints)
+    groups = low.arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
+    radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
+    # warp <= 1.12 takes no groups argument: the extra integer is harmless to a C callee (see _call)
+    return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, low.arena.address(op.points), groups]
+
+
+_LOWER = {  # op type -> (op, _Lowering) -> one table row, or None for an op with nothing to run (NO_ROW)
+    rec.Launch: _lower_launch,
+    rec.Memcpy: lambda op, low: _call(_compat.native_address("memcpy_h2h"), low.address_of(op.dst),
+                                      low.address_of(op.src), op.nbytes),
+    rec.Memset: lambda op, low: _call(_compat.native_address("memset_host"), low.address_of(op.dst), op.value,
+                                      op.nbytes),
+    rec.Memtile: lambda op, low: _call(_compat.native_address("memtile_host"), low.address_of(op.dst),
+                                       low.arena.address(op.value), len(op.value.data), op.count),
+    rec.ArrayCopy: lambda op, low: _call(_compat.native_address("array_copy_host"), low.arena.address(op.dst),
+                                         low.arena.address(op.src), op.dst_type, op.src_type, op.elem_size),
+    rec.ArrayFill: lambda op, low: _call(_compat.native_address("array_fill_host"), low.arena.address(op.dst),
+                                         op.array_type, low.arena.address(op.value), len(op.value.data)),
+    rec.Alloc: lambda op, low: None,
+    rec.Branch: lambda op, low: [tbl.OP_BRANCH_IF_ZERO, 0, low.address_of(op.cond), low.row_at(op.target)],
+    rec.Jump: lambda op, low: [tbl.OP_JUMP, 0, low.row_at(op.target)],
+    rec.NativeCall: _lower_native_call,
+    rec.HandleCall: _lower_handle_call,
+    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda"),
+}
