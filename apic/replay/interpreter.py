@@ -8,8 +8,9 @@ the loop below never sees a Python object and makes no Python call per operation
 
 One loop, ``run_rows``, runs a table both for a replay (``run_table``) and for ``apic.profile``
 (``run_table_profiled``: a clock read after each row, in a version Numba compiles only for the
-profile's arguments), so what a row does is written once. (Numba's on-disk cache of a function is keyed on its own file only: a second loop elsewhere
-calling into this one would also go stale after an edit here.)
+profile's arguments), so what a row does is written once. Both callers live in this file because
+Numba's on-disk cache of a function is keyed on its own file only: a loop elsewhere inlining this
+one would go stale after an edit here.
 
 Guards keep a replay finite, interruptible and what native code indexes with in range (see
 ``table.py`` for the ``limits`` layout):
@@ -49,6 +50,7 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
 )
 assert _table.SIGNAL_PERIOD == 256
 assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
+assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
 
 
 @njit(cache=True, nogil=True)

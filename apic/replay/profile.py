@@ -1,12 +1,12 @@
 """Per-op replay profile: the interpreter loop again, with a clock read after every row it executes.
 
-``wp.capture_launch`` stays unprofiled: this is a second jitted loop over the same op table
-(``table.py``; ``interpreter.run_table_profiled``, running each row through the same ``step``), run
-only by ``apic.profile``. After each row it reads ``clock_gettime(CLOCK_MONOTONIC)``
-through a function pointer (no Python per op) and adds the time since the previous reading to that
-row's total, so a row's time includes one clock read and the loop's own dispatch. Rows map back to the
-recorded ops that produced them (every op but an allocation lowers to exactly one row, in order), and
-the report aggregates them by op kind and kernel over many replays.
+``wp.capture_launch`` stays unprofiled: this is a second compiled version of the interpreter's one
+loop over the op table (``table.py``; ``interpreter.run_table_profiled``), run only by
+``apic.profile``. After each row it reads ``clock_gettime(CLOCK_MONOTONIC)`` through a function
+pointer (no Python per op) and adds the time since the previous reading to that row's total, so a
+row's time includes one clock read and the loop's own dispatch. Rows map back to the recorded ops that
+produced them (every op but an allocation lowers to exactly one row, in order), and the report
+aggregates them by op kind and kernel over many replays.
 """
 
 from __future__ import annotations
