@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from apic._compat import wp_types
 from apic.errors import BindingError
 from apic.record.layout import extent
 
@@ -52,8 +53,6 @@ class Binding:
 # --- Warp arrays ------------------------------------------------------------------------------------
 def dtype_name(dtype) -> str:
     """A stable name for a Warp dtype ("float32", "vec3f", "bool", "module.Struct")."""
-    from apic._compat import wp_types
-
     if dtype is wp_types.bool or dtype is bool:
         return "bool"
     return wp_types.type_repr(dtype)
@@ -61,8 +60,6 @@ def dtype_name(dtype) -> str:
 
 def numpy_layout(dtype) -> tuple[str | None, tuple[int, ...]]:
     """The NumPy scalar dtype (``dtype.str``) and element shape of a Warp dtype; (None, ()) for structs."""
-    from apic._compat import wp_types
-
     scalar = getattr(dtype, "_wp_scalar_type_", dtype)
     np_type = wp_types.warp_type_to_np_dtype.get(scalar)
     if np_type is None:
@@ -71,15 +68,11 @@ def numpy_layout(dtype) -> tuple[str | None, tuple[int, ...]]:
 
 
 def is_warp_array(value) -> bool:
-    from apic._compat import wp_types
-
     return isinstance(value, wp_types.array)
 
 
 def array_facts(arr) -> tuple[int, int, tuple[int, ...], tuple[int, ...]]:
     """``(ptr, elem_size, shape, strides)`` of a Warp array (ptr 0 for an empty one)."""
-    from apic._compat import wp_types
-
     return (
         int(arr.ptr or 0),
         wp_types.type_size_in_bytes(arr.dtype),

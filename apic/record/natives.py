@@ -35,8 +35,12 @@ need not.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Callable
+
+from apic import _compat
+from apic.errors import IncompatibleGraphError
 
 _INT_MAX = (1 << 31) - 1
 PTR = "ptr"
@@ -218,10 +222,6 @@ def signature(name: str, arity: int) -> Signature | None:
 def host_arity(name: str) -> int | None:
     """How many arguments ``wp_<name>`` takes in this process's Warp, if they are all integers and pointers
     (``c_void_p`` or typed, such as ``POINTER(c_int)``)."""
-    import ctypes
-
-    from apic import _compat
-
     function = getattr(_compat.runtime().core, "wp_" + name, None)
     function = getattr(function, "__wrapped__", function)  # apic's native sink wraps the original
     argtypes = getattr(function, "argtypes", None)
@@ -253,8 +253,6 @@ def padded_transpose_layout(name: str, args: tuple) -> tuple | None:
     destination's row offsets as they are now (the capacity layout), or None for any other call.
 
     Warp's native reads them at replay as the rows' capacities and never writes them."""
-    import ctypes
-
     if name != PADDED_TRANSPOSE or len(args) != 11 or not args[7] or not args[6] or not 0 <= args[1] < _INT_MAX:
         return None
     return tuple((ctypes.c_int32 * (args[1] + 1)).from_address(args[6]))
@@ -262,9 +260,6 @@ def padded_transpose_layout(name: str, args: tuple) -> tuple | None:
 
 def check_host(name: str, arity: int) -> None:
     """Refuse a recorded call of ``wp_<name>`` with ``arity`` arguments that this process's Warp cannot make."""
-    from apic import _compat
-    from apic.errors import IncompatibleGraphError
-
     have = host_arity(name)
     if have != native_arity(name, arity):
         what = "does not have it" if have is None else f"takes {have}"
