@@ -32,7 +32,7 @@ _spec.loader.exec_module(import_graph)
 
 # Bottom to top. A module may import modules of its own layer or of a lower one.
 LAYERS = (
-    ("base", ("apic.errors", "apic._version", "apic._compat", "apic.patches", "apic.targets", "apic.targets.*")),
+    ("base", ("apic.errors", "apic._version", "apic._compat", "apic._probes", "apic._probes.*", "apic.patches", "apic.targets", "apic.targets.*")),
     # the values a recording holds besides its ops: named scalar parameters (apic.param, noted per launch
     # by the shims) and the type facts of named array bindings, which the parameters share
     ("record", ("apic.record", "apic.record.*", "apic.params", "apic.bindings")),
@@ -46,11 +46,18 @@ LAYERS = (
 
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules
 # that import Numba at module level (importing them costs about a second).
-LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._profile_loop",
-        "apic.replay._intrinsics", "apic.replay.split", "apic.replay.param_slots")
+LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._intrinsics",
+        "apic.replay.split", "apic.replay.param_slots")
 
-# Imports kept out of ``import apic`` for its start-up time, each with a comment saying so: importer -> imported.
+# Imports kept out of ``import apic`` (or of ``python -m apic --help``) for start-up time, each with a comment
+# saying so: importer -> imported.
 LAZY_FOR_STARTUP = {
+    # the CLI imports NumPy, Warp and the library only for the command that needs them (a quick --help;
+    # importing any apic module imports apic, and so Warp)
+    "apic.cli": {"apic.errors"},
+    "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
+    "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
+    "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
     "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.replay.cuda",
                      "apic.replay.loader"},
@@ -62,18 +69,11 @@ KNOWN_INVERSIONS: set = set()
 KNOWN_CYCLES: list = []
 
 # Lazy imports still without a comment saying why, in files this step did not restructure.
-KNOWN_UNCOMMENTED = {("apic.bench.floor", "numba"), ("apic.bench.floor", "apic.replay._intrinsics"), ("apic.bench.run", "numba"), ("apic.bench.run", "matplotlib")}
+KNOWN_UNCOMMENTED: set = set()
 
 # importer -> the modules it still imports inside functions (not lazy optional dependencies), all in files
 # this step did not restructure (edited in parallel): to move to module level, or to comment as lazy.
 KNOWN_LOCAL = {
-    # the CLI imports Warp and the library only for the command that needs them (a quick --help)
-    "apic.cli": {"apic.errors"},
-    "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
-    "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
-    "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
-    "apic.bench.run": {"numpy"},
-    "apic.bench.workloads": {"apic.demo", "sys"},
     "apic.replay.program": {"apic.replay.reference"},  # APIC_REPLAY=reference picks it at run time
 }
 

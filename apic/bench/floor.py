@@ -189,9 +189,9 @@ _NUMBA_LOOP = None
 def _numba_loop():
     global _NUMBA_LOOP
     if _NUMBA_LOOP is None:
-        from numba import njit
+        from numba import njit  # lazy: only the fallback floor (no C compiler) needs Numba
 
-        from apic.replay._intrinsics import call2, call3, call4, call5, call10
+        from apic.replay._intrinsics import call2, call3, call4, call5, call10  # lazy: imports Numba
 
         @njit(nogil=True)
         def loop(rows, repeats):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apic.bench.run import SHORT_LABELS
+from apic.bench.report import SHORT_LABELS
 
 
 def _num(value: float) -> str:

@@ -11,11 +11,14 @@ stays finite and away from denormals: the work per repetition is the same in eve
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import warp as wp
+
+from apic import demo
 
 DEVICE = "cpu"
 
@@ -173,9 +176,7 @@ class DemoStep(Workload):
     """One step of the built-in mass-spring simulation (``apic.demo.Chain``): kernels, a copy, fills."""
 
     def __init__(self, particles: int = 64, substeps: int = 8) -> None:
-        from apic.demo import Chain
-
-        self.chain = Chain(particles, substeps, device=DEVICE)
+        self.chain = demo.Chain(particles, substeps, device=DEVICE)
         self.ops = self.chain.ops_per_step()
         c = self.chain
         super().__init__({"x": c.x, "v": c.v, "f": c.f, "x_prev": c.x_prev})
@@ -186,8 +187,6 @@ class DemoStep(Workload):
     def commands(self):
         # The same operations as Chain.step, in the same order; the bit-for-bit check against
         # Chain.step catches any drift between the two.
-        from apic import demo
-
         c = self.chain
         rest = 2.0 / (c.n - 1)
         cmds = [lambda: wp.copy(c.x_prev, c.x)]
@@ -248,9 +247,5 @@ def demo_step(particles: int = 64, substeps: int = 8) -> WorkloadSpec:
 
 def load_kernels() -> None:
     """Compile/load every kernel module used here before any capture (compilation is not captured)."""
-    import sys
-
-    from apic import demo
-
     wp.load_module(sys.modules[__name__], device=DEVICE)
     wp.load_module(demo, device=DEVICE)

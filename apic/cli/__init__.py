@@ -32,7 +32,7 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except Exception as error:
-        from apic.errors import ApicError
+        from apic.errors import ApicError  # lazy: any apic module imports apic, and so Warp (a quick --help)
 
         if isinstance(error, ApicError):
             print(f"error: {error}", file=sys.stderr)

@@ -57,7 +57,7 @@ class _Progress:
 def run(args) -> int:
     if args.plot:
         try:
-            import matplotlib  # noqa: F401
+            import matplotlib  # noqa: F401  (lazy: an optional dependency; refuse --plot early without it)
         except ImportError:
             raise UserError("--plot needs matplotlib (pip install matplotlib)") from None
     suite = _suite()
@@ -74,7 +74,7 @@ def run(args) -> int:
             json.dump(results, f, indent=1)
         print(f"results written to {args.json}")
     if args.markdown:
-        from apic.bench.markdown import format_markdown
+        from apic.bench.markdown import format_markdown  # lazy: imports the suite, as _suite
 
         with open(args.markdown, "w") as f:
             f.write(format_markdown(results))

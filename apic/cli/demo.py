@@ -21,12 +21,13 @@ def _time_per_frame(run_frame, frames: int) -> float:
 
 
 def run(args) -> int:
-    import numpy as np
-    import warp as wp
+    # lazy, as every import of NumPy, Warp or apic in the CLI: `python -m apic --help` stays quick
+    import numpy as np  # lazy (above)
+    import warp as wp  # lazy (above)
 
-    import apic  # noqa: F401  (installs the CPU capture shims)
-    from apic._compat import quiet_warp
-    from apic.demo import Chain
+    import apic  # noqa: F401  (lazy, above; installs the CPU capture shims)
+    from apic._compat import quiet_warp  # lazy (above)
+    from apic.demo import Chain  # lazy (above)
 
     quiet_warp()
 

@@ -45,7 +45,7 @@ def _pairs(values: list[str], option: str, form: str = "NAME=FILE.npy") -> list[
 
 def _scalar_value(graph, name: str, text: str):
     """The value ``--set NAME=TEXT`` gives a named scalar parameter: numbers as its components' kind."""
-    import numpy as np
+    import numpy as np  # lazy, as in run: a quick --help
 
     scalar = graph.scalars.get(name)
     if scalar is None:
@@ -85,11 +85,12 @@ def _view(graph, name: str, option: str):
 
 
 def run(args) -> int:
-    import numpy as np
-    import warp as wp
+    # lazy, as every import of NumPy, Warp or apic in the CLI: `python -m apic --help` stays quick
+    import numpy as np  # lazy (above)
+    import warp as wp  # lazy (above)
 
-    import apic  # noqa: F401  (installs wp.capture_load)
-    from apic import _compat
+    import apic  # noqa: F401  (lazy, above; installs wp.capture_load)
+    from apic import _compat  # lazy (above)
 
     inputs = _pairs(args.input, "--input")
     settings = _pairs(args.set_values, "--set", "NAME=VALUE")

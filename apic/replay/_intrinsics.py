@@ -213,3 +213,24 @@ def atomic_cas(typingctx, address, expected, value):
         return builder.extract_value(pair, 0)
 
     return types.int64(address, expected, value), codegen
+
+
+@intrinsic
+def now_ns(typingctx, fn, clock_id):
+    """``clock_gettime(clock_id, &ts)`` through the function address ``fn``; ``ts`` as nanoseconds."""
+    if not (isinstance(fn, types.Integer) and isinstance(clock_id, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        timespec = ir.LiteralStructType([_I64, _I64])  # struct timespec on 64-bit Linux
+        slot = builder.alloca(timespec)
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), timespec.as_pointer()])
+        target = builder.inttoptr(context.cast(builder, llargs[0], signature.args[0], types.int64), fnty.as_pointer())
+        clock = builder.trunc(context.cast(builder, llargs[1], signature.args[1], types.int64), ir.IntType(32))
+        builder.call(target, [clock, slot])
+        zero = ir.Constant(ir.IntType(32), 0)
+        sec = builder.load(builder.gep(slot, [zero, zero]))
+        nsec = builder.load(builder.gep(slot, [zero, ir.Constant(ir.IntType(32), 1)]))
+        return builder.add(builder.mul(sec, ir.Constant(_I64, 1_000_000_000)), nsec)
+
+    return types.int64(fn, clock_id), codegen

@@ -6,6 +6,12 @@ opcode being the number of integer arguments of the native function, or a jump. 
 strided copy and fill, native utility call, branch) into such a row with every pointer resolved, so
 the loop below never sees a Python object and makes no Python call per operation.
 
+One loop, ``run_rows``, runs a table both for a replay (``run_table``) and for ``apic.profile``
+(``run_table_profiled``: a clock read after each row, in a version Numba compiles only for the
+profile's arguments), so what a row does is written once. Both callers live in this file because
+Numba's on-disk cache of a function is keyed on its own file only: a loop elsewhere inlining this
+one would go stale after an edit here.
+
 Guards keep a replay finite, interruptible and what native code indexes with in range (see
 ``table.py`` for the ``limits`` layout):
 
@@ -29,6 +35,7 @@ from numba import njit
 from apic.replay import table as _table
 from apic.replay._intrinsics import (
     call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at, load_i64_at,
+    now_ns,
 )
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
@@ -43,6 +50,7 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
 )
 assert _table.SIGNAL_PERIOD == 256
 assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
+assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
 
 
 @njit(cache=True, nogil=True)
@@ -111,13 +119,14 @@ def bad_capacity(offsets, rows, capacity):
     return previous > capacity
 
 
-@njit(cache=True, nogil=True)
-def run_table(table, repeats, limits=None, loops=0):
-    """Execute ``table`` from its first row to its end, ``repeats`` times; returns a ``STATUS_*`` code.
+@njit(cache=True, nogil=True, inline="always")
+def run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
+    """The loop of ``run_table`` and ``run_table_profiled``: every opcode's meaning, written once.
 
-    ``limits`` (int64, see ``table.py``) caps each loop's iterations and enables the Ctrl-C poll;
-    ``loops`` is the number of loop heads (their slot numbers are ``1 .. loops`` in ``COL_LOOP``).
-    Without ``limits`` (the old two-argument call) loops run uncapped and unpolled.
+    With ``row_ns`` and ``row_calls`` (``apic.profile``) it reads the clock ``clock_gettime`` (at
+    ``fn_clock``) after every row and adds the row's time to ``row_ns[row]`` and 1 to ``row_calls[row]``.
+    Numba compiles one version per argument types and drops the branches on ``row_ns is not None`` from
+    the version that ``run_table`` calls with ``None``: a replay pays nothing for the profile.
     """
     n = table.shape[0]
     cap = limits[0] if limits is not None else 0
@@ -126,9 +135,12 @@ def run_table(table, repeats, limits=None, loops=0):
     ticks = 0
     for _ in range(repeats):
         i = 0
+        if row_ns is not None:
+            before = now_ns(fn_clock, clock_id)
         while i < n:
             op = table[i, 0]
             fn = table[i, 1]
+            nxt = i + 1
             if op == 2:
                 call2(fn, table[i, 2], table[i, 3])
             elif op == 3:
@@ -137,7 +149,7 @@ def run_table(table, repeats, limits=None, loops=0):
                 call4(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5])
             elif op == 5:
                 call5(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
-            elif op == 10:
+            elif op == 10 or op == 20:  # OP_SPLIT: the splitter shares the launch's task chunks with worker threads
                 call10(
                     fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
                     table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
@@ -146,8 +158,7 @@ def run_table(table, repeats, limits=None, loops=0):
                 ticks += 1
                 if poll and (ticks & 255) == 0 and _interrupted(limits):
                     return 1  # STATUS_INTERRUPTED
-                i = table[i, 2]
-                continue
+                nxt = table[i, 2]
             elif op == 17:  # OP_BRANCH_IF_ZERO
                 ticks += 1
                 if poll and (ticks & 255) == 0 and _interrupted(limits):
@@ -156,9 +167,8 @@ def run_table(table, repeats, limits=None, loops=0):
                 if load_i32(table[i, 2]) == 0:
                     if slot and cap:  # counted only under a cap (the two-argument call passes no loops)
                         counts[slot - 1] = 0  # the loop ends: its next entry counts from zero
-                    i = table[i, 3]
-                    continue
-                if slot and cap:
+                    nxt = table[i, 3]
+                elif slot and cap:
                     counts[slot - 1] += 1
                     if counts[slot - 1] > cap:
                         return 2  # STATUS_LOOP_CAP
@@ -166,11 +176,6 @@ def run_table(table, repeats, limits=None, loops=0):
                 call_argv20(fn, table[i, 2])
             elif op == 19:  # OP_CALL5_D2
                 call5_d2(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6])
-            elif op == 20:  # OP_SPLIT: the splitter shares the launch's task chunks with worker threads
-                call10(
-                    fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6],
-                    table[i, 7], table[i, 8], table[i, 9], table[i, 10], table[i, 11],
-                )
             elif op == 21:  # OP_SEGMENTED_SORT: every range checked in graph memory first, as upstream
                 if bad_segment(table[i, 5], table[i, 6], table[i, 4], table[i, 7]) >= 0:
                     return -(i + 1)
@@ -188,8 +193,41 @@ def run_table(table, repeats, limits=None, loops=0):
             elif op == 24:  # OP_CHECK_IDS
                 if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
                     return -(i + 1)
-            i += 1
+            if row_ns is not None:
+                after = now_ns(fn_clock, clock_id)
+                row_ns[i] += after - before
+                row_calls[i] += 1
+                before = after
+            i = nxt
         ticks += 1
         if poll and (ticks & 255) == 0 and _interrupted(limits):
             return 1  # STATUS_INTERRUPTED
     return 0
+
+
+@njit(cache=True, nogil=True)
+def run_table(table, repeats, limits=None, loops=0):
+    """Execute ``table`` from its first row to its end, ``repeats`` times; returns a ``STATUS_*`` code.
+
+    ``limits`` (int64, see ``table.py``) caps each loop's iterations and enables the Ctrl-C poll;
+    ``loops`` is the number of loop heads (their slot numbers are ``1 .. loops`` in ``COL_LOOP``).
+    Without ``limits`` (the old two-argument call) loops run uncapped and unpolled. (Four arguments,
+    not ``run_rows``'s eight: each one costs Numba's dispatcher time on every ``wp.capture_launch``.)
+    """
+    return run_rows(table, repeats, limits, loops, 0, 0, None, None)
+
+
+@njit(cache=True, nogil=True)
+def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
+    """``run_table`` with a clock read after every row: each executed row's time added to ``row_ns[row]``
+    and 1 to ``row_calls[row]`` (``apic.profile``); the same guards and ``STATUS_*`` result."""
+    return run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls)
+
+
+@njit(cache=True, nogil=True)
+def time_clock(fn, clock_id, reads):
+    """Read the clock ``reads`` times (to measure what one read costs); the last reading."""
+    last = 0
+    for _ in range(reads):
+        last = now_ns(fn, clock_id)
+    return last

@@ -1,11 +1,12 @@
 """Per-op replay profile: the interpreter loop again, with a clock read after every row it executes.
 
-``wp.capture_launch`` stays unprofiled: this is a second jitted function over the same op table
-(``table.py``), run only by ``apic.profile``. After each row it reads ``clock_gettime(CLOCK_MONOTONIC)``
-through a function pointer (no Python per op) and adds the time since the previous reading to that
-row's total, so a row's time includes one clock read and the loop's own dispatch. Rows map back to the
-recorded ops that produced them (every op but an allocation lowers to exactly one row, in order), and
-the report aggregates them by op kind and kernel over many replays.
+``wp.capture_launch`` stays unprofiled: this is a second compiled version of the interpreter's one
+loop over the op table (``table.py``; ``interpreter.run_table_profiled``), run only by
+``apic.profile``. After each row it reads ``clock_gettime(CLOCK_MONOTONIC)`` through a function
+pointer (no Python per op) and adds the time since the previous reading to that row's total, so a
+row's time includes one clock read and the loop's own dispatch. Rows map back to the recorded ops that
+produced them (every op but an allocation lowers to exactly one row, in order), and the report
+aggregates them by op kind and kernel over many replays.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ def _aggregate(row_ns, row_calls, labels) -> list:
 def clock_cost_ns(reads: int = 100_000, batches: int = 10) -> float:
     """The cost of one clock read from the jitted code, nanoseconds: the fastest of ``batches`` batches
     (a busy machine preempts some; the fastest is the read's own cost)."""
-    from apic.replay._profile_loop import time_clock  # lazy: imports Numba
+    from apic.replay.interpreter import time_clock  # lazy: imports Numba
 
     fn = clock_address()
     time_clock(fn, CLOCK_MONOTONIC, 10)
@@ -160,7 +161,7 @@ def profile(graph, replays: int = 100) -> ProfileReport:
     The graph's memory changes exactly as ``replays`` calls of ``wp.capture_launch`` would change it.
     A CUDA graph is refused (only apic's CPU interpreter is profiled).
     """
-    from apic.replay._profile_loop import run_table_profiled  # lazy: imports Numba
+    from apic.replay.interpreter import run_table_profiled  # lazy: imports Numba
 
     if getattr(graph, "program", None) is None or not hasattr(graph, "recording"):
         raise TypeError("apic.profile: expected an apic CPU graph (from a CPU capture or wp.capture_load)")
