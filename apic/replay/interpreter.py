@@ -2,7 +2,7 @@
 
 Each row of the op table (layout in ``table.py``) is ``[opcode, function address, arg0 .. arg9]``, the
 opcode being the number of integer arguments of the native function, or a jump. The lowering in
-``program.py`` has already turned every recorded operation (kernel launch, memcpy, memset, memtile,
+``lowering.py`` has already turned every recorded operation (kernel launch, memcpy, memset, memtile,
 strided copy and fill, native utility call, branch) into such a row with every pointer resolved, so
 the loop below never sees a Python object and makes no Python call per operation.
 
