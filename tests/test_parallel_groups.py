@@ -48,6 +48,14 @@ def _replay(graph, threads: int, interpreter: str) -> None:
         reference.run_table(program.table, 1, None, program.loops)
 
 
+def _captured(program, state: dict, min_tasks: int = 1000):
+    """The graph of ``program(state)``, splitting launches of at least ``min_tasks`` tasks per thread."""
+    with wp.ScopedCapture(device=CPU) as capture:
+        program(state)
+    capture.graph.min_tasks_per_thread = min_tasks
+    return capture.graph
+
+
 def _split_rows(graph, threads: int) -> np.ndarray:
     table = graph.parallel_program(threads).table
     return table[table[:, 0] == tbl.OP_SPLIT]
@@ -67,10 +75,7 @@ def test_independent_small_launches_run_together(threads, interpreter):
     thread), four together are, so each row runs four launches whole, one per thread."""
     chains, steps, n = 4, 3, 600
     eager, replayed = _state(chains, n, 1), _state(chains, n, 1)
-    with wp.ScopedCapture(device=CPU) as capture:
-        _interleaved(replayed, chains, steps, n)
-    graph = capture.graph
-    graph.min_tasks_per_thread = 1000
+    graph = _captured(lambda s: _interleaved(s, chains, steps, n), replayed, 1000)
     rows = _split_rows(graph, threads)
     assert len(rows) == steps and (rows[:, COUNT] == chains).all()  # count: 4 launches a row
     assert (rows[:, CHUNKS] == chains).all()  # one chunk each: each runs whole
@@ -84,10 +89,7 @@ def test_independent_large_launches_share_their_chunks(interpreter):
     """Large launches side by side: each is cut into chunks as when split alone, in one row."""
     chains, steps, n = 3, 2, 9000
     eager, replayed = _state(chains, n, 2), _state(chains, n, 2)
-    with wp.ScopedCapture(device=CPU) as capture:
-        _interleaved(replayed, chains, steps, n)
-    graph = capture.graph
-    graph.min_tasks_per_thread = 1000
+    graph = _captured(lambda s: _interleaved(s, chains, steps, n), replayed, 1000)
     rows = _split_rows(graph, 2)
     assert len(rows) == steps and (rows[:, CHUNKS] == chains * 2 * fanout.CHUNKS_PER_THREAD).all()
     _check(eager, replayed, graph, lambda s: _interleaved(s, chains, steps, n), 2, interpreter)
@@ -104,10 +106,7 @@ def _dependent(s, n):
 def test_dependent_launches_are_not_grouped(interpreter):
     n = 3000
     eager, replayed = _state(2, n, 3), _state(2, n, 3)
-    with wp.ScopedCapture(device=CPU) as capture:
-        _dependent(replayed, n)
-    graph = capture.graph
-    graph.min_tasks_per_thread = 1000
+    graph = _captured(lambda s: _dependent(s, n), replayed, 1000)
     rows = _split_rows(graph, 2)
     assert len(rows) == 4 and (rows[:, COUNT] == 1).all()  # each launch split alone
     _check(eager, replayed, graph, lambda s: _dependent(s, n), 2, interpreter)
@@ -124,10 +123,7 @@ def test_disjoint_views_of_one_allocation_are_not_grouped():
     """Independence is judged on whole allocations: two launches writing halves of one array stay apart."""
     n = 4000
     eager, replayed = _state(2, n, 4), _state(2, n, 4)
-    with wp.ScopedCapture(device=CPU) as capture:
-        _views(replayed, n)
-    graph = capture.graph
-    graph.min_tasks_per_thread = 1500
+    graph = _captured(lambda s: _views(s, n), replayed, 1500)
     rows = _split_rows(graph, 2)
     assert len(rows) == 0, rows  # 2000 tasks each: neither splits alone, and they are not grouped
     graph.min_tasks_per_thread = 1000
@@ -150,10 +146,7 @@ def test_a_group_starts_where_a_branch_lands(flag, interpreter):
     eager, replayed = _state(4, n, 5), _state(4, n, 5)
     for s in (eager, replayed):
         s["flag"] = wp.array([flag], dtype=wp.int32, device=CPU)
-    with wp.ScopedCapture(device=CPU) as capture:
-        _branching(replayed, n)
-    graph = capture.graph
-    graph.min_tasks_per_thread = 1000
+    graph = _captured(lambda s: _branching(s, n), replayed, 1000)
     table = graph.parallel_program(2).table
     target = fanout.jump_targets(table)
     (landing,) = target
@@ -165,10 +158,7 @@ def test_a_group_starts_where_a_branch_lands(flag, interpreter):
 def test_at_most_max_group_launches_a_row():
     chains, n = fanout.MAX_GROUP + 3, 700
     eager, replayed = _state(chains, n, 6), _state(chains, n, 6)
-    with wp.ScopedCapture(device=CPU) as capture:
-        _interleaved(replayed, chains, 1, n)
-    graph = capture.graph
-    graph.min_tasks_per_thread = 1000
+    graph = _captured(lambda s: _interleaved(s, chains, 1, n), replayed, 1000)
     rows = _split_rows(graph, 2)
     assert rows[:, COUNT].tolist() == [fanout.MAX_GROUP, 3]
     _check(eager, replayed, graph, lambda s: _interleaved(s, chains, 1, n), 2, "numba")
