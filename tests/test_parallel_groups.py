@@ -86,12 +86,14 @@ def test_independent_small_launches_run_together(threads, interpreter):
 
 @pytest.mark.parametrize("interpreter", INTERPRETERS)
 def test_independent_large_launches_share_their_chunks(interpreter):
-    """Large launches side by side: each is cut into chunks as when split alone, in one row."""
+    """Large launches side by side share the chunks one launch of all their tasks would have."""
     chains, steps, n = 3, 2, 9000
     eager, replayed = _state(chains, n, 2), _state(chains, n, 2)
     graph = _captured(lambda s: _interleaved(s, chains, steps, n), replayed, 1000)
     rows = _split_rows(graph, 2)
-    assert len(rows) == steps and (rows[:, CHUNKS] == chains * 2 * fanout.CHUNKS_PER_THREAD).all()
+    # the row is cut as one launch of 27,000 tasks would be (2 threads x 4 chunks), 3 chunks a launch
+    assert len(rows) == steps and (rows[:, CHUNKS] == 9).all()
+    assert all(entry["chunks"] == 3 and entry["together"] == chains for entry in graph.parallel_report(2))
     _check(eager, replayed, graph, lambda s: _interleaved(s, chains, steps, n), 2, interpreter)
 
 
