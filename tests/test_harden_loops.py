@@ -103,7 +103,11 @@ def test_cap_must_be_a_count(bad):
 
 _INTERRUPTED_CHILD = textwrap.dedent(
     """
-    import sys, time
+    import signal, sys, time
+    # A process started in the background by a non-interactive shell (a CI job, `pytest &`) inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt handler: Ctrl-C could not stop anything. A user
+    # at a terminal has the handler; so does this child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import warp as wp
     wp.config.quiet = True
     import apic
@@ -141,26 +145,15 @@ def test_ctrl_c_interrupts_an_endless_replay(tmp_path):
             assert line, child.stderr.read()
         time.sleep(1.0)  # well inside the replay
         sent = time.monotonic()
-        # The Numba interpreter polls for Ctrl-C itself and must stop at the first one. Under the reference
-        # interpreter (plain Python) a first Ctrl-C was lost once, in a full run on a loaded machine (cause not
-        # established; CPython drops a KeyboardInterrupt raised while a finalizer runs): there, as a user
-        # would, press it again.
-        for signals in range(1, 4):
-            child.send_signal(signal.SIGINT)
-            try:
-                out, err = child.communicate(timeout=10)
-                break
-            except subprocess.TimeoutExpired:
-                if signals == 3 or os.environ.get("APIC_REPLAY") != "reference":
-                    raise
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
         elapsed = time.monotonic() - sent
     finally:
         if child.poll() is None:
             child.kill()
     assert child.returncode == 3, (out, err)
     assert "interrupted True" in out
-    if os.environ.get("APIC_REPLAY") != "reference":
-        assert signals == 1 and elapsed < 5.0, elapsed
+    assert elapsed < 5.0, elapsed
 
 
 # --- files whose control flow could loop without a condition ---------------------------------------
