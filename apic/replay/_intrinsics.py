@@ -125,19 +125,24 @@ def load_i32(typingctx, address):
     return types.int32(address), codegen
 
 
+def _load_at(width: int):
+    """The codegen of a load of the ``width``-bit integer ``index`` places after an integer address."""
+    element = ir.IntType(width)
+
+    def codegen(context, builder, signature, llargs):
+        base = context.cast(builder, llargs[0], signature.args[0], types.int64)
+        at = context.cast(builder, llargs[1], signature.args[1], types.int64)
+        return builder.load(builder.gep(builder.inttoptr(base, element.as_pointer()), [at]), align=1)
+
+    return codegen
+
+
 @intrinsic
 def load_i64_at(typingctx, address, index):
     """The int64 ``index`` places after an integer ``address`` (any alignment): a word of handle ids."""
     if not (isinstance(address, types.Integer) and isinstance(index, types.Integer)):
         return None
-
-    def codegen(context, builder, signature, llargs):
-        base = context.cast(builder, llargs[0], signature.args[0], types.int64)
-        at = context.cast(builder, llargs[1], signature.args[1], types.int64)
-        pointer = builder.gep(builder.inttoptr(base, _I64.as_pointer()), [at])
-        return builder.load(pointer, align=1)
-
-    return types.int64(address, index), codegen
+    return types.int64(address, index), _load_at(64)
 
 
 @intrinsic
@@ -145,14 +150,7 @@ def load_i32_at(typingctx, address, index):
     """The int32 ``index`` places after an integer ``address`` (any alignment): an index buffer's entry."""
     if not (isinstance(address, types.Integer) and isinstance(index, types.Integer)):
         return None
-
-    def codegen(context, builder, signature, llargs):
-        base = context.cast(builder, llargs[0], signature.args[0], types.int64)
-        at = context.cast(builder, llargs[1], signature.args[1], types.int64)
-        pointer = builder.gep(builder.inttoptr(base, ir.IntType(32).as_pointer()), [at])
-        return builder.load(pointer, align=1)
-
-    return types.int32(address, index), codegen
+    return types.int32(address, index), _load_at(32)
 
 
 # --- atomics on int64 words at integer addresses (the parallel replay's pool, ``split.py``) ----------
