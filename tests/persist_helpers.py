@@ -12,7 +12,10 @@ import subprocess
 import sys
 import textwrap
 
+import msgpack
 import numpy as np
+
+from apic.format import schema, writer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -99,3 +102,15 @@ def run_cli(args: list[str], cwd, python: str = sys.executable) -> subprocess.Co
 def same_bits(a, b) -> bool:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def wrp_body(stem: str) -> dict:
+    """The decoded body of the saved graph ``<stem>.wrp`` (its header skipped)."""
+    with open(stem + ".wrp", "rb") as f:
+        return msgpack.unpackb(f.read()[schema.HEADER.size :], raw=False)
+
+
+def rewrite_wrp(stem: str, body: dict) -> None:
+    """Write ``body`` as ``<stem>.wrp`` again, with a header that matches it (a hand-edited file)."""
+    with open(stem + ".wrp", "wb") as f:
+        f.write(writer.encode(body))

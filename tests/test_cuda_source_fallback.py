@@ -20,7 +20,6 @@ import subprocess
 import sys
 import types
 
-import msgpack
 import pytest
 import warp as wp
 
@@ -33,6 +32,7 @@ from apic.record.recording import ModuleInfo, Recording
 from apic.targets import cuda as cp
 from test_cuda_offline import ARCH, FileGraph, _nvrtc_reason, _saxpy_recording
 from test_cuda_python_offline import FakeDevice, cu  # noqa: F401  (cu is a fixture)
+from persist_helpers import rewrite_wrp, wrp_body
 
 
 @pytest.fixture(scope="module")
@@ -78,16 +78,6 @@ def _save(aot, tmp_path, source_fallback=True, name="g") -> str:
     return path
 
 
-def _body(path: str) -> dict:
-    with open(path + ".wrp", "rb") as f:
-        return msgpack.unpackb(f.read()[schema.HEADER.size :], raw=False)
-
-
-def _rewrite(path: str, body: dict) -> None:
-    with open(path + ".wrp", "wb") as f:
-        f.write(writer.encode(body))
-
-
 def _load(cu, monkeypatch, path, device=None, **fake):  # noqa: F811  (cu: the fixture's driver module)
     device = device or FakeDevice(cu, **fake)
     monkeypatch.setattr(_compat, "cuda_driver", lambda: device)
@@ -109,7 +99,7 @@ def _elf_archs(cubin: bytes) -> set[int]:
 # --- save -----------------------------------------------------------------------------------------------
 def test_save_keeps_each_modules_cuda_source_and_options(aot, tmp_path):
     path = _save(aot, tmp_path)
-    entry = _body(path)["modules"][0]
+    entry = wrp_body(path)["modules"][0]
     source = entry["source"]
     assert source["file"].endswith(".cu") and source["file"] in os.listdir(path + "_modules")
     with open(os.path.join(path + "_modules", source["file"]), "rb") as f:
@@ -126,9 +116,9 @@ def test_save_keeps_each_modules_cuda_source_and_options(aot, tmp_path):
     assert saved.modules[0].source.file == source["file"] and saved.modules[0].source.options == source["options"]
     assert (saved.modules[0].arch, saved.modules[0].file.endswith(".cubin")) == (ARCH, True)
     plain = _save(aot, tmp_path, source_fallback=False, name="plain")
-    assert "source" not in _body(plain)["modules"][0]
+    assert "source" not in wrp_body(plain)["modules"][0]
     assert not [n for n in os.listdir(plain + "_modules") if n.endswith(".cu")]
-    assert _body(plain)["format_version"] == _body(path)["format_version"] == schema.BASE_VERSION
+    assert wrp_body(plain)["format_version"] == wrp_body(path)["format_version"] == schema.BASE_VERSION
 
 
 def _copy_build(aot, tmp_path, edit=None) -> str:
@@ -188,7 +178,7 @@ def test_save_refuses_options_the_source_cannot_carry(aot, tmp_path, monkeypatch
 )
 def test_reader_refuses_a_malformed_cuda_source(aot, tmp_path, field, value, message):
     path = _save(aot, tmp_path)
-    body = _body(path)
+    body = wrp_body(path)
     source = body["modules"][0]["source"]
     source[field] = value(source[field]) if callable(value) else value
     with pytest.raises(FormatError, match=rf"modules\[0\]\.source.*{message}"):
@@ -211,7 +201,7 @@ def test_a_gpu_the_cubin_cannot_run_on_gets_the_source_compiled_for_it(aot, cu, 
     wp.capture_save(graph, str(tmp_path / "again"), source_fallback=True)
     with open(str(tmp_path / "again") + ".wrp", "rb") as f:
         again = reader.read(f.read())
-    assert (again.modules[0].arch, again.modules[0].source.sha256) == (86, _body(path)["modules"][0]["source"]["sha256"])
+    assert (again.modules[0].arch, again.modules[0].source.sha256) == (86, wrp_body(path)["modules"][0]["source"]["sha256"])
     with open(os.path.join(str(tmp_path / "again") + "_modules", again.modules[0].file), "rb") as f:
         assert f.read() == image
 
@@ -247,11 +237,11 @@ def test_a_gpu_that_runs_the_saved_cubin_uses_it(aot, cu, tmp_path, monkeypatch)
     device, graph = _load(cu, monkeypatch, path, arch=ARCH)
     with open(aot[0], "rb") as f:
         assert _module_loads(device) == [f.read()]
-    assert graph.saved.modules[0].file == _body(path)["modules"][0]["file"]
+    assert graph.saved.modules[0].file == wrp_body(path)["modules"][0]["file"]
 
 
 def _source_path(path: str) -> str:
-    return os.path.join(path + "_modules", _body(path)["modules"][0]["source"]["file"])
+    return os.path.join(path + "_modules", wrp_body(path)["modules"][0]["source"]["file"])
 
 
 def _flip_a_byte(file: str) -> None:
@@ -271,9 +261,9 @@ def test_a_source_that_does_not_match_its_hash_or_size_is_refused(aot, cu, tmp_p
         with open(_source_path(path), "ab") as f:
             f.write(b"\n")
     else:
-        body = _body(path)
+        body = wrp_body(path)
         body["modules"][0]["source"]["sha256"] = "0" * 64
-        _rewrite(path, body)
+        rewrite_wrp(path, body)
     device = FakeDevice(cu, arch=86)
     with pytest.raises(FormatError, match=r"does not match the SHA-256|holds \d+ bytes; the graph file records"):
         _load(cu, monkeypatch, path, device=device)
@@ -285,7 +275,7 @@ def test_a_missing_or_corrupt_object_is_compiled_from_source(aot, cu, tmp_path, 
     path = _save(aot, tmp_path)
     plain = _save(aot, tmp_path, source_fallback=False, name="plain")
     for saved in (path, plain):
-        binary = os.path.join(saved + "_modules", _body(saved)["modules"][0]["file"])
+        binary = os.path.join(saved + "_modules", wrp_body(saved)["modules"][0]["file"])
         os.remove(binary) if how == "missing" else _flip_a_byte(binary)
     with pytest.raises(FormatError, match="is missing from" if how == "missing" else "does not match the SHA-256"):
         _load(cu, monkeypatch, plain, arch=ARCH)
@@ -371,9 +361,9 @@ def test_a_source_that_does_not_compile_is_reported_with_why_it_was_needed(aot, 
     broken = b"this is not CUDA code;\n"
     with open(_source_path(path), "wb") as f:
         f.write(broken)
-    body = _body(path)
+    body = wrp_body(path)
     body["modules"][0]["source"].update(sha256=hashlib.sha256(broken).hexdigest(), size=len(broken))
-    _rewrite(path, body)
+    rewrite_wrp(path, body)
     with pytest.raises(IncompatibleGraphError, match=r"CUBIN built for sm_75, and this GPU is sm_86.*compiling the "
                                                      r"saved source of module 'cuda_kernels' for sm_86 .* failed"):
         _load(cu, monkeypatch, path, arch=86)

@@ -183,6 +183,16 @@ def _arrays(inputs) -> dict:
     return found
 
 
+def _integrate_graph(n: int, seed: int):
+    """Two equal states for ``integrate`` over ``n`` tasks (eager, replayed) and the graph of one launch
+    on the second."""
+    make = _generic(P.integrate, (n,))
+    eager, replayed = make(seed), make(seed)
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
+    return eager, replayed, capture.graph
+
+
 def _launch_twice(kernel, dim, inputs):
     for _ in range(2):
         wp.launch(kernel, dim=dim, inputs=inputs, device=CPU)
@@ -244,11 +254,7 @@ def test_small_launches_stay_serial_by_default():
 
 def test_large_launch_splits_by_default_and_graph_threads_attribute():
     n = 3 * 4096
-    make = _generic(P.integrate, (n,))
-    eager, replayed = make(3), make(3)
-    with wp.ScopedCapture(device=CPU) as capture:
-        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
-    graph = capture.graph
+    eager, replayed, graph = _integrate_graph(n, 3)
     assert graph.threads == 1
     assert (graph.program.table[:, 0] != tbl.OP_SPLIT).all()  # the serial program is untouched
     graph.threads = 4
@@ -368,11 +374,7 @@ def test_pooled_workers_run_chunks():
     from apic.replay import split
 
     n = 1 << 16
-    make = _generic(P.integrate, (n,))
-    eager, replayed = make(9), make(9)
-    with wp.ScopedCapture(device=CPU) as capture:
-        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
-    graph = capture.graph
+    eager, replayed, graph = _integrate_graph(n, 9)
     from apic.replay.interpreter import run_table  # the Numba loop, whatever APIC_REPLAY selects
 
     program = graph.parallel_program(2)
@@ -531,11 +533,7 @@ def test_scalar_parameter_set_reaches_split_launches():
 def test_forked_child_replays_split():
     """A child forked after the pool started (its workers not copied) replays split, as eager, without hanging."""
     n = 1 << 14
-    make = _generic(P.integrate, (n,))
-    eager, replayed = make(41), make(41)
-    with wp.ScopedCapture(device=CPU) as capture:
-        wp.launch(P.integrate, dim=n, inputs=replayed, device=CPU)
-    graph = capture.graph
+    eager, replayed, graph = _integrate_graph(n, 41)
     graph.min_tasks_per_thread = 512
     wp.capture_launch(graph, threads=2)  # the parent's pool is running now
     wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)

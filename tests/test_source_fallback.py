@@ -19,8 +19,8 @@ import warp as wp
 
 import apic
 from apic import _compat
-from apic.format import schema, writer
-from persist_helpers import run_child, same_bits
+from apic.format import schema
+from persist_helpers import rewrite_wrp, run_child, same_bits, wrp_body
 
 N = 32
 
@@ -56,25 +56,15 @@ def _eager(iters: int) -> tuple[np.ndarray, np.ndarray]:
     return a.numpy(), b.numpy()
 
 
-def _body(path: str) -> dict:
-    with open(path + ".wrp", "rb") as f:
-        return msgpack.unpackb(f.read()[schema.HEADER.size :], raw=False)
-
-
-def _rewrite(path: str, body: dict) -> None:
-    with open(path + ".wrp", "wb") as f:
-        f.write(writer.encode(body))
-
-
 def _foreign_cpu(path: str) -> None:
     """Re-encode the file as saved on a CPU with an instruction-set feature this one lacks."""
     host = _compat.host_target()
     lacking = [f for f in host["known_features"] if f not in host["features"]]
     if not lacking:
         pytest.skip("this CPU has every instruction-set feature LLVM knows")
-    body = _body(path)
+    body = wrp_body(path)
     body["target"]["features"] = list(body["target"]["features"]) + [lacking[0]]
-    _rewrite(path, body)
+    rewrite_wrp(path, body)
 
 
 def _break_objects(path: str) -> None:
@@ -97,7 +87,7 @@ def _replay(graph, iters: int) -> np.ndarray:
 
 def test_save_keeps_source_and_build_options(tmp_path):
     path = _save(tmp_path)
-    body = _body(path)
+    body = wrp_body(path)
     entry = body["modules"][0]
     source = entry["source"]
     assert source["file"].endswith(".cpp") and source["file"] in os.listdir(path + "_modules")
@@ -108,7 +98,7 @@ def test_save_keeps_source_and_build_options(tmp_path):
     assert {"fast_math", "fuse_fp", "verify_fp", "optimization_level", "block_dim"} <= set(source["options"])
     # an optional field: the format version stays what it was without it
     assert body["format_version"] == schema.BASE_VERSION
-    plain = _body(_save(tmp_path, source_fallback=False, name="plain"))
+    plain = wrp_body(_save(tmp_path, source_fallback=False, name="plain"))
     assert "source" not in plain["modules"][0] and plain["format_version"] == body["format_version"]
 
 
@@ -146,8 +136,6 @@ def test_corrupt_object_falls_back_to_source(tmp_path):
 
 def _rebind_manifest(path: str, module: dict) -> None:
     """Rewrite ``module``'s kernel manifest for its (changed) object, as a save of that object would."""
-    import msgpack
-
     from apic.format import manifest
 
     folder = path + "_modules"
@@ -167,14 +155,14 @@ def _rebind_manifest(path: str, module: dict) -> None:
 def _object_warp_rejects(path: str) -> None:
     """Replace each object with bytes that pass the file's checks (size, SHA-256; its kernel manifest
     names it) but are no object."""
-    body = _body(path)
+    body = wrp_body(path)
     for module in body["modules"]:
         junk = b"\x7fELF" + b"\0" * 60 + b"checked, but not an object Warp's loader accepts"
         with open(os.path.join(path + "_modules", module["file"]), "wb") as f:
             f.write(junk)
         module.update(sha256=hashlib.sha256(junk).hexdigest(), size=len(junk))
         _rebind_manifest(path, module)
-    _rewrite(path, body)
+    rewrite_wrp(path, body)
 
 
 def test_object_rejected_by_warps_loader_falls_back_to_source(tmp_path):
@@ -223,22 +211,22 @@ def test_source_that_does_not_compile_says_so(tmp_path):
     path = _save(tmp_path)
     _foreign_cpu(path)
     folder = path + "_modules"
-    body = _body(path)
+    body = wrp_body(path)
     bad = b"this is not C++ {"
     name = body["modules"][0]["source"]["file"]
     with open(os.path.join(folder, name), "wb") as f:
         f.write(bad)
     body["modules"][0]["source"].update(sha256=hashlib.sha256(bad).hexdigest(), size=len(bad))
-    _rewrite(path, body)
+    rewrite_wrp(path, body)
     with pytest.raises(apic.IncompatibleGraphError, match="compiling the saved source of module"):
         wp.capture_load(path)
 
 
 def test_other_os_is_not_fixed_by_a_rebuild(tmp_path):
     path = _save(tmp_path)
-    body = _body(path)
+    body = wrp_body(path)
     body["target"]["system"] = "Plan9"
-    _rewrite(path, body)
+    rewrite_wrp(path, body)
     with pytest.raises(apic.IncompatibleGraphError, match="operating system"):
         wp.capture_load(path)
 
@@ -257,13 +245,13 @@ def test_other_os_is_not_fixed_by_a_rebuild(tmp_path):
 ])
 def test_invalid_source_fields_are_refused(tmp_path, field, value, words):
     path = _save(tmp_path)
-    body = _body(path)
+    body = wrp_body(path)
     source = body["modules"][0]["source"]
     if field in source:
         source[field] = value
     else:
         source["options"][field] = value
-    _rewrite(path, body)
+    rewrite_wrp(path, body)
     with pytest.raises(apic.FormatError, match=f"modules\\[0\\]\\.source.*{words}"):
         wp.capture_load(path)
 
