@@ -130,16 +130,17 @@ class Graph(NamedParams):
         threads = self._threads if threads is None else threads
         program = self.parallel_program(threads)
         report = []
-        fanned = program.plan
+        chunks_of, together_of = (program.plan.chunks, program.plan.together) if program.plan else ({}, {})
         for split in self.program.splits:
             row = int(split.rows[0])
-            chunks = fanned.chunks.get(row, 0) if fanned else 0
+            chunks = chunks_of.get(row, 0)
             why = ""
             if not chunks:
                 why = (("threads=1" if threads == 1 else None) or _split_unavailable()
-                       or self._range_missing.get(split.kernel) or f"fewer than 2 x {self._min_tasks} tasks, alone or with the independent launches next to it")
+                       or self._range_missing.get(split.kernel)
+                       or f"fewer than 2 x {self._min_tasks} tasks, alone or with the independent launches next to it")
             report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
-                           "chunks": chunks, "together": fanned.together.get(row, 0) if fanned else 0,
+                           "chunks": chunks, "together": together_of.get(row, 0),
                            "count": len(split.rows), "why": why})
         for kernel, why in self.program.refusals:
             report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "together": 0,

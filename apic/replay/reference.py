@@ -106,7 +106,7 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 # the tasks of a split launch, and the launches of a row, must not depend on their
                 # order, and this order is not Warp's.
                 _control, items, count, _chunks = args[:4]
-                words = np.ctypeslib.as_array((_I64 * (count * tbl.ITEM_WORDS)).from_address(items)).tolist()
+                words = (_I64 * (count * tbl.ITEM_WORDS)).from_address(items)[:]
                 for k in reversed(range(count)):
                     entry, bounds, args_ptr, tasks, chunks, _first = words[k * tbl.ITEM_WORDS : (k + 1) * tbl.ITEM_WORDS]
                     run_range = function(opcode, entry, _RANGE)
