@@ -16,8 +16,9 @@ the probes behind them live in ``apic._probes``, by job:
 from __future__ import annotations
 
 from apic._probes.cpu import (
-    BOUNDS_BY_VALUE, KERNEL_ABI, SYSV_X86_64, compile_cpu_source, host_target, kernel_symbol, load_object,
-    lookup_symbol, module_binary_path, module_build_options, module_source_path, unload_object,
+    BOUNDS_BY_VALUE, KERNEL_ABI, SYSV_X86_64, compile_cpu_source, host_target, kernel_symbol, level_features,
+    load_object, lookup_symbol, module_binary_path, module_build_options, module_source_path, native_target,
+    unload_object,
 )
 from apic._probes.cuda import (
     compile_cuda_source, cuda_build_options, cuda_driver, cuda_entry_abi, cuda_graph_instantiate_call,
@@ -36,8 +37,8 @@ __all__ = [
     "compile_cpu_source", "compile_cuda_source", "cuda_build_options", "cuda_driver", "cuda_entry_abi",
     "cuda_graph_instantiate_call", "cuda_kernel_symbol", "cuda_launch_params", "cuda_module_binary_path",
     "function_address", "host_target", "invoke_cpu_blocks", "is_plain_array_type", "kernel_bounds_type",
-    "kernel_symbol", "launch_bounds_type", "load_object", "lookup_symbol", "module_binary_path",
-    "module_build_options", "module_source_path", "native_address", "native_handle_types", "nvrtc_archs",
+    "kernel_symbol", "launch_bounds_type", "level_features", "load_object", "lookup_symbol", "module_binary_path",
+    "module_build_options", "module_source_path", "native_address", "native_handle_types", "native_target", "nvrtc_archs",
     "parameters_of", "quiet_warp", "runtime", "unload_object", "warp_native_dir", "wp_build", "wp_codegen",
     "wp_context", "wp_types", "wp_utils",
 ]

@@ -16,6 +16,7 @@ from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
 from apic.format.module_folder import ModuleFolder
 from apic.graph import Graph
+from apic.targets.cpu import CPU_LEVELS
 
 # The file format and the loaders are imported by the first save or load, not by ``import apic``
 # (they add about 70 ms, a quarter of it, to a process that only captures and replays).
@@ -30,7 +31,7 @@ def _cpu_device(device):
 
 
 def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None,
-                 source_fallback: bool = False) -> None:
+                 source_fallback: bool = False, cpu_target: str | None = None) -> None:
     """Serialize a captured graph to a ``.wrp`` file for later replay, in this or another process.
 
     The graph must have been captured on the CPU with ``apic=True``. Writes ``<stem>.wrp`` and
@@ -50,6 +51,12 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
             another warp-lang's native layouts; a CUBIN / PTX the GPU cannot run or its driver rejects;
             a missing or corrupt object) compiles the source with that machine's Warp instead of
             refusing (docs/FORMAT.md).
+        cpu_target: (apic only) ``None`` saves each module's object as Warp compiled it, for this host's
+            CPU (``-march=native``), so it loads only on CPUs with every feature this one has. An x86-64
+            level, ``"x86-64-v2"``, ``"x86-64-v3"`` or ``"x86-64-v4"``, compiles each module's generated
+            source for that level instead (plus the features Warp's compiler always uses: AVX and F16C),
+            and the file records it: the graph then loads on any such CPU. Needs the generated source
+            (Warp's kernel cache, or a loaded graph saved with ``source_fallback=True``).
 
     A named array no captured operation touches is saved as extra graph memory (its current
     contents), as upstream does: the loaded graph's ``set_param`` / ``get_param`` reach it, and no
@@ -62,15 +69,18 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         RuntimeError: If the graph was not captured with ``apic=True``, or, with ``source_fallback=True``,
             a module's source is missing or cannot rebuild its binary (``apic.CaptureError``).
         TypeError: If ``graph`` is not an apic graph or a binding is not a Warp array.
-        ValueError: If a binding name is used twice, or (``apic.BindingError``) an array lies partly
+        ValueError: If ``cpu_target`` is not a level apic compiles for, a binding name is used twice, or (``apic.BindingError``) an array lies partly
             inside and partly outside memory the graph uses.
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
     from apic.format import untouched, writer  # lazy: the file format (see the top of this module)
 
+    if cpu_target is not None and (not isinstance(cpu_target, str) or cpu_target not in CPU_LEVELS):
+        raise ValueError(f"cpu_target={cpu_target!r} is not a CPU level apic compiles for; use one of "
+                         f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
-        writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback))
+        writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback), cpu_target=cpu_target)
         return
     if not isinstance(graph, Graph):
         raise TypeError(
@@ -88,7 +98,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
     writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
-                source_fallback=bool(source_fallback))
+                source_fallback=bool(source_fallback), cpu_target=cpu_target)
 
 
 def _read_file(path: str) -> bytes:

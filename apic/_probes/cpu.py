@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import inspect
@@ -14,7 +15,7 @@ import tempfile
 import warp as wp
 
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
-from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS, TEST_HOST_CPUS
 from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
 # --- CPU kernel entry ABI -------------------------------------------------------------------------
@@ -150,8 +151,9 @@ def unload_object(name: str) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def host_target() -> dict:
-    """The CPU this process runs on: OS, machine, CPU name and the instruction-set features it has."""
+def native_target() -> dict:
+    """The CPU this process runs on: OS, machine, CPU name and the instruction-set features it has (what
+    Warp's ``-march=native`` objects may use)."""
     try:
         from llvmlite import binding as llvm_binding  # lazy, numba's dependency: loading LLVM costs time
 
@@ -169,6 +171,25 @@ def host_target() -> dict:
         "byteorder": sys.byteorder,
         "pointer_bits": ctypes.sizeof(ctypes.c_void_p) * 8,
     }
+
+
+#: Test hook: the name of a smaller CPU (``apic.targets.cpu.TEST_HOST_CPUS``: an x86-64 level or ``znver3``)
+#: that ``host_target`` reports instead of this one, so that a test sees what a load on such a host sees.
+TEST_HOST_CPU_VARIABLE = "APIC_TEST_HOST_CPU"
+
+
+def host_target() -> dict:
+    """The CPU a load checks a saved graph against: ``native_target()``, or under the test hook
+    ``APIC_TEST_HOST_CPU=<name>`` that CPU (its features that this one has too)."""
+    native = native_target()
+    pretend = os.environ.get(TEST_HOST_CPU_VARIABLE)
+    if not pretend:
+        return native
+    if pretend not in TEST_HOST_CPUS:
+        raise ValueError(f"{TEST_HOST_CPU_VARIABLE}={pretend!r} names no CPU apic knows; "
+                         f"use one of {', '.join(sorted(TEST_HOST_CPUS))}")
+    return {**native, "cpu": pretend,
+            "features": [f for f in native["features"] if f in TEST_HOST_CPUS[pretend]]}
 
 
 # --- Source fallback: a module's CPU build options, and compiling its generated C++ again --------------
@@ -200,8 +221,8 @@ def module_build_options(module_name: str, module_exec) -> dict:
     }
 
 
-def compile_cpu_source(source: bytes, options: dict) -> bytes:
-    """Compile a module's generated C++ with this process's Warp (``warp._src.build.build_cpu``); the ``.o``.
+def _build_cpu(source: bytes, options: dict, extra_flags: str) -> bytes:
+    """Compile ``source`` with this process's Warp (``warp._src.build.build_cpu``); the ``.o``.
 
     Options this warp-lang's ``build_cpu`` does not take are left out (1.12 takes mode, verify_fp,
     fast_math and fuse_fp only, and reads the tile setting from its config).
@@ -210,13 +231,88 @@ def compile_cpu_source(source: bytes, options: dict) -> bytes:
         wp.init()
     _llvm()
     accepted = inspect.signature(wp_build.build_cpu).parameters
-    kwargs = {key: value for key, value in options.items() if key in accepted}
+    kwargs = {key: value for key, value in {**options, "extra_flags": extra_flags}.items() if key in accepted}
     with tempfile.TemporaryDirectory(prefix="apic-source-") as folder:
         cpp_path, obj_path = os.path.join(folder, "module.cpp"), os.path.join(folder, "module.o")
         with open(cpp_path, "wb") as f:
             f.write(source)
-        wp_build.build_cpu(obj_path, cpp_path, **kwargs)
+        with _compiler_messages(os.path.join(folder, "messages.txt")) as messages:
+            try:
+                wp_build.build_cpu(obj_path, cpp_path, **kwargs)
+            except Exception as error:
+                raise RuntimeError(f"{error}: {messages()}") from None
         with open(obj_path, "rb") as f:
             return f.read()
 
 
+@contextlib.contextmanager
+def _compiler_messages(path: str):
+    """Warp's CPU compiler writes its diagnostics to file descriptor 2: send them to ``path`` while it runs
+    (a library is quiet), and yield a function that returns the first of them, for an error message."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "wb") as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                def first_lines() -> str:
+                    with open(path, "rb") as f:
+                        lines = [line for line in f.read(4096).decode("utf-8", "replace").splitlines() if line.strip()]
+                    return " | ".join(line.strip() for line in lines[:3]) or "no compiler message"
+                yield first_lines
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
+def _without_cpu_choice(flags: str) -> str:
+    """Compiler flags less ``-march=native``, which would give a module every feature of this host."""
+    return " ".join(flag for flag in flags.split() if flag != "-march=native")
+
+
+@functools.lru_cache(maxsize=None)
+def forced_features() -> frozenset:
+    """The instruction-set features Warp's CPU compiler turns on whatever the target CPU, probed
+    (``apic.targets.cpu.FEATURE_MACROS``): warp 1.12 to 1.19 add F16C, and with it AVX, for ``half``."""
+    probe = "".join(f"#ifdef {macro}\nextern \"C\" void apic_has_{i}(void) {{}}\n#endif\n"
+                    for i, macro in enumerate(FEATURE_MACROS.values()))
+    image = _build_cpu(probe.encode(), {"mode": "release"}, "")
+    return frozenset(f for i, f in enumerate(FEATURE_MACROS) if f"apic_has_{i}\0".encode() in image)
+
+
+def level_features(level: str) -> list[str]:
+    """The features a module compiled for ``level`` may use: the level's and those Warp always turns on."""
+    return sorted(CPU_LEVELS[level] | forced_features())
+
+
+# Object sections whose code runs at load, outside the functions that the level's attribute reaches.
+_STARTUP_SECTIONS = (b".init_array\0", b".ctors\0", b".preinit_array\0")
+
+
+def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -> bytes:
+    """Compile a module's generated C++ with this process's Warp and ``options`` (``module_build_options``,
+    or a saved file's, checked by ``apic.format.source``); the ``.o``.
+
+    ``level`` None: as the options say (Warp's default flags build for this host, ``-march=native``).
+    An x86-64 level (``apic.targets.cpu.CPU_LEVELS``): for any CPU with ``level_features(level)``.
+    Every function then gets the level as its target attribute, from a pragma put before the source
+    (warp 1.12 takes no compiler flags), and an attribute the compiler would ignore is an error rather
+    than a silent build for this host.
+    """
+    flags = str(options.get("extra_flags") or "")
+    if level is not None and platform.machine().lower() not in ("x86_64", "amd64"):
+        raise ValueError(f"CPU level {level} is an x86-64 level; this machine is {platform.machine()}")
+    if level is None:
+        return _build_cpu(source, options, flags)
+    if level not in CPU_LEVELS:
+        raise ValueError(f"cpu_target={level!r} is not a CPU level apic compiles for; use one of "
+                         f"{', '.join(CPU_LEVELS)} (or None for the objects Warp built for this CPU)")
+    prefix = ('#pragma clang diagnostic error "-Wignored-attributes"\n'
+              f'#pragma clang attribute push(__attribute__((target("arch={level}"))), apply_to = function)\n')
+    image = _build_cpu(prefix.encode() + source + b"\n#pragma clang attribute pop\n", options,
+                       _without_cpu_choice(flags))
+    if any(section in image for section in _STARTUP_SECTIONS):
+        raise RuntimeError(f"the module has static initializers, which the compiler builds for this host's CPU "
+                           f"rather than {level}")
+    return image

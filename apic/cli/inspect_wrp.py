@@ -11,6 +11,7 @@ import unicodedata
 from apic import dot
 from apic.errors import ApicError, FormatError
 from apic.format import manifest, reader, writer
+from apic.format import source as source_format
 from apic.format.module_folder import ModuleFolder
 from apic.params import unpack
 from apic.record import ops as rec
@@ -101,6 +102,21 @@ def _check_manifests(saved, modules_dir: str) -> None:
         folder.close()
 
 
+def _cpu_loads_here(saved, modules_dir: str) -> str | None:
+    """What a load of this CPU graph checks before it runs anything from the file, raising what it would
+    raise: None when the saved objects load, else why they cannot (the load then compiles the modules'
+    saved source, and so does this, which is the only way to know that the source compiles here)."""
+    refused = loader.objects_refused(saved)
+    _check_manifests(saved, modules_dir)
+    if refused is not None:
+        folder = ModuleFolder.of(modules_dir, saved)
+        try:
+            source_format.images(saved, folder.fetch, modules_dir, loader.verified_images, refused)
+        finally:
+            folder.close()
+    return None if refused is None else str(refused)
+
+
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
     wrp_path, modules_dir = writer.wrp_paths(path)
@@ -132,12 +148,12 @@ def describe(path: str) -> dict:
             reason = unavailable_reason()
             if reason:
                 raise ApicError(f"cannot replay a CUDA graph here: {reason}")
+            through_source = None
         else:
-            loader.check_compatible(saved)
-            _check_manifests(saved, modules_dir)
-        loads_here = {"ok": True, "reason": None}
+            through_source = _cpu_loads_here(saved, modules_dir)
+        loads_here = {"ok": True, "reason": None, "through_source": through_source}
     except ApicError as error:
-        loads_here = {"ok": False, "reason": str(error)}
+        loads_here = {"ok": False, "reason": str(error), "through_source": None}
 
     ops = _distinct_ops(recording.ops, recording.kernels)
     return {
@@ -263,6 +279,15 @@ _LINES = {  # op kind name -> (what _op made of an op) -> its line in the text v
 }
 
 
+def _loads_here_line(loads_here: dict) -> str:
+    if not loads_here["ok"]:
+        return f"no: {loads_here['reason']}"
+    if loads_here["through_source"]:
+        return f"yes, from the modules' saved source, compiled here (the saved objects cannot run here: " \
+               f"{loads_here['through_source']})"
+    return "yes"
+
+
 def _text(info: dict) -> str:
     """The text view; every string from the file is escaped first (a file cannot forge output lines)."""
     info = _safe(info)
@@ -275,7 +300,7 @@ def _text(info: dict) -> str:
         f"  kernel ABI: {info['abi']}",
         *([f"  device: {info['device']['kind']} sm_{info['device']['arch']} ({info['device']['name']})"]
           if info.get("device") else []),
-        "  loads here: " + ("yes" if info["loads_here"]["ok"] else f"no: {info['loads_here']['reason']}"),
+        "  loads here: " + _loads_here_line(info["loads_here"]),
         f"modules ({len(info['modules'])}):",
     ]
     for i, m in enumerate(info["modules"]):

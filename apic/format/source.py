@@ -26,9 +26,13 @@ from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 
 SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# What build options a file may ask for: Warp's own values only, flags from a harmless alphabet.
+# What build options a file may ask for: Warp's own values only. Compiler flags are the ones Warp's default
+# (``wp.config.cpu_compiler_flags``) holds, token by token: a file's string never reaches the compiler as
+# written (``-Xclang -load`` would load a library into this process).
 MODES = ("release", "debug")
-_FLAGS = re.compile(r"[A-Za-z0-9_=.,+ -]{0,512}")
+_FLAG_TOKEN = re.compile(r"-march=native|-mllvm=-(?:inline-threshold|inline-cold-callsite-threshold|"
+                         r"slp-recursion-max-depth)=[0-9]{1,6}")
+_MAX_FLAGS = 16
 _BOOL_OPTIONS = ("fast_math", "fuse_fp", "verify_fp", "enable_tiles_in_stack_memory")
 
 
@@ -43,31 +47,38 @@ class SourceEntry:
 
 
 # --- save ---------------------------------------------------------------------------------------------
-def _module_source(info) -> tuple[bytes, dict]:
-    """The generated C++ of one recorded module and the options it was built with."""
+def module_source(info, why: str = "capture_save(source_fallback=True)") -> tuple[bytes, dict]:
+    """The generated C++ of one recorded module and the options it was built with; ``why`` names the
+    caller in the error raised when it is not there."""
     kept = getattr(info.module_exec, "apic_source", None)  # a module of a loaded graph
     if kept is not None:
         return kept
     if info.module_exec is None or hasattr(info.module_exec, "apic_image"):
         raise CaptureError(
-            f"capture_save(source_fallback=True): Warp module '{info.name}' of this loaded graph has no saved "
-            "source (the file it was loaded from was saved without source_fallback=True)"
+            f"{why}: Warp module '{info.name}' of this loaded graph has no saved source (the file it was loaded "
+            "from was saved without source_fallback=True)"
         )
     binary = _compat.module_binary_path(info.name, info.module_exec)
     path = _compat.module_source_path(binary)
     if path is None:
         raise CaptureError(
-            f"capture_save(source_fallback=True): the generated source of Warp module '{info.name}' is not in "
-            f"the kernel cache next to its binary ({binary}); was the cache cleared after the capture?"
+            f"{why}: the generated source of Warp module '{info.name}' is not in the kernel cache next to its "
+            f"binary ({binary}); was the cache cleared after the capture?"
         )
+    options = _compat.module_build_options(info.name, info.module_exec)
+    try:
+        options["extra_flags"] = checked_flags(options["extra_flags"])
+    except ValueError as error:
+        raise CaptureError(f"{why}: Warp module '{info.name}' was compiled with CPU compiler flags a graph file "
+                           f"cannot carry: {error}") from None
     with open(path, "rb") as f:
-        return f.read(), _compat.module_build_options(info.name, info.module_exec)
+        return f.read(), options
 
 
 def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
     """Give every module entry of ``doc`` its ``source`` map and put each source file in ``images``."""
     for info, entry in zip(graph.recording.modules, doc["modules"]):
-        data, options = _module_source(info)
+        data, options = module_source(info)
         digest = hashlib.sha256(data).hexdigest()
         name = entry["file"][: -len(".o")] if entry["file"].endswith(".o") else entry["file"]
         file = f"{name.rsplit('.', 1)[0]}.{digest[:16]}.cpp"
@@ -123,10 +134,24 @@ def _cpu_options(options: dict, where: str) -> dict:
             fail(f"{where}.{key}", f"expected an integer in [{low}, {high}]")
         checked[key] = number
     flags = options.get("extra_flags", "")
-    if not isinstance(flags, str) or not _FLAGS.fullmatch(flags):
-        fail(f"{where}.extra_flags", "expected compiler flags of letters, digits and _=.,+- only")
-    checked["extra_flags"] = flags
+    try:
+        checked["extra_flags"] = checked_flags(flags)
+    except ValueError as error:
+        fail(f"{where}.extra_flags", str(error))
     return checked
+
+
+def checked_flags(flags) -> str:
+    """``flags`` rebuilt from the compiler flags a saved module may carry (Warp's default ones), or ValueError."""
+    if not isinstance(flags, str):
+        raise ValueError(f"expected a string of compiler flags, found {type(flags).__name__}")
+    tokens = flags.split()
+    unknown = [token for token in tokens if not _FLAG_TOKEN.fullmatch(token)]
+    if unknown or len(tokens) > _MAX_FLAGS:
+        shown = repr(unknown[0][:64]) if unknown else f"more than {_MAX_FLAGS} flags"
+        raise ValueError(f"{shown} is not a compiler flag apic carries in a graph file (it accepts Warp's default "
+                         "CPU flags only: -march=native and its -mllvm= inlining and vectorizer limits)")
+    return " ".join(tokens)
 
 
 # --- load ---------------------------------------------------------------------------------------------
@@ -146,16 +171,27 @@ def checked_source(module, fetch, origin: str, why: str) -> bytes:
     return data
 
 
-def _compiled(module, fetch, origin: str, why: str) -> tuple[bytes, bytes]:
-    """``(object, source)``: ``module``'s saved source, checked and compiled here; ``why`` says why it is needed."""
-    data = checked_source(module, fetch, origin, why)
+def compile_saved(module, data: bytes, why: str, written_by: str) -> bytes:
+    """``module``'s checked saved source ``data`` compiled here for this host; ``why`` says why it is needed
+    and ``written_by`` is the warp-lang that generated the source (named when the compile fails)."""
     try:
-        return _compat.compile_cpu_source(data, module.source.options), data
+        return _compat.compile_cpu_source(data, module.source.options)
     except Exception as error:  # Warp's compiler: any failure is this module's, reported with it
+        other = (f" The source was generated by warp-lang {written_by}, and Warp's generated C++ compiles only "
+                 f"against the native headers of the warp-lang that generated it (these are {_compat.WARP_VERSION}'s): "
+                 f"a graph's saved source is promised to compile under the warp-lang that saved it. Load the graph "
+                 f"there, or save it again with capture_save(..., cpu_target='x86-64-v2'), whose objects run on any "
+                 f"x86-64 CPU with AVX and F16C." if written_by != _compat.WARP_VERSION else "")
         raise IncompatibleGraphError(
             f"{why}; compiling the saved source of module '{module.name}' with warp-lang "
-            f"{_compat.WARP_VERSION} failed: {error}"
+            f"{_compat.WARP_VERSION} failed: {error}.{other}"
         ) from error
+
+
+def _compiled(module, fetch, origin: str, why: str, written_by: str) -> tuple[bytes, bytes]:
+    """``(object, source)``: ``module``'s saved source, checked and compiled here; ``why`` says why it is needed."""
+    data = checked_source(module, fetch, origin, why)
+    return compile_saved(module, data, why, written_by), data
 
 
 def rebuild_fixes(saved, check_compatible) -> bool:
@@ -184,7 +220,8 @@ def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGrap
         if module.file in found:
             continue
         if refused is not None:
-            found[module.file], found_source = _compiled(module, fetch, origin, str(refused).rstrip("."))
+            found[module.file], found_source = _compiled(module, fetch, origin, str(refused).rstrip("."),
+                                                         saved.writer.get("warp"))
         else:
             try:
                 found.update(verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin))
@@ -193,7 +230,8 @@ def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGrap
             except FormatError as error:
                 if module.source is None:
                     raise
-                found[module.file], found_source = _compiled(module, fetch, origin, f"the packaged binary: {error}")
+                found[module.file], found_source = _compiled(module, fetch, origin, f"the packaged binary: {error}",
+                                                             saved.writer.get("warp"))
         found[module.source.file] = found_source
     return found
 
@@ -207,7 +245,7 @@ def _keep_if_intact(module, fetch, found: dict[str, bytes]) -> None:
         found[module.source.file] = bytes(data)
 
 
-def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception) -> bytes:
+def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception, written_by: str) -> bytes:
     """The object compiled from ``module``'s saved source after Warp's loader rejected the saved one.
 
     Re-raises ``error`` where the module has no intact saved source.
@@ -215,13 +253,7 @@ def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception) 
     data = images.get(module.source.file) if module.source is not None else None
     if data is None:
         raise error
-    try:
-        return _compat.compile_cpu_source(data, module.source.options)
-    except Exception as failure:  # Warp's compiler: reported with the reason the object was not used
-        raise IncompatibleGraphError(
-            f"{error}; compiling the saved source of module '{module.name}' with warp-lang "
-            f"{_compat.WARP_VERSION} failed: {failure}"
-        ) from failure
+    return compile_saved(module, data, str(error), written_by)
 
 
 def kept_source(module, images: dict[str, bytes]):

@@ -18,6 +18,7 @@ Order matters, and nothing native runs before the checks that protect it:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import os
 import re
@@ -37,6 +38,7 @@ from apic.graph import Graph
 from apic.record import handles
 from apic.record.recording import ModuleInfo
 from apic.replay import budget
+from apic.targets.cpu import CPU_LEVELS
 
 _ALIGN = 64
 _load_ids = itertools.count()
@@ -72,11 +74,14 @@ def _unload(handle: str) -> None:
 class LoadedModule:
     """A module binary loaded for a loaded graph; holds the code in place like a live ``ModuleExec``."""
 
-    def __init__(self, name: str, image: bytes, native_types: tuple[str, ...]) -> None:
+    def __init__(self, name: str, image: bytes, native_types: tuple[str, ...], cpu_level: str | None = None) -> None:
         safe = re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
         self.handle = f"apic_load_{next(_load_ids)}_{safe}"
         self.apic_image = image  # kept so that a loaded graph can be saved again
         self.native_types = tuple(native_types)
+        # the CPU level the object was compiled for (None: a host's): code built again from the module's
+        # source for this graph (range entries) is built for it too, so it computes the same bits
+        self.apic_cpu_level = cpu_level
         _compat.load_object(image, self.handle)
         _loaded.add(self.handle)
         self._unload = weakref.finalize(self, _unload, self.handle)
@@ -179,12 +184,16 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=N
 
     loaded: dict[str, LoadedModule] = {}
     modules = []
+    level = saved.target.get("cpu") if saved.target.get("cpu") in CPU_LEVELS else None
     for entry in saved.modules:
         if entry.file not in loaded:
+            saved_object = hashlib.sha256(images[entry.file]).hexdigest() == entry.sha256  # not compiled here
             try:
-                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types,
+                                                  level if saved_object else None)
             except RuntimeError as error:  # Warp's loader rejected the object: its source, if saved
-                images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error)
+                images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error,
+                                                                           saved.writer.get("warp"))
                 loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
             loaded[entry.file].apic_source = source_format.kept_source(entry, images)  # for a later save
         modules.append(ModuleInfo(entry.name, loaded[entry.file]))
@@ -228,18 +237,23 @@ def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.nda
     return tuple(rebuilt)
 
 
-def load(saved: SavedGraph, fetch, origin: str, device, names=list):
-    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None, ``names()``
-    the names of every file the modules folder (or mapping) holds."""
-    refused = None
+def objects_refused(saved: SavedGraph) -> IncompatibleGraphError | None:
+    """None if the saved objects can run here; else why not, where compiling the modules' saved source
+    (``source_fallback=True``) here is enough. Raises ``IncompatibleGraphError`` where it is not."""
     try:
         check_compatible(saved)
     except IncompatibleGraphError as error:
-        # a graph saved with source_fallback=True is compiled here instead, where that is enough
         sourced = all(m.source is not None for m in saved.modules)
         if not sourced or not source_format.rebuild_fixes(saved, check_compatible):
             raise
-        refused = error
+        return error
+    return None
+
+
+def load(saved: SavedGraph, fetch, origin: str, device, names=list):
+    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None, ``names()``
+    the names of every file the modules folder (or mapping) holds."""
+    refused = objects_refused(saved)
     check_memory(saved)
     images = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the modules folder, which the .wrp cannot change

@@ -108,12 +108,13 @@ def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
     the options the module was compiled with, so each task runs the same code as in Warp's own loop.
     """
     source, options = module_source(module_name, module_exec)
-    key = hashlib.sha256(source + repr(sorted(options.items())).encode()).hexdigest()
+    level = getattr(module_exec, "apic_cpu_level", None)  # a loaded object built for a CPU level
+    key = hashlib.sha256(source + repr((sorted(options.items()), level)).encode()).hexdigest()
     with _lock:
         handle = _loaded.get(key)
         if handle is None:
             text, _ = range_source(source.decode("utf-8"))
-            image = _compat.compile_cpu_source(text.encode("utf-8"), options)
+            image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
             handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
             _compat.load_object(image, handle)
             _loaded[key] = handle

@@ -16,6 +16,13 @@ supports, when a format version is added; never rewrite a folder that is checked
   after ``set_param``.
 
     python tests/data/golden/generate.py 3        (only format 3: folders already checked in are never rewritten)
+
+With ``--cpu-target LEVEL`` (an x86-64 level, ``capture_save(cpu_target=LEVEL)``) the objects are compiled for
+that level instead of the host CPU, into ``v<format>-warp<version>-<LEVEL>/``: files that load without their
+source on any CPU with the level's features (the folders without a level hold objects for the CPU that wrote
+them, which a smaller CPU loads only by compiling their source, and only under the same warp-lang).
+
+    python tests/data/golden/generate.py --cpu-target x86-64-v2
 """
 
 from __future__ import annotations
@@ -149,7 +156,7 @@ def _eager(make, step, values: dict | None = None) -> dict:
     return state
 
 
-def write(version: int, folder: str) -> None:
+def write(version: int, folder: str, cpu_target: str | None = None) -> None:
     """Capture, save and run eagerly the program of format ``version`` into ``folder``."""
     make, step, inputs, outputs = PROGRAMS[version]
     params = version == schema.PARAMS_VERSION
@@ -167,7 +174,7 @@ def write(version: int, folder: str) -> None:
     # source_fallback: a golden file must replay on any CPU of its kind, and a saved object runs only on
     # a CPU with the saving host's instruction-set features; the kept source is compiled where it cannot
     wp.capture_save(capture.graph, path, inputs={n: captured[n] for n in inputs},
-                    outputs={n: captured[n] for n in outputs}, source_fallback=True)
+                    outputs={n: captured[n] for n in outputs}, source_fallback=True, cpu_target=cpu_target)
     with open(path, "rb") as f:
         written = schema.HEADER.unpack(f.read(schema.HEADER.size))[1]
     if written != version:
@@ -182,13 +189,19 @@ def write(version: int, folder: str) -> None:
 
 def main(argv=None) -> int:
     """Write the folders of the format versions named on the command line (default: all), never over one."""
-    versions = [int(v) for v in (sys.argv[1:] if argv is None else argv)] or list(PROGRAMS)
+    args = list(sys.argv[1:] if argv is None else argv)
+    cpu_target = None
+    if "--cpu-target" in args:
+        at = args.index("--cpu-target")
+        cpu_target = args[at + 1]
+        del args[at : at + 2]
+    versions = [int(v) for v in args] or list(PROGRAMS)
     wp.init()
     for version in versions:
-        folder = os.path.join(HERE, f"v{version}-warp{wp.config.version}")
+        folder = os.path.join(HERE, f"v{version}-warp{wp.config.version}" + (f"-{cpu_target}" if cpu_target else ""))
         if os.path.exists(folder):
             raise SystemExit(f"{os.path.relpath(folder)} exists: a golden folder is never rewritten")
-        write(version, folder)
+        write(version, folder, cpu_target)
         print(f"wrote {os.path.relpath(folder)}")
     return 0
 
