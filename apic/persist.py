@@ -66,11 +66,11 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     keeps its parameters (a binding given here replaces one of the same name).
 
     Raises:
-        RuntimeError: If the graph was not captured with ``apic=True``, or, with ``source_fallback=True``,
-            a module's source is missing or cannot rebuild its binary (``apic.CaptureError``).
+        RuntimeError: If the graph was not captured with ``apic=True``, or, with ``source_fallback=True`` or
+            ``cpu_target``, a module's source is missing or does not compile (``apic.CaptureError``).
         TypeError: If ``graph`` is not an apic graph or a binding is not a Warp array.
-        ValueError: If ``cpu_target`` is not a level apic compiles for, a binding name is used twice, or (``apic.BindingError``) an array lies partly
-            inside and partly outside memory the graph uses.
+        ValueError: If ``cpu_target`` is not a level apic compiles for, a binding name is used twice, or
+            (``apic.BindingError``) an array lies partly inside and partly outside memory the graph uses.
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
@@ -80,7 +80,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         raise ValueError(f"cpu_target={cpu_target!r} is not a CPU level apic compiles for; use one of "
                          f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
-        writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback), cpu_target=cpu_target)
+        writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback), cpu_level=cpu_target)
         return
     if not isinstance(graph, Graph):
         raise TypeError(
@@ -98,7 +98,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
     writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
-                source_fallback=bool(source_fallback), cpu_target=cpu_target)
+                source_fallback=bool(source_fallback), cpu_level=cpu_target)
 
 
 def _read_file(path: str) -> bytes:

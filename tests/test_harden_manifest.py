@@ -4,15 +4,18 @@ Fuzz findings #15-#17 (docs/RELIABILITY.md): with honest modules, a ``.wrp`` tha
 of the same module, handed a Mesh argument a HashGrid's id, or moved an array onto a Mesh's triangle
 indices or an index buffer onto float data loaded and crashed at replay. Now:
 
-* ``capture_save`` writes a kernel manifest per module (``apic.format.manifest``) and every launch is
-  checked against it at load; a file that omits it while the folder holds one is refused, and a file
-  from before manifests (no manifest in the file or the folder) loads as before;
+* ``capture_save`` appends a kernel manifest to each module's object (and source) file
+  (``apic.format.manifest``) and every launch is checked at load against the one carried by the file
+  whose code runs; a file of 2026-11-22 to -25 (a ``.kernels`` file beside the binary, kept in
+  ``tests/data/golden``) that omits it while the folder holds one is refused, and a file from before
+  manifests (no manifest in the file or the folder) loads as before;
 * a loaded graph checks each index buffer before the op that reads it, and a Mesh's indices after
   each op that may write them (``apic.ReplayIndexError``), in the Numba and the reference interpreter.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 
@@ -23,7 +26,7 @@ import warp as wp
 
 import apic
 import fuzz_wrp
-from apic.format import schema, writer
+from apic.format import manifest, schema, writer
 from apic.replay import program, reference
 from apic.replay import table as tbl
 
@@ -52,14 +55,32 @@ def launch_of(doc, kernel_key):
     return next(op for op in doc["ops"] if op["kind"] == schema.WireOp.LAUNCH and op["kernel"] == k)
 
 
-def test_save_writes_a_manifest_per_module(seeds):
+def test_save_writes_one_file_per_module_carrying_its_manifest(seeds):
+    """Upstream's layout: ``<stem>_modules/`` holds one file per module (the manifest travels inside it)."""
     with open(seeds["sim"], "rb") as f:
         doc = msgpack.unpackb(f.read()[schema.HEADER.size:], raw=False)
     folder = seeds["sim"][: -len(".wrp")] + "_modules"
+    assert sorted(os.listdir(folder)) == sorted(module["file"] for module in doc["modules"])
     for module in doc["modules"]:
-        entry = module["manifest"]
-        assert entry["file"].startswith(module["file"][:-2] + ".") and entry["file"].endswith(".kernels")
-        assert os.path.getsize(os.path.join(folder, entry["file"])) == entry["size"]
+        assert "manifest" not in module
+        data = (open(os.path.join(folder, module["file"]), "rb")).read()
+        bare, carried = manifest.carried(data, module["file"])
+        assert carried and msgpack.unpackb(carried)["module_sha256"] == hashlib.sha256(bare).hexdigest()
+
+
+def test_the_module_binaries_alone_load_from_bytes_and_are_checked(seeds, tmp_path):
+    """``capture_load_from_bytes(data, modules={"m.o": ...})`` with the module binaries alone, as code written
+    for upstream's layout passes them: it loads, and a forged launch is still refused."""
+    path = edited(seeds, "sim", tmp_path, lambda doc: None)
+    modules = {p: (tmp_path / "g_modules" / p).read_bytes() for p in os.listdir(tmp_path / "g_modules")}
+    assert all(name.endswith(".o") for name in modules)
+    wp.capture_launch(wp.capture_load_from_bytes(open(path, "rb").read(), modules))
+
+    def edit(doc):
+        doc["kernels"][0]["symbol"] = "apic_never_launched_cpu_forward"
+    forged = edited(seeds, "sim", tmp_path / "forged", edit)
+    with pytest.raises(apic.FormatError, match="is not a kernel the module's manifest lists"):
+        wp.capture_load_from_bytes(open(forged, "rb").read(), modules)
 
 
 def test_another_kernel_of_the_module_is_refused(seeds, tmp_path):
@@ -80,35 +101,59 @@ def test_a_symbol_the_graph_never_launched_is_refused(seeds, tmp_path):
         wp.capture_load(edited(seeds, "sim", tmp_path, edit))
 
 
-def test_omitting_the_manifest_is_refused_when_the_folder_holds_it(seeds, tmp_path):
-    def edit(doc):
-        for module in doc["modules"]:
-            module.pop("manifest")
+def _golden(tmp_path, edit, keep_manifests=True) -> str:
+    """A copy of this warp-lang's format 1 golden file, written when manifests were files of their own
+    (``.kernels``), with ``edit(doc)`` applied."""
+    folder = os.path.join(os.path.dirname(__file__), "data", "golden", f"v1-warp{wp.config.version}")
+    with open(os.path.join(folder, "graph.wrp"), "rb") as f:
+        doc = msgpack.unpackb(f.read()[schema.HEADER.size:], raw=False)
+    assert all("manifest" in module for module in doc["modules"])
+    edit(doc)
+    shutil.copytree(os.path.join(folder, "graph_modules"), tmp_path / "g_modules")
+    if not keep_manifests:
+        for file in os.listdir(tmp_path / "g_modules"):
+            if file.endswith(".kernels"):
+                os.unlink(tmp_path / "g_modules" / file)
+    (tmp_path / "g.wrp").write_bytes(writer.encode(doc))
+    return str(tmp_path / "g.wrp")
+
+
+def _without_manifest_entries(doc):
+    for module in doc["modules"]:
+        module.pop("manifest")
+
+
+def test_omitting_a_manifest_file_is_refused_when_the_folder_holds_it(tmp_path):
+    path = _golden(tmp_path, _without_manifest_entries)
     with pytest.raises(apic.FormatError, match="holds the kernel manifest"):
-        wp.capture_load(edited(seeds, "sim", tmp_path, edit))
+        wp.capture_load(path)
     data = open(tmp_path / "g.wrp", "rb").read()
     modules = {p: open(tmp_path / "g_modules" / p, "rb").read() for p in os.listdir(tmp_path / "g_modules")}
     with pytest.raises(apic.FormatError, match="holds the kernel manifest"):
         wp.capture_load_from_bytes(data, modules)
 
 
-def test_a_file_from_before_manifests_still_loads(seeds, tmp_path):
+def test_a_file_from_before_manifests_still_loads(tmp_path):
     """No manifest in the file nor in the folder: the shape of a file saved before manifests existed."""
-    def edit(doc):
-        for module in doc["modules"]:
-            module.pop("manifest")
-    graph = wp.capture_load(edited(seeds, "sim", tmp_path, edit, keep_manifests=False))
+    graph = wp.capture_load(_golden(tmp_path, _without_manifest_entries, keep_manifests=False))
     wp.capture_launch(graph)
 
 
 def test_an_edited_manifest_is_refused(seeds, tmp_path):
     path = edited(seeds, "sim", tmp_path, lambda doc: None)
-    (name,) = [n for n in os.listdir(tmp_path / "g_modules") if n.endswith(".kernels")]
+    name = next(n for n in os.listdir(tmp_path / "g_modules") if n.endswith(".o"))
     data = bytearray((tmp_path / "g_modules" / name).read_bytes())
-    data[-1] ^= 1
+    data[-20] ^= 1  # inside the carried manifest
     (tmp_path / "g_modules" / name).write_bytes(bytes(data))
     with pytest.raises(apic.FormatError, match="does not match the SHA-256"):
         wp.capture_load(path)
+    old = _golden(tmp_path / "old", lambda doc: None)
+    (kernels,) = [n for n in os.listdir(tmp_path / "old" / "g_modules") if n.endswith(".kernels")]
+    data = bytearray((tmp_path / "old" / "g_modules" / kernels).read_bytes())
+    data[-1] ^= 1
+    (tmp_path / "old" / "g_modules" / kernels).write_bytes(bytes(data))
+    with pytest.raises(apic.FormatError, match="does not match the SHA-256"):
+        wp.capture_load(old)
 
 
 @pytest.mark.parametrize("slot", [0, 1])
@@ -192,26 +237,24 @@ def test_mesh_indices_written_out_of_range_stop_the_replay(tmp_path):
         wp.capture_launch(graph)
 
 
-def test_source_fallback_is_bound_to_the_manifest(seeds, tmp_path):
-    """Saved with source_fallback, the manifest names the generated source too: a load that compiles it
-    (here: the object file is missing) still checks every launch, and a file naming no source (or
-    another) for the module is refused."""
+def test_source_fallback_is_bound_to_the_manifest(tmp_path):
+    """Saved with source_fallback, the source file carries the manifest too: a load that compiles it
+    (here: the object file is missing) still checks every launch against it."""
     import persist_kernels as pk
 
     sim = pk.Sim(0)
     wp.capture_save(pk.capture(sim), str(tmp_path / "s"), inputs=sim.inputs(), outputs=sim.outputs(),
                     source_fallback=True)
-    doc = msgpack.unpackb((tmp_path / "s.wrp").read_bytes()[schema.HEADER.size:], raw=False)
-    doc["modules"][0].pop("source")
-    shutil.copytree(tmp_path / "s_modules", tmp_path / "t_modules")
-    (tmp_path / "t.wrp").write_bytes(writer.encode(doc))
-    with pytest.raises(apic.FormatError, match="another generated source"):
-        wp.capture_load(str(tmp_path / "t"))
     folder = tmp_path / "s_modules"
     for name in os.listdir(folder):
         if name.endswith(".o"):
             os.unlink(folder / name)
     wp.capture_launch(wp.capture_load(str(tmp_path / "s")))  # compiled from the source, checked
+    doc = msgpack.unpackb((tmp_path / "s.wrp").read_bytes()[schema.HEADER.size:], raw=False)
+    doc["kernels"][0]["symbol"] = "apic_never_launched_cpu_forward"
+    (tmp_path / "s.wrp").write_bytes(writer.encode(doc))
+    with pytest.raises(apic.FormatError, match="is not a kernel the module's manifest lists"):
+        wp.capture_load(str(tmp_path / "s"))
 
 
 def test_inspect_predicts_the_manifest_refusal(seeds, tmp_path):

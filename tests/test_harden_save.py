@@ -100,7 +100,7 @@ def test_resave_removes_only_apic_files(tmp_path):
     graph, x = kernel_graph()
     wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
     first = set(os.listdir(tmp_path / "g_modules"))
-    assert len(first) == 2 and {name.rsplit(".", 1)[1] for name in first} == {"o", "kernels"}  # module, manifest
+    assert len(first) == 1 and {name.rsplit(".", 1)[1] for name in first} == {"o"}  # the module (its manifest inside)
     files = user_files(tmp_path / "g_modules")
     orphan = b"\x7fELF a module an earlier apic save wrote"
     (tmp_path / "g_modules" / apic_like(orphan)).write_bytes(orphan)

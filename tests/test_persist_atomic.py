@@ -136,8 +136,8 @@ def test_successful_save_replaces_artifact(tmp_path):
     wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
     files = tree(tmp_path)
     modules = [name for name in files if name.startswith("g_modules")]
-    # the new module file and its kernel manifest
-    assert len(modules) == 2 and all("test_persist_atomic" in m for m in modules), "the old module file must be gone"
+    # the new module file (its kernel manifest inside)
+    assert len(modules) == 1 and all("test_persist_atomic" in m for m in modules), "the old module file must be gone"
     assert set(files) == {"g.wrp", *modules}
     loaded = wp.capture_load(str(tmp_path / "g"))
     wp.capture_launch(loaded)
@@ -153,7 +153,7 @@ def test_save_over_foreign_modules_folder(tmp_path):
     graph, x = graph_b()
     wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
     names = sorted(os.listdir(tmp_path / "g_modules"))
-    assert len(names) == 3 and "wp___main___0123456.cpu0000.o" in names  # and apic's module and manifest
+    assert len(names) == 2 and "wp___main___0123456.cpu0000.o" in names  # and apic's module
     assert any("test_persist_atomic" in name for name in names)
 
 
@@ -176,7 +176,7 @@ def test_leftovers_are_ignored_by_load_and_removed_by_save(tmp_path):
     graph, x = graph_b()
     wp.capture_save(graph, str(tmp_path / "g"), inputs={"x": x})
     files = tree(tmp_path)
-    assert len(files) == 3 and "g.wrp" in files and not set(leftovers) & set(files), sorted(files)
+    assert len(files) == 2 and "g.wrp" in files and not set(leftovers) & set(files), sorted(files)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="flock is POSIX")
@@ -215,7 +215,7 @@ def test_saves_at_one_path_take_turns(tmp_path, monkeypatch):
     assert waited, "the second save did not wait for the first"
     assert done == [graph, graph_a]
     files = tree(tmp_path)  # the second save's artifact, and nothing else
-    assert len(files) == 3 and "g.wrp" in files and any("persist_kernels" in name for name in files), sorted(files)
+    assert len(files) == 2 and "g.wrp" in files and any("persist_kernels" in name for name in files), sorted(files)
     wp.capture_load(str(tmp_path / "g"))  # every module it names is there, as saved
 
 
@@ -415,7 +415,7 @@ def check_killed(folder, old: dict, new: dict, old_x, named: bool, done: list[st
     next_save(folder)  # the next save at that path leaves nothing but its own artifact
     files_after, dirs_after = listing(folder)
     assert dirs_after == {"g_modules"}, f"{where}: then {sorted(dirs_after)}"
-    assert len(files_after) == 3 and "g.wrp" in files_after, f"{where}: then {sorted(files_after)}"  # + module, manifest
+    assert len(files_after) == 2 and "g.wrp" in files_after, f"{where}: then {sorted(files_after)}"  # + module
     assert "test_persist_atomic" in next(n for n in files_after if n != "g.wrp")
     return left
 
@@ -448,7 +448,7 @@ def test_killed_at_every_call(tmp_path, first, named):
     assert expected_calls <= set(calls)
 
     old, new = tree(template), tree(tmp_path / "complete")
-    assert set(new) == {"g.wrp", *[n for n in new if n.startswith("g_modules" + os.sep)]} and len(new) == 3
+    assert set(new) == {"g.wrp", *[n for n in new if n.startswith("g_modules" + os.sep)]} and len(new) == 2
 
     graph, x = graph_b()
 

@@ -134,34 +134,22 @@ def test_corrupt_object_falls_back_to_source(tmp_path):
     assert same_bits(_replay(graph, 4), _eager(4)[1])
 
 
-def _rebind_manifest(path: str, module: dict) -> None:
-    """Rewrite ``module``'s kernel manifest for its (changed) object, as a save of that object would."""
+def _object_warp_rejects(path: str) -> None:
+    """Replace each object with bytes that pass the file's checks (size, SHA-256; the kernel manifest it
+    carries names it, as a save of it would) but are no object."""
     from apic.format import manifest
 
-    folder = path + "_modules"
-    entry = module["manifest"]
-    with open(os.path.join(folder, entry["file"]), "rb") as f:
-        doc = msgpack.unpackb(f.read(), raw=False)
-    os.remove(os.path.join(folder, entry["file"]))
-    doc["module_sha256"] = module["sha256"]
-    data = msgpack.packb(doc, use_bin_type=True)
-    digest = hashlib.sha256(data).hexdigest()
-    name = manifest.file_name(module["file"], digest)
-    with open(os.path.join(folder, name), "wb") as f:
-        f.write(data)
-    module["manifest"] = {"file": name, "sha256": digest, "size": len(data)}
-
-
-def _object_warp_rejects(path: str) -> None:
-    """Replace each object with bytes that pass the file's checks (size, SHA-256; its kernel manifest
-    names it) but are no object."""
     body = wrp_body(path)
     for module in body["modules"]:
+        file = os.path.join(path + "_modules", module["file"])
+        with open(file, "rb") as f:
+            carried = msgpack.unpackb(manifest.carried(f.read(), file)[1], raw=False)
         junk = b"\x7fELF" + b"\0" * 60 + b"checked, but not an object Warp's loader accepts"
-        with open(os.path.join(path + "_modules", module["file"]), "wb") as f:
-            f.write(junk)
-        module.update(sha256=hashlib.sha256(junk).hexdigest(), size=len(junk))
-        _rebind_manifest(path, module)
+        carried["module_sha256"] = hashlib.sha256(junk).hexdigest()
+        data = manifest.carry(junk, msgpack.packb(carried, use_bin_type=True))
+        with open(file, "wb") as f:
+            f.write(data)
+        module.update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
     rewrite_wrp(path, body)
 
 

@@ -10,8 +10,7 @@ import unicodedata
 
 from apic import dot
 from apic.errors import ApicError, FormatError
-from apic.format import manifest, reader, writer
-from apic.format import source as source_format
+from apic.format import reader, writer
 from apic.format.module_folder import ModuleFolder
 from apic.params import unpack
 from apic.record import ops as rec
@@ -93,27 +92,17 @@ def _distinct_ops(sequence, kernels) -> list[dict]:
             for key, (position, op) in first.items()]
 
 
-def _check_manifests(saved, modules_dir: str) -> None:
-    """The load's check of every launch against its kernel manifest (``apic.format.manifest``)."""
-    folder = ModuleFolder.of(modules_dir, saved)
-    try:
-        manifest.check(saved, manifest.load(saved, folder.fetch, folder.names, modules_dir))
-    finally:
-        folder.close()
-
-
 def _cpu_loads_here(saved, modules_dir: str) -> str | None:
     """What a load of this CPU graph checks before it runs anything from the file, raising what it would
     raise: None when the saved objects load, else why they cannot (the load then compiles the modules'
-    saved source, and so does this, which is the only way to know that the source compiles here)."""
+    saved source, and so does this: it is the only way to know that the source compiles here)."""
     refused = loader.objects_refused(saved)
-    _check_manifests(saved, modules_dir)
-    if refused is not None:
-        folder = ModuleFolder.of(modules_dir, saved)
-        try:
-            source_format.images(saved, folder.fetch, modules_dir, loader.verified_images, refused)
-        finally:
-            folder.close()
+    loader.check_memory(saved)
+    folder = ModuleFolder.of(modules_dir, saved)
+    try:
+        loader.checked_images(saved, folder.fetch, folder.names, modules_dir, refused)
+    finally:
+        folder.close()
     return None if refused is None else str(refused)
 
 

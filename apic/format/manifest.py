@@ -16,12 +16,19 @@ module the graph launches:
 * ``handles``: ``[at, kinds]`` of each word that held a native handle's id at capture, with the
   handle kinds it held (``""`` among them: some launch held a plain value there).
 
-The ``.wrp`` names its manifest (``modules[i].manifest``: file, SHA-256, size); the loader reads it
-from the modules folder like a module file, and it must name the module binary's SHA-256. Every
-launch is then checked against the manifest of its symbol. Editing the manifest means naming a file
-the honest folder does not hold; omitting it (an older file's shape) is refused when the folder
-holds a manifest of that module binary. A file written before manifests, with a folder without
-them, is loaded as before (docs/RELIABILITY.md says what that leaves open).
+The manifest travels inside the files whose code a load runs: appended to the module's object file
+and, saved with ``source_fallback=True``, to its generated source, behind a 16-byte trailer (the
+manifest's size and the magic ``apicKRN1``; Warp's object loader ignores bytes after an object's
+sections, and apic strips them before loading or compiling). So ``<stem>_modules/`` holds one file
+per module, as upstream's does, and whichever file gives the code gives the manifest it is checked
+against; the ``.wrp`` names that file's SHA-256 and cannot change either. Each copy names the bare
+object's and the bare source's SHA-256, and the one it travels in must match.
+
+Files written from 2026-11-22 to 2026-11-25 carry the manifest as a file of its own beside the binary
+(``<name>.<module sha16>.<manifest sha16>.kernels``), named by ``modules[i].manifest``; such a file is
+still read, and omitting its entry from the ``.wrp`` is refused while the folder holds it. A file
+written before manifests, with a folder without them, is loaded as before (docs/RELIABILITY.md says
+what that leaves open).
 
 CUDA graphs carry no manifest: their kernels' parameter layouts are checked against the driver's
 (``cuFuncGetParamInfo``) where the driver has it (docs/FORMAT.md, section 8).
@@ -42,7 +49,6 @@ from apic.record import ops as rec
 
 FORMAT = "apic.kernels"
 VERSION = 1
-SUFFIX = ".kernels"
 FLAG_NONE = 1  # some launch passed None (an all-zero descriptor) for this array
 FLAG_MESH_INDICES = 2  # some launch's array lay in a Mesh's indices
 FLAG_HANDLE_IDS = 4  # every launch passed a contiguous array of uint64 whose every element held a handle's id
@@ -52,6 +58,8 @@ FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.[0-9a-f]{16}\.([0-9a-f]{1
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_BYTES = 1 << 24  # a manifest lists at most a few thousand kernels
 _NDIM = struct.Struct("<h")  # array_t.ndim: int16 at 48 (warp 1.13+ keeps flags in the next two bytes)
+_TRAILER = struct.Struct("<Q8s")  # behind a manifest carried in a module's object or source file: its size, magic
+_TRAILER_MAGIC = b"apicKRN1"
 
 
 @dataclass(frozen=True)
@@ -179,25 +187,45 @@ def build(recording, module: int, module_sha256: str, source_sha256: str | None 
     return msgpack.packb(doc, use_bin_type=True)
 
 
-def file_name(module_file: str, digest: str) -> str:
-    """``<module file without .o>.<manifest sha16>.kernels``."""
-    return f"{module_file[: -len('.o')]}.{digest[:16]}{SUFFIX}"
+def carry(contents: bytes, manifest: bytes) -> bytes:
+    """A module's object or source file with its manifest appended (see the module docstring)."""
+    return contents + manifest + _TRAILER.pack(len(manifest), _TRAILER_MAGIC)
+
+
+def carried(contents: bytes, what: str) -> tuple[bytes, bytes | None]:
+    """``(bare contents, manifest or None)`` of a module's object or source file (``what`` names it)."""
+    if len(contents) < _TRAILER.size:
+        return contents, None
+    size, magic = _TRAILER.unpack_from(contents, len(contents) - _TRAILER.size)
+    if magic != _TRAILER_MAGIC:
+        return contents, None
+    end = len(contents) - _TRAILER.size
+    if size > min(end, _MAX_BYTES):
+        raise FormatError(f"invalid apic graph file: {what} ends in a kernel manifest trailer of {size} bytes, "
+                          "more than the file holds")
+    return contents[: end - size], contents[end - size : end]
 
 
 def add_manifests(recording, doc: dict, images: dict[str, bytes]) -> None:
-    """Give each CPU module entry of ``doc`` whose kernels the graph launches its ``manifest``, and put
-    the manifest file in ``images``."""
+    """Append to the object (and source) file of each CPU module of ``doc`` whose kernels the graph launches
+    its manifest; the files take new content-addressed names, and ``doc`` names them."""
     slot_kinds = {(region, offset): recording.handles[handle].kind
                   for region, offset, handle in doc.get("handle_slots", [])}
+    bare = dict(images)
     for index, entry in enumerate(doc["modules"]):
         source = entry.get("source")
         data = build(recording, index, entry["sha256"], None if source is None else source["sha256"], slot_kinds)
         if data is None:
             continue
-        digest = hashlib.sha256(data).hexdigest()
-        name = file_name(entry["file"], digest)
-        images[name] = data
-        entry["manifest"] = {"file": name, "sha256": digest, "size": len(data)}
+        stem = entry["file"][: -len(".o")].rsplit(".", 1)[0]
+        for field, suffix in ((entry, ".o"), (source, ".cpp")):
+            if field is None:
+                continue
+            contents = carry(bare[field["file"]], data)
+            digest = hashlib.sha256(contents).hexdigest()
+            images.pop(field["file"], None)
+            field.update(file=f"{stem}.{digest[:16]}{suffix}", sha256=digest, size=len(contents))
+            images[field["file"]] = contents
 
 
 # --- reading ---------------------------------------------------------------------------------------------
@@ -228,17 +256,18 @@ def manifests_of(module_file: str, names) -> list[str]:
     return sorted(n for n in names if n.startswith(stem) and FILE.fullmatch(n) and n.count(".") == stem.count(".") + 1)
 
 
-def _parse(data: bytes, where: str, module) -> dict:
-    """symbol -> (adjoint, args layout, adj_args layout) of a manifest apic wrote (checked: it is trusted
-    content, but a reader of a trusted file still does not crash on a damaged one)."""
+def _parse(data: bytes, where: str, expected: dict) -> dict:
+    """symbol -> (adjoint, args layout, adj_args layout) of a manifest apic wrote, whose ``module_sha256`` /
+    ``source_sha256`` must be ``expected``'s (checked: it is trusted content, but a reader of a trusted file
+    still does not crash on a damaged one)."""
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
         if doc["format"] != FORMAT or doc["version"] != VERSION:
             _fail(where, f"not an apic kernel manifest of version {VERSION}")
-        if doc["module_sha256"] != module.sha256:
+        if "module_sha256" in expected and doc["module_sha256"] != expected["module_sha256"]:
             _fail(where, "it describes another module binary than the one the graph names")
         # the source a load may compile instead of the object (source_fallback) is the one saved with it
-        if doc["source_sha256"] != (None if module.source is None else module.source.sha256):
+        if "source_sha256" in expected and doc["source_sha256"] != expected["source_sha256"]:
             _fail(where, "the graph names another generated source for this module than the one saved with it")
         table = {}
         for symbol, adjoint, args, adj in doc["kernels"]:
@@ -257,12 +286,22 @@ def _layout(value) -> tuple:
     return int(value["size"]), arrays, handles
 
 
-def load(saved, fetch, names, origin: str) -> dict[int, dict]:
-    """module index -> its manifest table, for every CPU module that has one; refuses a module whose
-    manifest the ``.wrp`` omits although the folder holds one (``names()``: the folder's entries)."""
+def load(saved, fetch, names, origin: str, carried_by: dict | None = None) -> dict[int, dict]:
+    """module index -> its manifest table, for every CPU module that has one.
+
+    ``carried_by``: module index -> ``(manifest, what)``, the manifest carried in the file whose code the load
+    runs (``what``: ``{"module_sha256": ...}`` or ``{"source_sha256": ...}`` of that bare file, which the
+    manifest must name). Other modules: the manifest file the ``.wrp`` names (files of 2026-11-22 to -25);
+    a module whose manifest the ``.wrp`` omits although the folder holds one is refused (``names()``: the
+    folder's entries)."""
+    carried_by = carried_by or {}
     tables: dict[int, dict] = {}
     for index, module in enumerate(saved.modules):
         where = f"modules[{index}].manifest"
+        if index in carried_by:
+            data, expected = carried_by[index]
+            tables[index] = _parse(data, f"the kernel manifest carried by module file '{module.file}'", expected)
+            continue
         entry = module.manifest
         if entry is None:
             present = manifests_of(module.file, names())
@@ -272,7 +311,9 @@ def load(saved, fetch, names, origin: str) -> dict[int, dict]:
                     f"'{present[0]}' of module file '{module.file}': a graph of this module must name it")
             continue
         data = fetch_verified(fetch, "kernel manifest", entry.file, module.name, entry.size, entry.sha256, origin)
-        tables[index] = _parse(data, f"kernel manifest '{entry.file}'", module)
+        expected = {"module_sha256": module.sha256,
+                    "source_sha256": None if module.source is None else module.source.sha256}
+        tables[index] = _parse(data, f"kernel manifest '{entry.file}'", expected)
     return tables
 
 

@@ -50,6 +50,12 @@ Changelog (one entry per format version; never change the meaning of a written v
   refuses a scalar binding in a file of version 1 or 2. An older apic would refuse the binding kind
   anyway; the version says why.
 
+2026-11-26, written files only (every version reads as before): the kernel manifest travels at the end of
+the module's object and source files behind a 16-byte trailer instead of in a ``.kernels`` file
+(``apic.format.manifest``; Warp's loader ignores the bytes, so earlier readers load such a file as one
+without manifests); ``target.cpu`` may name an x86-64 level (``capture_save(cpu_target=...)``). Read more
+strictly: ``source.options.extra_flags`` takes only Warp's default compiler flags.
+
 Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every format version from
 ``MIN_READ_VERSION`` to ``FORMAT_VERSION``; ``MIN_READ_VERSION`` moves only in a new minor release, and a
 version stays readable for at least 6 months after the first release that wrote a newer one.

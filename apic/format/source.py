@@ -23,6 +23,7 @@ import re
 
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
+from apic.format import manifest as kernel_manifest
 
 SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -188,12 +189,6 @@ def compile_saved(module, data: bytes, why: str, written_by: str) -> bytes:
         ) from error
 
 
-def _compiled(module, fetch, origin: str, why: str, written_by: str) -> tuple[bytes, bytes]:
-    """``(object, source)``: ``module``'s saved source, checked and compiled here; ``why`` says why it is needed."""
-    data = checked_source(module, fetch, origin, why)
-    return compile_saved(module, data, why, written_by), data
-
-
 def rebuild_fixes(saved, check_compatible) -> bool:
     """Whether a local build makes ``saved`` compatible: it passes once CPU features and Warp match here."""
     local = dataclasses.replace(
@@ -208,32 +203,56 @@ def rebuild_fixes(saved, check_compatible) -> bool:
     return True
 
 
-def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGraphError | None) -> dict[str, bytes]:
-    """The module objects to load: the saved ones, or compiled from source where they cannot be used.
+@dataclasses.dataclass
+class LoadFiles:
+    """What a load runs: ``images`` (module file -> bare object, or source file -> bare source), the
+    module files whose object was compiled here (``compiled``), and the kernel manifest carried by the
+    file each module's code came from (``manifests``: ``apic.format.manifest.load``'s ``carried_by``)."""
+
+    images: dict
+    compiled: set
+    manifests: dict
+
+
+def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGraphError | None) -> LoadFiles:
+    """The module objects to load, the saved ones or compiled from source where they cannot be used, and
+    the kernel manifest each carries.
 
     ``refused`` is the reason the graph as saved cannot run here (None if it can): every module is
     then compiled from its source. Otherwise a module whose object is missing or corrupt is. Each
-    compiled module's source is kept under its source file name, for a later save of the graph.
+    compiled module's source is kept under its source file name, for a later save of the graph. The
+    files are bare: a manifest carried in a file is taken off it.
     """
     found: dict[str, bytes] = {}
-    for module in saved.modules:
+    manifests: dict[int, tuple] = {}
+    compiled: set[str] = set()
+    for index, module in enumerate(saved.modules):
         if module.file in found:
             continue
+        why = None
         if refused is not None:
-            found[module.file], found_source = _compiled(module, fetch, origin, str(refused).rstrip("."),
-                                                         saved.writer.get("warp"))
+            why = str(refused).rstrip(".")
         else:
             try:
-                found.update(verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin))
-                _keep_if_intact(module, fetch, found)
-                continue
+                saved_object = verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin)[module.file]
             except FormatError as error:
                 if module.source is None:
                     raise
-                found[module.file], found_source = _compiled(module, fetch, origin, f"the packaged binary: {error}",
-                                                             saved.writer.get("warp"))
-        found[module.source.file] = found_source
-    return found
+                why = f"the packaged binary: {error}"
+            else:
+                found[module.file], manifest = kernel_manifest.carried(saved_object, f"module file '{module.file}'")
+                if manifest is not None:
+                    manifests[index] = (manifest, {"module_sha256": hashlib.sha256(found[module.file]).hexdigest()})
+                _keep_if_intact(module, fetch, found)
+                continue
+        data, manifest = kernel_manifest.carried(checked_source(module, fetch, origin, why),
+                                                 f"source file '{module.source.file}'")
+        if manifest is not None:
+            manifests[index] = (manifest, {"source_sha256": hashlib.sha256(data).hexdigest()})
+        found[module.file] = compile_saved(module, data, why, saved.writer.get("warp"))
+        found[module.source.file] = data
+        compiled.add(module.file)
+    return LoadFiles(found, compiled, manifests)
 
 
 def _keep_if_intact(module, fetch, found: dict[str, bytes]) -> None:
@@ -242,7 +261,7 @@ def _keep_if_intact(module, fetch, found: dict[str, bytes]) -> None:
         return
     data = fetch(module.source.file)
     if data is not None and hashlib.sha256(bytes(data)).hexdigest() == module.source.sha256:
-        found[module.source.file] = bytes(data)
+        found[module.source.file] = kernel_manifest.carried(bytes(data), module.source.file)[0]
 
 
 def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception, written_by: str) -> bytes:

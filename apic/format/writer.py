@@ -54,16 +54,16 @@ def wrp_paths(path) -> tuple[str, str]:
 
 
 # --- the CPU target: memory read in place, object files, native handles --------------------------------
-def _module_image(info, cpu_target: str | None) -> tuple[bytes, tuple[str, ...]]:
+def _module_image(info, cpu_level: str | None) -> tuple[bytes, tuple[str, ...]]:
     """The binary of one recorded module and the native handle types its kernels can dereference: the
-    object Warp compiled (or a loaded graph holds), or with ``cpu_target`` one compiled for that CPU level."""
-    if cpu_target is not None:
-        source, options = source_format.module_source(info, f"capture_save(cpu_target={cpu_target!r})")
+    object Warp compiled (or a loaded graph holds), or with ``cpu_level`` one compiled for that CPU level."""
+    if cpu_level is not None:
+        source, options = source_format.module_source(info, f"capture_save(cpu_target={cpu_level!r})")
         try:
-            image = _compat.compile_cpu_source(source, options, cpu_target)
+            image = _compat.compile_cpu_source(source, options, cpu_level)
         except Exception as error:  # Warp's compiler or the level check: reported with the module
-            raise CaptureError(f"capture_save(cpu_target={cpu_target!r}): compiling Warp module '{info.name}' for "
-                               f"{cpu_target} failed: {error}") from error
+            raise CaptureError(f"capture_save(cpu_target={cpu_level!r}): compiling Warp module '{info.name}' for "
+                               f"{cpu_level} failed: {error}") from error
         return image, _native_types(source.decode("utf-8", errors="replace"))
     image = getattr(info.module_exec, "apic_image", None)  # a module of a loaded graph
     if image is not None:
@@ -126,10 +126,10 @@ def _cpu_regions(graph) -> tuple[list, list, np.ndarray]:
     return regions, slots, handle_ids
 
 
-def _cpu_modules(graph, cpu_target: str | None) -> tuple[list, dict[str, bytes]]:
+def _cpu_modules(graph, cpu_level: str | None) -> tuple[list, dict[str, bytes]]:
     modules, images = [], {}
     for info in graph.recording.modules:
-        image, native = _module_image(info, cpu_target)
+        image, native = _module_image(info, cpu_level)
         digest = hashlib.sha256(image).hexdigest()
         name = module_file_name(info.name, digest)
         images[name] = image
@@ -161,8 +161,8 @@ def _cuda_regions(graph) -> tuple[list, list, None]:
     return regions, [], None
 
 
-def _cuda_modules(graph, cpu_target: str | None) -> tuple[list, dict[str, bytes]]:
-    if cpu_target is not None:
+def _cuda_modules(graph, cpu_level: str | None) -> tuple[list, dict[str, bytes]]:
+    if cpu_level is not None:
         raise ValueError("capture_save(cpu_target=...) chooses the CPU of a CPU graph's objects; this is a CUDA graph")
     modules, images = [], {}
     for i, info in enumerate(graph.recording.modules):
@@ -190,7 +190,7 @@ class _Parts:
     """What a target's graph file takes from the graph, where the targets differ."""
 
     regions: Callable  # graph -> (regions on the wire, handle_slots, ids no saved byte may hold or None)
-    modules: Callable  # (graph, cpu_target) -> (module entries, images)
+    modules: Callable  # (graph, cpu_level) -> (module entries, images)
     check_launches: Callable  # (recording, params, ids) -> None, raising for a launch that cannot be saved
     check_saveable: Callable  # graph -> None, raising for a graph that cannot be saved at all
     device: Callable  # graph -> the file's ``device`` map, or None (no ``device`` key)
@@ -283,22 +283,22 @@ def collect_bindings(graph, inputs, outputs) -> list[Binding]:
     return kept + list(found.values())
 
 
-def _cpu_of_objects(cpu_target: str | None) -> dict:
+def _cpu_of_objects(cpu_level: str | None) -> dict:
     """The file's ``target``: this host, whose CPU Warp compiled the objects for, or the level they were."""
     target = {key: value for key, value in _compat.native_target().items() if key != "known_features"}
-    if cpu_target is not None:
-        target.update(cpu=cpu_target, features=_compat.level_features(cpu_target))
+    if cpu_level is not None:
+        target.update(cpu=cpu_level, features=_compat.level_features(cpu_level))
     return target
 
 
-def document(graph, bindings: list[Binding], cpu_target: str | None = None) -> tuple[dict, dict[str, bytes]]:
-    """The msgpack body of ``graph`` and its module binaries (file name -> bytes); ``cpu_target``: the CPU
+def document(graph, bindings: list[Binding], cpu_level: str | None = None) -> tuple[dict, dict[str, bytes]]:
+    """The msgpack body of ``graph`` and its module binaries (file name -> bytes); ``cpu_level``: the CPU
     level to compile the modules for (None: the objects as Warp compiled them, for this host)."""
     recording = graph.recording
     target = target_of(recording)
     parts = _PARTS[target.name]
     regions, slots, handle_ids = parts.regions(graph)
-    modules, images = parts.modules(graph, cpu_target)
+    modules, images = parts.modules(graph, cpu_level)
     # each named scalar parameter: (index in "bindings", its value now), after the array bindings
     values = getattr(graph, "param_values", {})
     params = {p.name: (len(bindings) + i, values.get(p.name, p.value)) for i, p in enumerate(recording.params)}
@@ -309,7 +309,7 @@ def document(graph, bindings: list[Binding], cpu_target: str | None = None) -> t
         "format": schema.FORMAT_NAME,
         "format_version": schema.BASE_VERSION,  # raised below for a graph with handles or parameters
         "writer": {"apic": __version__, "warp": wp.config.version, "numpy": np.__version__},
-        "target": _cpu_of_objects(cpu_target),
+        "target": _cpu_of_objects(cpu_level),
         "abi": recording.abi,
         **({"device": device} if device is not None else {}),
         "regions": regions,
@@ -352,12 +352,12 @@ def encode(doc: dict) -> bytes:
     return header + body
 
 
-def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False, cpu_target: str | None = None) -> str:
+def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False, cpu_level: str | None = None) -> str:
     """Serialize ``graph`` (CPU or CUDA) to ``<stem>.wrp`` + ``<stem>_modules/``; returns the ``.wrp`` path."""
     wrp_path, modules_dir = wrp_paths(path)
     parts = _PARTS[target_of(graph.recording).name]
     parts.check_saveable(graph)
-    doc, images = document(graph, collect_bindings(graph, inputs, outputs), cpu_target)
+    doc, images = document(graph, collect_bindings(graph, inputs, outputs), cpu_level)
     if source_fallback:  # each module's generated source (C++, or CUDA .cu) and build options too
         parts.sources.add_sources(graph, doc, images)
     if parts.manifests:

@@ -18,7 +18,6 @@ Order matters, and nothing native runs before the checks that protect it:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import os
 import re
@@ -168,9 +167,10 @@ def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
     return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
 
 
-def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None):
+def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None, compiled=frozenset()):
     """Allocate, fill, load and lower: the loaded ``apic.Graph``; ``id_arrays`` (from
-    ``apic.format.manifest.check``): the arrays of handle ids each launch passes, checked at replay."""
+    ``apic.format.manifest.check``): the arrays of handle ids each launch passes, checked at replay;
+    ``compiled``: the module files whose object was compiled here rather than saved."""
     recording = saved.recording
     buffers, addresses, views, regions = [], [], [], []
     for region, contents in zip(recording.regions, saved.contents):
@@ -187,10 +187,9 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=N
     level = saved.target.get("cpu") if saved.target.get("cpu") in CPU_LEVELS else None
     for entry in saved.modules:
         if entry.file not in loaded:
-            saved_object = hashlib.sha256(images[entry.file]).hexdigest() == entry.sha256  # not compiled here
             try:
                 loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types,
-                                                  level if saved_object else None)
+                                                  None if entry.file in compiled else level)
             except RuntimeError as error:  # Warp's loader rejected the object: its source, if saved
                 images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error,
                                                                            saved.writer.get("warp"))
@@ -255,8 +254,14 @@ def load(saved: SavedGraph, fetch, origin: str, device, names=list):
     the names of every file the modules folder (or mapping) holds."""
     refused = objects_refused(saved)
     check_memory(saved)
-    images = source_format.images(saved, fetch, origin, verified_images, refused)
-    # what each kernel expects comes from the modules folder, which the .wrp cannot change
-    id_arrays = kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin))
-    return build_graph(saved, images, device, id_arrays)
+    files, id_arrays = checked_images(saved, fetch, names, origin, refused)
+    return build_graph(saved, files.images, device, id_arrays, files.compiled)
+
+
+def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: IncompatibleGraphError | None):
+    """``(files, id_arrays)``: the module objects a load runs (``apic.format.source.images``), every launch
+    checked against its kernel's manifest, and the arrays of handle ids each launch passes."""
+    files = source_format.images(saved, fetch, origin, verified_images, refused)
+    # what each kernel expects comes from the files that give its code, which the .wrp cannot change
+    return files, kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin, files.manifests))
 
