@@ -46,6 +46,7 @@ import msgpack
 from apic.errors import FormatError
 from apic.format.module_folder import fetch_verified
 from apic.record import ops as rec
+from apic.targets import cpu
 
 FORMAT = "apic.kernels"
 VERSION = 1
@@ -53,11 +54,9 @@ FLAG_NONE = 1  # some launch passed None (an all-zero descriptor) for this array
 FLAG_MESH_INDICES = 2  # some launch's array lay in a Mesh's indices
 FLAG_HANDLE_IDS = 4  # every launch passed a contiguous array of uint64 whose every element held a handle's id
 _MAX_ID_WORDS = 1 << 20  # an array of ids longer than this is not recorded as one
-_DESCRIPTOR_SHAPE = struct.Struct("<4i4i")  # array_t.shape[4], strides[4] @16
 FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_BYTES = 1 << 24  # a manifest lists at most a few thousand kernels
-_NDIM = struct.Struct("<h")  # array_t.ndim: int16 at 48 (warp 1.13+ keeps flags in the next two bytes)
 _TRAILER = struct.Struct("<Q8s")  # behind a manifest carried in a module's object or source file: its size, magic
 _TRAILER_MAGIC = b"apicKRN1"
 
@@ -91,10 +90,10 @@ def _in_mesh_indices(target, meshes) -> bool:
 def contiguous_words(data: bytes, at: int) -> int | None:
     """The element count of the array descriptor at ``at`` of ``data`` if it is a C-contiguous array of
     8-byte elements, else None."""
-    ndim = _NDIM.unpack_from(data, at + 48)[0]
+    ndim = cpu.ARRAY_T_NDIM.unpack_from(data, at + cpu.ARRAY_T_NDIM_AT)[0]
     if not 1 <= ndim <= 4:
         return None
-    values = _DESCRIPTOR_SHAPE.unpack_from(data, at + 16)
+    values = cpu.ARRAY_T_SHAPE_STRIDES.unpack_from(data, at + cpu.ARRAY_T_SHAPE_AT)
     shape, strides = values[:ndim], values[4:4 + ndim]
     expected = 8
     for n, stride in zip(reversed(shape), reversed(strides)):
@@ -130,13 +129,13 @@ def _blob_layout(blobs: list[rec.Blob], handles, meshes, slot_kinds: dict) -> di
         ndim, flags, id_kinds = 0, 0, set()
         ids = True  # every non-None launch passed an array of handle ids here
         for blob in blobs:
-            size = 104 if slot.indexed else 56
+            size = cpu.INDEXEDARRAY_T_SIZE if slot.indexed else cpu.ARRAY_T_SIZE
             descriptor = blob.data[slot.at : slot.at + size]
             pointers = [r for r in blob.relocs if slot.at <= r.at < slot.at + size]
             if not pointers and not any(descriptor[:16]):
                 flags |= FLAG_NONE
                 continue
-            ndim = max(ndim, _NDIM.unpack_from(blob.data, slot.at + 48)[0])
+            ndim = max(ndim, cpu.ARRAY_T_NDIM.unpack_from(blob.data, slot.at + cpu.ARRAY_T_NDIM_AT)[0])
             if any(_in_mesh_indices(r.target, meshes) for r in pointers if r.at - slot.at in (0, 8)):
                 flags |= FLAG_MESH_INDICES
             kinds = _id_kinds(blob, slot, slot_kinds)
@@ -327,13 +326,13 @@ def _check_blob(blob: rec.Blob, layout, handles, meshes, where: str) -> list:
     if tuple((s.at, s.elem_size, bool(s.indexed)) for s in blob.arrays) != tuple(a[:3] for a in arrays):
         _fail(where, "array descriptors other than the kernel's manifest lists (offset, element size, indexed)")
     for at, _, indexed, ndim, flags, kinds in arrays:
-        end = at + (104 if indexed else 56)
+        end = at + (cpu.INDEXEDARRAY_T_SIZE if indexed else cpu.ARRAY_T_SIZE)
         pointers = [r for r in blob.relocs if at <= r.at < end]
         if not pointers and not any(blob.data[at : at + 16]):
             if not flags & FLAG_NONE:
                 _fail(where, f"the array at byte {at} is None, which the kernel never received at capture")
             continue
-        found = _NDIM.unpack_from(blob.data, at + 48)[0]
+        found = cpu.ARRAY_T_NDIM.unpack_from(blob.data, at + cpu.ARRAY_T_NDIM_AT)[0]
         if found != ndim:
             _fail(where, f"the array at byte {at} has {found} dimensions; the kernel takes {ndim}")
         if not flags & FLAG_MESH_INDICES and any(

@@ -18,9 +18,7 @@ from apic.format.fields import fail as _fail
 from apic.record import ops as rec
 from apic.record.layout import extent
 from apic.record.regions import Region
-from apic.targets.cpu import INDEXED_TAIL as _INDEXED_TAIL
-
-_DESCRIPTOR = struct.Struct("<QQ4i4ii")  # data, grad, shape[4], strides[4], ndim (int32: the writer zeroes the flags)
+from apic.targets import cpu
 
 
 class Context:
@@ -100,7 +98,7 @@ class Context:
             slot = rec.ArraySlot(at, _int(triple[1], f"{w}[1]", 1, 1 << 20), indexed)
             inner = tuple(rec.Reloc(r.at - at, r.target) for r in blob.relocs if at <= r.at < at + size)
             data = bytearray(blob.data[at : at + size])
-            data[50:56] = bytes(6)  # warp 1.13+ int16 flags (and padding) after the int16 ndim
+            data[cpu.ARRAY_T_FLAGS] = bytes(6)  # warp 1.13+ int16 flags (and padding) after the int16 ndim
             checked = (bytes(data), inner, indexed, slot.elem_size)
             # an all-zero descriptor is a None array argument; one already checked in this file passes
             if (inner or any(data)) and checked not in self.checked_descriptors:
@@ -159,7 +157,7 @@ class Context:
         relocs = {r.at: r.target for r in blob.relocs}
         if set(relocs) - set(slots):
             _fail(where, f"relocation at byte {sorted(set(relocs) - set(slots))[0]}, which is not a pointer field")
-        _, _, *rest = _DESCRIPTOR.unpack_from(blob.data, 0)
+        _, _, *rest = cpu.ARRAY_T_STRICT.unpack_from(blob.data, 0)
         shape, strides, ndim32 = rest[0:4], rest[4:8], rest[8]
         if not 1 <= ndim32 <= schema.MAX_DIMS:
             _fail(where, f"array descriptor with ndim {ndim32}")
@@ -180,11 +178,11 @@ class Context:
             _fail(where, "a non-empty array descriptor without a data pointer")
         if array_type != schema.ARRAY_TYPE_INDEXED:
             return shape
-        index_shape = tuple(_INDEXED_TAIL.unpack_from(blob.data, 56)[4:])[:ndim32]
+        index_shape = tuple(cpu.INDEXED_TAIL.unpack_from(blob.data, cpu.INDEXED_INDICES_AT)[4:])[:ndim32]
         if any(n < 0 for n in index_shape):
             _fail(where, f"indexed array with negative shape {index_shape}")
         for d in range(schema.MAX_DIMS):
-            at = 56 + 8 * d
+            at = cpu.INDEXED_INDICES_AT + 8 * d
             if at in relocs:
                 if d >= ndim32:
                     _fail(where, f"index buffer for dimension {d} of a {ndim32}-d array")

@@ -12,10 +12,11 @@ import numpy as np
 from apic.errors import UnsupportedOperationError
 from apic.format import handles as wire_handles
 from apic.record import ops as rec
+from apic.targets import cpu
 
 # The int16 flags after a descriptor's int16 ndim mean nothing to Warp's native copy/fill, but a
 # warp <= 1.12 reads ndim as int32, so they are written as zero.
-_DESCRIPTOR_FLAGS = (slice(50, 56),)
+_DESCRIPTOR_FLAGS = (cpu.ARRAY_T_FLAGS,)
 
 
 def blob(value: rec.Blob, clear: tuple[slice, ...] = (), params: dict | None = None) -> dict:

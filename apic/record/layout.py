@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import struct
 from dataclasses import dataclass
 
 from apic import _compat
@@ -21,7 +20,7 @@ from apic.errors import UnsupportedOperationError
 from apic.record.ops import ArraySlot, RawPtr
 from apic.targets import cpu as cpu_target
 
-_ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim (low 16 bits)
+_ARRAY_T = cpu_target.ARRAY_T
 _INDEXED_TAIL = cpu_target.INDEXED_TAIL
 _INDEX_ELEM_SIZE = cpu_target.INDEX_ELEM_SIZE
 _ARRAY_T_SIZE = _compat.ARRAY_T_SIZE  # 56 in every supported version

@@ -16,12 +16,12 @@ from __future__ import annotations
 import bisect
 import ctypes
 import gc
-import struct
 import weakref
 
 from apic._compat import wp_types
 from apic.errors import UnsupportedOperationError
 from apic.record import handles, natives
+from apic.targets import cpu as cpu_target
 
 # recorder -> sorted (start, end, weak reference to the array) over the live CPU arrays seen (rebuilt on a miss)
 _indexes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -127,9 +127,8 @@ def note_handle_arguments(recorder, name: str, args: tuple) -> None:
 
 def _descriptor_reach(name: str, position: int, address: int, elem_size: int) -> tuple:
     """``(position, data, bytes)`` a 1-d ``array_t`` descriptor at ``address`` gives the native code."""
-    desc = ctypes.string_at(address, 40)  # array_t: data, grad, shape[4] (int32), strides[4] (int32)
-    data = struct.unpack_from("<Q", desc, 0)[0]
-    count, stride = struct.unpack_from("<i", desc, 16)[0], struct.unpack_from("<i", desc, 32)[0]
+    data, _, *dims, _ = cpu_target.ARRAY_T.unpack_from(ctypes.string_at(address, cpu_target.ARRAY_T.size))
+    count, stride = dims[0], dims[4]
     if count < 0 or stride < 0:
         raise UnsupportedOperationError(f"wp_{name} (native)", f"argument {position}: an array of negative "
                                         "shape or stride")

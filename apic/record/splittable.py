@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ast
 import collections
-import struct
 import weakref
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ import warp as wp
 from apic import _compat
 from apic.record.layout import extent
 from apic.record.ops import HandleRef
+from apic.targets import cpu
 
 # Builtins with effects beyond the task's own element: atomics are racy read-modify-writes on the CPU,
 # printing interleaves, tile operations cooperate across the tasks of a block.
@@ -303,9 +303,6 @@ def written_offsets(kernel, args_layout) -> tuple[int, ...] | None:
     return tuple(sorted(offsets))
 
 
-_ARRAY_T = struct.Struct("<QQ4i4i")  # array_t: data, grad, shape[4], strides[4] (ndim follows)
-
-
 def graph_launch_refusal(data: bytes, blob, writes: tuple[int, ...], region_span) -> str | None:
     """Why one recorded launch of a splittable kernel must stay serial, or None when it may be split.
 
@@ -322,8 +319,7 @@ def graph_launch_refusal(data: bytes, blob, writes: tuple[int, ...], region_span
     for slot in blob.arrays:
         if slot.indexed:
             continue
-        ptr, _, *dims = _ARRAY_T.unpack_from(data, slot.at)
-        ndim = int.from_bytes(data[slot.at + _ARRAY_T.size : slot.at + _ARRAY_T.size + 2], "little")
+        ptr, _, *dims, ndim = cpu.ARRAY_T.unpack_from(data, slot.at)
         shape, strides = dims[:4][:ndim], dims[4:][:ndim]
         lo, hi = extent(ptr, slot.elem_size, shape, strides)
         exact.add(slot.at)

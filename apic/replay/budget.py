@@ -10,10 +10,10 @@ sequence, which a file holds as 4 bytes). Native sizes are upper estimates of wh
 from __future__ import annotations
 
 import math
-import struct
 
 from apic.record import ops as rec
 from apic.replay import table as tbl
+from apic.targets import cpu
 
 REGION_ALIGN = 64  # each region is allocated with this much slack for alignment
 GRID_CELL_BYTES = 8  # a hash grid's cell_starts and cell_ends: one int32 each per cell
@@ -26,7 +26,9 @@ OP_REF_BYTES = 8  # the reader's expanded op sequence: one reference per positio
 
 def _points_length(blob: rec.Blob) -> int:
     """The first extent of an ``array_t`` descriptor blob (a hash grid build's points)."""
-    return max(struct.unpack_from("<i", blob.data, 16)[0], 0) if len(blob.data) >= 20 else 0
+    if len(blob.data) < cpu.ARRAY_T_SHAPE_AT + cpu.ARRAY_T_SHAPE.size:
+        return 0
+    return max(cpu.ARRAY_T_SHAPE.unpack_from(blob.data, cpu.ARRAY_T_SHAPE_AT)[0], 0)
 
 
 def needs(saved) -> list[tuple[str, int]]:

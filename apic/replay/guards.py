@@ -8,10 +8,9 @@ value its native code indexes memory with is checked at replay first (``OP_CHECK
 
 from __future__ import annotations
 
-import struct
-
 from apic.record import ops as rec
 from apic.replay import table as tbl
+from apic.targets import cpu
 
 
 def blobs_of(op) -> list[rec.Blob]:
@@ -19,22 +18,17 @@ def blobs_of(op) -> list[rec.Blob]:
     return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
 
 
-_INDEX_TAIL = struct.Struct("<4Q4i")  # indexedarray_t: indices[4] @56, shape[4] @88
-_SHAPE = struct.Struct("<4i")  # array_t.shape @16
-_NDIM = struct.Struct("<h")  # array_t.ndim @48
-
-
 def _index_buffers(blob: rec.Blob, indexed: bool) -> list[tuple[rec.Ref, int, int]]:
     """``(buffer, count, bound)`` of each index buffer of the descriptor ``blob`` (type 1)."""
-    if not indexed or len(blob.data) < 104:
+    if not indexed or len(blob.data) < cpu.INDEXEDARRAY_T_SIZE:
         return []
     found = []
-    shape = _SHAPE.unpack_from(blob.data, 16)
-    ndim = _NDIM.unpack_from(blob.data, 48)[0]
-    counts = _INDEX_TAIL.unpack_from(blob.data, 56)[4:]
+    shape = cpu.ARRAY_T_SHAPE.unpack_from(blob.data, cpu.ARRAY_T_SHAPE_AT)
+    ndim = cpu.ARRAY_T_NDIM.unpack_from(blob.data, cpu.ARRAY_T_NDIM_AT)[0]
+    counts = cpu.INDEXED_TAIL.unpack_from(blob.data, cpu.INDEXED_INDICES_AT)[4:]
     for reloc in blob.relocs:
-        d = (reloc.at - 56) // 8
-        if reloc.at >= 56 and 0 <= d < min(ndim, 4) and isinstance(reloc.target, rec.Ref):
+        d = (reloc.at - cpu.INDEXED_INDICES_AT) // 8
+        if reloc.at >= cpu.INDEXED_INDICES_AT and 0 <= d < min(ndim, 4) and isinstance(reloc.target, rec.Ref):
             found.append((reloc.target, counts[d], shape[d]))
     return found
 
@@ -43,8 +37,9 @@ def _launch_index_buffers(blob: rec.Blob) -> list[tuple[rec.Ref, int, int]]:
     found = []
     for slot in blob.arrays:
         if slot.indexed:
-            inner = rec.Blob(blob.data[slot.at : slot.at + 104],
-                             tuple(rec.Reloc(r.at - slot.at, r.target) for r in blob.relocs if slot.at <= r.at < slot.at + 104))
+            end = slot.at + cpu.INDEXEDARRAY_T_SIZE
+            inner = rec.Blob(blob.data[slot.at : end],
+                             tuple(rec.Reloc(r.at - slot.at, r.target) for r in blob.relocs if slot.at <= r.at < end))
             found += _index_buffers(inner, True)
     return found
 
@@ -68,8 +63,8 @@ def _pointer_regions(blob: rec.Blob, skip_index_buffers: bool) -> set[int]:
         if not isinstance(reloc.target, rec.Ref):
             continue
         if skip_index_buffers:
-            slot = next((a for a in blob.arrays if a.at <= reloc.at < a.at + 104), None)
-            if slot is not None and slot.indexed and reloc.at - slot.at >= 56:
+            slot = next((a for a in blob.arrays if a.at <= reloc.at < a.at + cpu.INDEXEDARRAY_T_SIZE), None)
+            if slot is not None and slot.indexed and reloc.at - slot.at >= cpu.INDEXED_INDICES_AT:
                 continue
         regions.add(reloc.target.region)
     return regions
@@ -88,7 +83,7 @@ def written_regions(op) -> set[int]:
         return {op.dst.region}
     if isinstance(op, (rec.ArrayCopy, rec.ArrayFill)):
         # a copy or fill descriptor is one array_t / indexedarray_t at byte 0
-        return {r.target.region for r in op.dst.relocs if r.at < 56 and isinstance(r.target, rec.Ref)}
+        return {r.target.region for r in op.dst.relocs if r.at < cpu.ARRAY_T_SIZE and isinstance(r.target, rec.Ref)}
     if isinstance(op, rec.NativeCall):
         return {a.region for a in op.args if isinstance(a, rec.Ref)}
     return set()  # branches, jumps, allocations; handle calls write only the handle's native memory

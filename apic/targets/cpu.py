@@ -37,9 +37,21 @@ BOUNDS_SIZES = (24, 32)
 # --- array descriptors (ArrayCopy / ArrayFill, kernel arguments) -----------------------------------------
 ARRAY_TYPE_REGULAR = 0  # Warp's array type ids
 ARRAY_TYPE_INDEXED = 1
+# wp::array_t: data @0, grad @8, shape[4] @16, strides[4] @32, ndim (int16) @48, from warp 1.13 an int16 of
+# flags @50, padding to 56. wp::indexedarray_t: an array_t, then indices[4] @56 and shape[4] @88. Every
+# reader of a descriptor takes these from here.
 ARRAY_T_SIZE = 56  # wp::array_t, every supported version
 INDEXEDARRAY_T_SIZE = 104  # wp::indexedarray_t
+ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim
+ARRAY_T_STRICT = struct.Struct("<QQ4i4ii")  # the same with ndim and flags as one int32: a saved descriptor's flags are 0
+ARRAY_T_SHAPE_AT = 16
+ARRAY_T_SHAPE = struct.Struct("<4i")  # at ARRAY_T_SHAPE_AT
+ARRAY_T_SHAPE_STRIDES = struct.Struct("<4i4i")  # at ARRAY_T_SHAPE_AT
+ARRAY_T_NDIM_AT = 48
+ARRAY_T_NDIM = struct.Struct("<h")  # at ARRAY_T_NDIM_AT
+ARRAY_T_FLAGS = slice(50, ARRAY_T_SIZE)  # warp 1.13+ flags and the padding after them
 ARRAY_T_POINTER_SLOTS = (0, 8)  # data, grad
+INDEXED_INDICES_AT = ARRAY_T_SIZE  # indices[4] of an indexedarray_t, after its array_t
 INDEXEDARRAY_T_POINTER_SLOTS = (0, 8, 56, 64, 72, 80)  # data, grad, indices[4]
 INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88 of an indexedarray_t
 INDEX_ELEM_SIZE = 4  # index buffers are int32
