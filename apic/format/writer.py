@@ -161,8 +161,8 @@ def _cuda_regions(graph) -> tuple[list, list, None]:
     return regions, [], None
 
 
-def _cuda_modules(graph, cpu_target: str | None) -> tuple[list, dict[str, bytes]]:
-    if cpu_target is not None:
+def _cuda_modules(graph, cpu_level: str | None) -> tuple[list, dict[str, bytes]]:
+    if cpu_level is not None:
         raise ValueError("capture_save(cpu_target=...) chooses the CPU of a CPU graph's objects; this is a CUDA graph")
     modules, images = [], {}
     for i, info in enumerate(graph.recording.modules):
