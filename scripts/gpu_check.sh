@@ -11,14 +11,14 @@
 # usage: bash scripts/gpu_check.sh [--jobs NAME,...] [--budget SECONDS] [--list]   (scripts/gpu_check.py --help)
 #        PYTHON=/path/to/python bash scripts/gpu_check.sh    (default: python3)
 #
-# On the GPU machine (whose image has no warp-lang and no network), after `bash ../shared/device/prepare.sh`
-# here has made .devkit/ (the warp-lang 1.19.0 wheel in 3 parts, git-ignored), three commands back to back,
-# each uploading the folders named (`carry`), each one sent at once after the previous one returns:
-#   1. carry .devkit/p1:
+# On a GPU machine whose image has no warp-lang and no network access: with the kit prepared beforehand in
+# .devkit/ (git-ignored: the warp-lang 1.19.0 wheel split into 3 parts, p1 p2 p3, and its installer, bin),
+# three commands back to back, each uploading the kit folders it names with the working tree:
+#   1. with .devkit/p1:
 #        mkdir -p /tmp/apic-kit && cp .devkit/p1/part.* /tmp/apic-kit/ && nvidia-smi -L
-#   2. carry .devkit/p2:
+#   2. with .devkit/p2:
 #        cp .devkit/p2/part.* /tmp/apic-kit/
-#   3. carry .devkit/p3 and .devkit/bin:
+#   3. with .devkit/p3 and .devkit/bin:
 #        cp .devkit/p3/part.* /tmp/apic-kit/ && bash .devkit/bin/install_on_device.sh && export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh
 # If the machine was released in between (the installer says a part is missing or its SHA-256 does not
 # match), start again at 1. While it is still up, a rerun needs only
