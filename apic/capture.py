@@ -267,6 +267,18 @@ def _record_body(recorder, body, what: str, kwargs: dict):
     return lambda: body(**kwargs)
 
 
+def _warp_body(body, stream, device):
+    """A branch body Warp's own CUDA ``capture_if`` / ``capture_while`` takes: an apic graph captured with
+    ``apic=True`` as its Warp graph (a child graph node); a loaded one as a callable that replays it on the
+    stream Warp uses (``stream``, else ``device``'s current one), so that it is ordered with the condition
+    and, inside a capture, its ops become nodes of the body graph (``apic.replay.cuda``); anything else as is."""
+    if isinstance(body, CapturedCudaGraph):
+        return body.warp_graph
+    if isinstance(body, CudaGraph):
+        return lambda **_kwargs: body.launch(stream=stream if stream is not None else device.stream)
+    return body
+
+
 def _warp_graph_type() -> type:
     return wp_context.Graph
 
@@ -291,7 +303,8 @@ def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
     _check_condition(condition)
     if not condition.device.is_cpu:
         _refuse_in_cuda_recording("wp.capture_if")
-        return _original("capture_if")(condition, on_true=on_true, on_false=on_false, stream=stream, **kwargs)
+        return _original("capture_if")(condition, on_true=_warp_body(on_true, stream, condition.device),
+                                       on_false=_warp_body(on_false, stream, condition.device), stream=stream, **kwargs)
     recorder = current.active()
     if recorder is None:
         body, what = (on_true, "on_true") if _read_condition(condition) else (on_false, "on_false")
@@ -321,7 +334,8 @@ def capture_while(condition, while_body, stream=None, **kwargs):
     _check_condition(condition)
     if not condition.device.is_cpu:
         _refuse_in_cuda_recording("wp.capture_while")
-        return _original("capture_while")(condition, while_body, stream=stream, **kwargs)
+        body = _warp_body(while_body, stream, condition.device)
+        return _original("capture_while")(condition, body, stream=stream, **kwargs)
     recorder = current.active()
     if recorder is None:
         while _read_condition(condition):

@@ -121,3 +121,40 @@ if "grid_stride" in __import__("inspect").signature(wp.kernel).parameters:
     KERNELS = (*KERNELS, lean)
 else:
     lean = None
+
+
+# --- for the GPU tests only (not in KERNELS: their layouts hold nothing the kernels above do not) ----------------
+@wp.kernel
+def handles(mesh: wp.uint64, bvh: wp.uint64, grid: wp.uint64, points: wp.array(dtype=wp.vec3),
+            dist: wp.array(dtype=wp.float32), counts: wp.array(dtype=wp.int32)):
+    """Queries a Mesh, a Bvh and a HashGrid by id: the distance to the closest point, the boxes and points near."""
+    i = wp.tid()
+    p = points[i]
+    d = float(-1.0)
+    q = wp.mesh_query_point_no_sign(mesh, p, 1.0e6)
+    if q.result:
+        d = wp.length(wp.mesh_eval_position(mesh, q.face, q.u, q.v) - p)
+    dist[i] = d
+    n = int(0)
+    box = wp.bvh_query_aabb(bvh, p - wp.vec3(0.5), p + wp.vec3(0.5))
+    index = int(0)
+    while wp.bvh_query_next(box, index):
+        n += 1
+    near = wp.hash_grid_query(grid, p, 0.5)
+    for _j in near:
+        n += 100
+    counts[i] = n
+
+
+@wp.kernel
+def countdown(counter: wp.array(dtype=wp.int32), condition: wp.array(dtype=wp.int32)):
+    """One loop iteration's bookkeeping: the counter goes down, the condition says whether it is still above 0."""
+    counter[0] = counter[0] - 1
+    condition[0] = wp.where(counter[0] > 0, 1, 0)
+
+
+@wp.kernel
+def tick(x: wp.array(dtype=wp.int32)):
+    """A tiny launch (the benchmark's graph of 1,000 of them uses one like it)."""
+    i = wp.tid()
+    x[i] = x[i] + 1

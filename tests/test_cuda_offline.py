@@ -583,3 +583,80 @@ def test_a_cuda_graph_passing_a_handle_id_or_pointer_as_an_integer_is_not_saved(
     with pytest.raises(UnsupportedOperationError, match="mesh_id.*wp.Mesh.*dangle after a load"):
         writer.save(graph, str(tmp_path / "g"))
     assert not os.listdir(tmp_path)  # nothing written
+
+
+class _GpuMesh(wp.Mesh):
+    """A wp.Mesh as one on a GPU looks to apic's registry (no native object behind it)."""
+
+    def __init__(self, ident: int) -> None:  # noqa: D107  (Warp's constructor would build a native mesh)
+        self.id = ident
+        self.device = type("Device", (), {"is_cpu": False, "is_cuda": True})()
+
+    def __del__(self) -> None:
+        pass
+
+
+def test_the_id_of_a_handle_on_a_gpu_is_not_saved_either():
+    """A CUDA Mesh's id is known (for the refusal at save) without becoming one a CPU capture would remap."""
+    from apic.record import handles
+    from apic.record.cuda import CudaRecorder
+
+    mesh = _GpuMesh(0x7F00DEAD0000)
+    handles.register(mesh)
+    assert handles.lookup(mesh.id) is None  # CPU captures remap CPU objects only
+    assert handles.lookup_any(mesh.id) is mesh
+    recorder = CudaRecorder(wp.get_device("cpu"), 0)
+    recorder._words[("handles", "mesh", mesh.id)] = None
+    (reason,) = recorder._dangling_words()
+    assert "'mesh' of a launch of 'handles' holds the id of a wp.Mesh" in reason
+
+
+# --- what the GPU tests run, checked here -------------------------------------------------------------------------
+GPU_ARCHS = (90,)  # the GPUs the GPU check runs on (H100, H200): the first thing it does is compile for them
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS)
+@pytest.mark.parametrize("use_ptx", [True, False], ids=["ptx", "cubin"])
+def test_the_test_kernels_compile_for_the_gpus_of_the_check(tmp_path, arch, use_ptx):
+    """NVRTC builds tests/cuda_kernels.py (every kernel the GPU tests launch) for sm_90 without a GPU."""
+    reason = _nvrtc_reason()
+    archs = getattr(_compat.runtime(), "nvrtc_supported_archs", None) or ()
+    if reason or arch not in archs:
+        pytest.skip(reason or f"this warp-lang's NVRTC cannot compile for sm_{arch}")
+    wp.compile_aot_module(ck.saxpy.module, arch=arch, module_dir=str(tmp_path), use_ptx=use_ptx)
+    (path,) = glob.glob(str(tmp_path / ("*.ptx" if use_ptx else "*.cubin")))
+    with open(path, "rb") as f:
+        image = f.read()
+    kernels = [*ck.KERNELS, ck.handles, ck.countdown, ck.tick]
+    if use_ptx:
+        text = image.decode("latin-1")
+        assert cp.ptx_target(text) == (arch, "")
+        entries = cp.ptx_entries(text)
+        assert all(_symbol(k, False) in entries and _symbol(k, True) in entries for k in kernels)
+    else:
+        from apic.targets.cuda import module_arch
+
+        assert module_arch(path, image) == (arch, "", "cubin")
+        assert all(_symbol(k, False).encode() + b"\0" in image for k in kernels)
+
+
+def test_the_gpu_workload_replays_bit_for_bit_on_the_cpu():
+    """tests/cuda_workload.py's step, captured and replayed on the CPU, matches eager runs for as many steps as the
+    GPU tests run on one state: the workload itself is deterministic and every recorded kind is in it."""
+    import cuda_workload as cw
+
+    eager, replay = cw.make_state("cpu"), cw.make_state("cpu")
+    cw.step(eager, "cpu")
+    cw.step(replay, "cpu")
+    with wp.ScopedCapture(device="cpu", apic=True) as cap:
+        cw.step(replay, "cpu")
+    fills = {len(op.value.data) for op in cap.graph.recording.ops if isinstance(op, rec.Memtile)}
+    assert {1, 2, 4, 8, 12, 16} <= fills
+    before = cw.snapshot(eager, "cpu")
+    for run in range(6):
+        wp.capture_launch(cap.graph)
+        cw.step(eager, "cpu")
+        cw.same(cw.snapshot(eager, "cpu"), cw.snapshot(replay, "cpu"), f"CPU replay {run}")
+    after = cw.snapshot(eager, "cpu")
+    changed = {name for name in after if not np.array_equal(after[name], before[name])}
+    assert {"y", "z", "acc", "m3", "xg", "t"} <= changed  # the steps do work (m2, m4 flip sign: back after 6)

@@ -25,7 +25,7 @@ import re
 import pytest
 
 from apic import _compat
-from apic.errors import ApicError
+from apic.errors import ApicError, CaptureError
 from apic.record import ops as rec
 from apic.replay import cuda as cuda_replay
 from test_cuda_offline import ARCH, _document, _read, ptx  # noqa: F401  (ptx is a fixture)
@@ -84,6 +84,8 @@ class FakeDevice:
         self.param_info: dict[str, tuple] = {}
         self.next_handle = 0x1000
         self.next_address = 0x7F0000000000
+        self.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE  # of every stream
+        self.stream_context = 0x100  # the context every stream belongs to (0x100: the primary one)
 
     def __getattr__(self, name):
         real = getattr(self.cu, name)
@@ -122,6 +124,10 @@ class FakeDevice:
             values = (b"Offline GPU".ljust(args[0], b"\0"),)
         elif name in ("cuDevicePrimaryCtxRetain", "cuCtxPopCurrent"):
             values = (cu.CUcontext(0x100),)
+        elif name == "cuStreamGetCtx":
+            values = (cu.CUcontext(self.stream_context),)
+        elif name == "cuStreamIsCapturing":
+            values = (self.capture_status,)
         elif name == "cuMemGetInfo":
             values = (1 << 34, 1 << 35)
         elif name == "cuStreamCreate":
@@ -337,3 +343,127 @@ def test_a_wrong_argument_to_the_layout_check_is_not_swallowed(cu, ptx, monkeypa
     saved = _read(_document(ptx)[0])
     with pytest.raises(TypeError):
         graph._check_params("not a CUfunction", saved.recording.kernels[0])
+
+
+# --- a replay inside the caller's own capture ----------------------------------------------------------------
+class _WarpStream:
+    """What apic reads of a ``wp.Stream``: its handle."""
+
+    def __init__(self, handle: int) -> None:
+        self.cuda_stream = handle
+
+
+class _WarpGraph:
+    """Stands in for the ``warp.Graph`` Warp is capturing into."""
+
+
+class _CapturingDevice:
+    """What apic reads of a Warp CUDA device while Warp captures on it: its current stream and ``captures``."""
+
+    def __init__(self, handle: int = 0x4321) -> None:
+        self.stream = _WarpStream(handle)
+        self.graph = _WarpGraph()
+        self.captures = {self.stream: self.graph}
+
+
+@pytest.mark.parametrize("mode", ["graph", "launch"])
+def test_a_replay_on_a_capturing_stream_enqueues_its_ops_there(cu, ptx, monkeypatch, mode):
+    """Both modes add the ops one by one to the caller's capture (no cuGraphLaunch), on its stream."""
+    device, _saved, graph = _load(cu, monkeypatch, ptx)
+    device.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    graph.launch(stream=0x5678, mode=mode)
+    assert not device.named("cuGraphLaunch")
+    launched = device.named("cuLaunchKernel")
+    assert len(launched) == len(device.named("cuGraphAddKernelNode"))
+    assert all(int(a[8]) == 0x5678 for a in launched)
+    assert [int(a[0]) for a in device.named("cuStreamIsCapturing")] == [0x5678]
+
+
+def test_without_a_stream_the_replay_joins_warps_capture_on_the_device(cu, ptx, monkeypatch):
+    """stream=None while Warp captures on the graph's device: the device's current stream, and Warp's graph holds
+    the loaded graph (its nodes use the loaded graph's memory)."""
+    device, _saved, graph = _load(cu, monkeypatch, ptx)
+    device.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    graph.device = warp_device = _CapturingDevice()
+    graph.launch()
+    graph.launch()
+    assert {int(a[8]) for a in device.named("cuLaunchKernel")} == {0x4321}
+    assert warp_device.graph._apic_held_graphs == [graph]
+    for call in (graph.synchronize, lambda: graph.read_region(0)):
+        with pytest.raises(CaptureError, match="while a graph capture runs on cuda:0.*forbids"):
+            call()
+
+
+def test_set_and_get_param_are_refused_while_warp_captures_on_the_device(cu, ptx, monkeypatch):
+    import numpy as np
+    import warp as wp
+
+    from apic.bindings import Binding
+
+    device, _saved, graph = _load(cu, monkeypatch, ptx)
+    graph.bindings["x"] = Binding("x", "input", 0, 0, 32, "float32", (8,), (4,), 4, "<f4", ())
+    graph.device = _CapturingDevice()
+    before = len(device.calls)
+    with pytest.raises(CaptureError, match=r"set_param\('x'\)"):
+        graph.set_param("x", wp.array(np.ones(8, dtype=np.float32), device="cpu"))
+    with pytest.raises(CaptureError, match=r"get_param\('x'\)"):
+        graph.get_param("x", wp.zeros(8, dtype=wp.float32, device="cpu"))
+    assert len(device.calls) == before  # refused before any driver call
+
+
+def test_a_replay_into_an_invalidated_capture_is_refused(cu, ptx, monkeypatch):
+    device, _saved, graph = _load(cu, monkeypatch, ptx)
+    device.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    for mode in ("graph", "launch"):
+        with pytest.raises(CaptureError, match="an earlier error invalidated that capture"):
+            graph.launch(stream=0x5678, mode=mode)
+    assert not device.named("cuLaunchKernel") and not device.named("cuGraphLaunch")
+
+
+def test_a_stream_of_another_context_is_refused(cu, ptx, monkeypatch):
+    device, _saved, graph = _load(cu, monkeypatch, ptx)
+    device.stream_context = 0x200
+    with pytest.raises(CaptureError, match="another CUDA context"):
+        graph.launch(stream=0x5678)
+    assert not device.named("cuLaunchKernel") and not device.named("cuGraphLaunch")
+
+
+def test_a_stream_query_the_driver_refuses_is_an_apic_error(cu, ptx, monkeypatch):
+    """E.g. the legacy stream while another stream captures in global mode (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)."""
+    device, _saved, graph = _load(cu, monkeypatch, ptx)
+    call = device._call
+
+    def refusing(name, real, args):
+        if name == "cuStreamIsCapturing":
+            return (cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, device.capture_status)
+        return call(name, real, args)
+
+    monkeypatch.setattr(device, "_call", refusing)
+    with pytest.raises(CaptureError, match="CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"):
+        graph.launch(stream=0)
+
+
+def test_apic_cuda_graphs_become_bodies_warps_conditionals_take():
+    """capture_if / capture_while on CUDA hand Warp a captured graph's Warp graph, and a loaded graph as a callable
+    that replays it on the stream Warp uses."""
+    from apic import capture
+    from apic.cuda_graph import CapturedCudaGraph, CudaGraph
+
+    warp_graph = object()
+    captured = CapturedCudaGraph.__new__(CapturedCudaGraph)
+    captured.warp_graph = warp_graph
+    assert capture._warp_body(captured, None, None) is warp_graph
+
+    class Loaded(CudaGraph):
+        def __init__(self):
+            self.streams = []
+
+        def launch(self, stream=None):
+            self.streams.append(stream)
+
+    loaded, device, given = Loaded(), _CapturingDevice(), _WarpStream(0x77)
+    capture._warp_body(loaded, None, device)(extra=1)
+    capture._warp_body(loaded, given, device)()
+    assert loaded.streams == [device.stream, given]
+    body = lambda: None  # noqa: E731
+    assert capture._warp_body(body, None, device) is body and capture._warp_body(None, None, device) is None

@@ -99,7 +99,7 @@ class CudaRecorder(RecorderBase):
         would point at nothing in the process that loads it (the CPU path remaps ids; CUDA does not yet)."""
         reasons = []
         for kernel, label, value in self._words:
-            obj = handles.lookup(value)
+            obj = handles.lookup_any(value)
             if obj is not None:
                 what = f"the id of a wp.{handles.kind_of(obj)}"
             elif self._ranges.overlaps(value, value + 1):

@@ -80,7 +80,8 @@ class Handle:
 
 
 # --- registry -------------------------------------------------------------------------------------
-_registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+_registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()  # CPU objects
+_device_registry: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()  # objects on a GPU
 _swept = False
 
 
@@ -97,9 +98,15 @@ def kind_of(obj) -> str | None:
 
 
 def register(obj) -> None:
+    """Know ``obj`` by its id: a CPU object for captures to remap, one on a GPU for CUDA saves to refuse."""
     value = getattr(obj, "id", None)
-    if isinstance(value, int) and value and getattr(getattr(obj, "device", None), "is_cpu", False):
+    if not isinstance(value, int) or not value:
+        return
+    device = getattr(obj, "device", None)
+    if getattr(device, "is_cpu", False):
         _registry[value] = obj
+    elif device is not None:
+        _device_registry[value] = obj
 
 
 def lookup(value: int):
@@ -109,6 +116,13 @@ def lookup(value: int):
         _sweep()
         found = _registry.get(value)
     return found
+
+
+def lookup_any(value: int):
+    """The live handle object, on the CPU or a GPU, whose id is ``value``, or None (a CUDA graph cannot carry
+    such an id: ``apic.record.cuda`` refuses to save it)."""
+    found = lookup(value)
+    return found if found is not None else _device_registry.get(value)
 
 
 def _sweep() -> None:

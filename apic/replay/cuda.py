@@ -16,6 +16,15 @@ Loading (``capture_load`` of a file whose ``device`` is CUDA) does, in order:
 
 ``graph.mode = "launch"`` walks the ops with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` /
 ``cuMemsetD*Async`` instead, for comparison. Everything the graph allocated is freed when it is.
+
+Inside a caller's own capture (``wp.ScopedCapture`` without ``apic``, ``wp.capture_begin(external=True)``,
+the body of Warp's ``capture_if`` / ``capture_while``, or a stream capture begun with cuda-python), a
+replay on the capturing stream enqueues the ops one by one in both modes, so that they become nodes of
+the caller's graph (the caller's graph then holds this graph's memory: keep this graph alive as long
+as it; a Warp capture holds it for you). With ``stream=None`` that is the current stream of the
+graph's device when Warp captures on it. A stream of another CUDA context, a capture an earlier error
+invalidated, and the calls that wait for the device (``set_param``, ``get_param``, ``synchronize``,
+``capture_save``) while Warp captures on the device are refused with a ``CaptureError`` saying why.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import warp as wp
 
 from apic import bindings as b
 from apic.cuda_graph import CudaGraph
-from apic.errors import GraphMemoryError, IncompatibleGraphError
+from apic.errors import CaptureError, GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
@@ -280,40 +289,87 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
 
     # --- replay ------------------------------------------------------------------------------------
     def _stream(self, stream):
+        """The ``CUstream`` to replay on: ``stream`` (a ``wp.Stream``, a ``CUstream`` or a raw handle), else the
+        device's current stream while Warp captures on it (the replay becomes part of that capture), else
+        the graph's own stream."""
         driver = self._cu.cu
         if stream is None:
-            return self._resources.stream
-        handle = getattr(stream, "cuda_stream", stream)  # a wp.Stream, a CUstream or a raw handle
+            capturing = _warp_capture(self.device)
+            if capturing is None:
+                return self._resources.stream
+            stream = capturing[0]
+        handle = getattr(stream, "cuda_stream", stream)
         return handle if isinstance(handle, driver.CUstream) else driver.CUstream(int(handle or 0))
 
+    def _check_stream(self, stream) -> bool:
+        """Whether ``stream`` (not the graph's own) is capturing; refuses, saying why, a stream of another
+        CUDA context and a capture that an earlier error invalidated (before any node is added)."""
+        cu = self._cu
+        status = cu.cu.CUstreamCaptureStatus
+        try:
+            context = cu("cuStreamGetCtx", stream)
+            capture = cu("cuStreamIsCapturing", stream)
+        except CudaReplayError as error:
+            raise CaptureError(f"cannot replay this CUDA graph on stream {int(stream):#x}: {error}") from error
+        if int(context) != int(self._resources.context):
+            raise CaptureError(
+                f"cannot replay this CUDA graph on stream {int(stream):#x}: the stream belongs to another CUDA "
+                f"context than the graph (the primary context of cuda:{self.ordinal}, which Warp uses)"
+            )
+        if capture == status.CU_STREAM_CAPTURE_STATUS_INVALIDATED:
+            raise CaptureError(
+                f"cannot replay this CUDA graph into the capture on stream {int(stream):#x}: an earlier error "
+                "invalidated that capture; end it (wp.capture_end or cuStreamEndCapture) and capture again"
+            )
+        return capture == status.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
     def launch(self, stream=None, mode: str | None = None) -> None:
-        """Replay once: one ``cuGraphLaunch`` (``mode="graph"``), or op by op (``mode="launch"``)."""
+        """Replay once: one ``cuGraphLaunch`` (``mode="graph"``), or op by op (``mode="launch"``).
+
+        On a capturing stream (see the module docstring) the ops are enqueued one by one in both modes:
+        they become nodes of the caller's graph."""
         mode = self.mode if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if not self._plan:
             return
-        cu = self._cu
-        stream = self._stream(stream)
+        handle = self._stream(stream)
         with self._current():
-            if mode == "graph":
-                cu("cuGraphLaunch", self._resources.exec, stream)
-                return
-            driver = cu.cu
-            for step in self._plan:
-                if step[0] == "kernel":
-                    _, fn, grid, block, smem, params = step
-                    cu("cuLaunchKernel", fn, *grid, *block, smem, stream, params, 0)
-                elif step[0] == "memcpy":
-                    _, dst, src, nbytes = step
-                    cu("cuMemcpyDtoDAsync", driver.CUdeviceptr(dst), driver.CUdeviceptr(src), nbytes, stream)
-                else:
-                    _, dst, value, width, count = step
-                    name = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]
-                    cu(name, driver.CUdeviceptr(dst), value, count, stream)
+            if handle is not self._resources.stream and self._check_stream(handle):
+                _hold_in_capture(self.device, handle, self)
+                self._enqueue(handle)
+            elif mode == "graph":
+                self._cu("cuGraphLaunch", self._resources.exec, handle)
+            else:
+                self._enqueue(handle)
+
+    def _enqueue(self, stream) -> None:
+        """Enqueue the plan's steps one by one on ``stream`` (the context is current)."""
+        cu = self._cu
+        driver = cu.cu
+        for step in self._plan:
+            if step[0] == "kernel":
+                _, fn, grid, block, smem, params = step
+                cu("cuLaunchKernel", fn, *grid, *block, smem, stream, params, 0)
+            elif step[0] == "memcpy":
+                _, dst, src, nbytes = step
+                cu("cuMemcpyDtoDAsync", driver.CUdeviceptr(dst), driver.CUdeviceptr(src), nbytes, stream)
+            else:
+                _, dst, value, width, count = step
+                name = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]
+                cu(name, driver.CUdeviceptr(dst), value, count, stream)
+
+    def _refuse_in_capture(self, what: str) -> None:
+        """``what`` waits for the device, which a stream capture forbids (it would invalidate the capture)."""
+        if _warp_capture(self.device, any_stream=True) is not None:
+            raise CaptureError(
+                f"{what} on a loaded CUDA graph while a graph capture runs on cuda:{self.ordinal}: it waits for the "
+                "device, which a stream capture forbids; call it before wp.capture_begin or after wp.capture_end"
+            )
 
     def synchronize(self) -> None:
         """Wait for every replay of this graph (on any stream of its context) to finish."""
+        self._refuse_in_capture("synchronize()")
         with self._current():
             self._cu("cuCtxSynchronize")
 
@@ -329,6 +385,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
     def _write_binding(self, binding, arr) -> None:
         """Copy the Warp array ``arr`` (CPU or CUDA) into the binding's device memory, synchronously."""
         b.check_array(binding, arr, "set_param", cpu_only=False)
+        self._refuse_in_capture(f"set_param('{binding.name}')")
         if not binding.nbytes:
             return
         source = np.ascontiguousarray(arr.numpy()).view(np.uint8).reshape(-1)
@@ -345,6 +402,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         """Copy the binding's device memory into the Warp array ``arr`` (CPU or CUDA), synchronously."""
         b.check_writable(arr, f"get_param('{binding.name}')")
         b.check_array(binding, arr, "get_param", cpu_only=False)
+        self._refuse_in_capture(f"get_param('{binding.name}')")
         if not binding.nbytes:
             return
         with self._current():
@@ -361,6 +419,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
 
     # --- what saving again needs -------------------------------------------------------------------------
     def read_region(self, index: int) -> bytes:
+        self._refuse_in_capture("capture_save()")
         nbytes = self.recording.regions[index].nbytes
         host = np.empty(max(nbytes, 1), dtype=np.uint8)
         with self._current():
@@ -389,3 +448,25 @@ def _warp_device(ordinal: int):
     except Exception:
         return f"cuda:{ordinal}"
 
+
+def _warp_capture(device, any_stream: bool = False):
+    """``(stream, warp.Graph)`` of the capture Warp runs on ``device``'s current stream (with ``any_stream``: on
+    any of its streams), or None; no driver call where Warp captures nothing (a dict look-up per replay)."""
+    captures = getattr(device, "captures", None)
+    if not captures:
+        return None
+    current = getattr(device, "stream", None)
+    if current in captures:
+        return current, captures[current]
+    return next(iter(captures.items())) if any_stream else None
+
+
+def _hold_in_capture(device, stream, graph) -> None:
+    """Keep ``graph`` (its memory, modules and param blobs) alive as long as the Warp graph being captured on
+    ``stream``, whose nodes now use them. A capture Warp does not know of (one begun with cuda-python alone)
+    leaves that to the caller."""
+    for warp_stream, warp_graph in list((getattr(device, "captures", None) or {}).items()):
+        if int(getattr(warp_stream, "cuda_stream", 0) or 0) == int(stream):
+            held = vars(warp_graph).setdefault("_apic_held_graphs", [])
+            if not any(g is graph for g in held):
+                held.append(graph)

@@ -1,0 +1,294 @@
+"""Replaying a graph of 1,000 tiny CUDA launches: Warp's own replays and apic's, side by side on one card, in one run.
+
+    python -m benchmarks.cuda_replay [--launches 1000] [--replays 100] [--rounds 7] [--json PATH] [--dry-run]
+
+Methods, each with its own memory (a one-element int32 counter that every launch increments):
+
+* ``warp graph``: Warp's own CUDA graph of the launches (``wp.ScopedCapture`` without ``apic``), replayed with
+  Warp's own ``wp.capture_launch``: the floor;
+* ``warp APIC loaded``: Warp's native APIC (warp-lang 1.13+), reached with apic's shims off
+  (``apic.uninstall()``): ``wp.ScopedCapture(apic=True)``, Warp's ``wp.capture_save`` and ``wp.capture_load``,
+  replayed with Warp's ``wp.capture_launch``; ``apic.install()`` afterwards;
+* ``apic loaded, graph``: apic's ``wp.capture_save`` / ``wp.capture_load`` of an ``apic=True`` capture, replayed
+  as one CUDA graph (one ``cuGraphLaunch`` per replay);
+* ``apic loaded, launch``: the same file, replayed op by op (``graph.mode = "launch"``: one ``cuLaunchKernel``
+  per node, from Python).
+
+Each round times every method once, in an order that rotates from round to round: ``--replays`` replays
+back to back (``issue``: until the last launch call returns), then one device synchronize (``total``). The
+report gives the minimum and the median over rounds, per replay and per node (per replay / launches). Every
+method's counter must then equal launches x replays (exact integers): a method that computed anything else
+is reported as wrong, and the run exits 1.
+
+Without a GPU it says so and exits 3 (writing ``{"status": "no-gpu"}`` to ``--json``); ``--dry-run`` prints what
+it would run and exits 0, touching no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+NO_GPU_EXIT = 3
+METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The command line (``--help`` lists it)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda_replay", description=__doc__.splitlines()[0])
+    parser.add_argument("--launches", type=_positive, default=1000, help="launches in the graph (default 1000)")
+    parser.add_argument("--replays", type=_positive, default=100, help="replays per timed batch (default 100)")
+    parser.add_argument("--rounds", type=_positive, default=7, help="timed rounds (default 7)")
+    parser.add_argument("--device", default="cuda:0", help="the CUDA device (default cuda:0)")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--dry-run", action="store_true", help="print what would run and exit, touching no GPU")
+    return parser.parse_args(argv)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def plan(args: argparse.Namespace) -> str:
+    """What a run with ``args`` does, in a few lines."""
+    return "\n".join([
+        f"a graph of {args.launches:,} launches of a one-thread kernel on {args.device}, "
+        f"{args.rounds} rounds of {args.replays} replays per method, interleaved:",
+        *(f"  - {name}" for name in METHODS),
+        "needs a CUDA GPU, warp-lang 1.19 (Warp's APIC needs 1.13+) and cuda-python",
+    ])
+
+
+def summarise(samples: list[float], launches: int) -> dict:
+    """Minimum and median of per-replay seconds, as microseconds per replay and per node."""
+    per_replay = {"min": min(samples) * 1e6, "median": statistics.median(samples) * 1e6}
+    return {"per_replay_us": per_replay, "per_node_us": {k: v / launches for k, v in per_replay.items()}}
+
+
+def table(results: dict) -> str:
+    """A small Markdown table of ``results`` (the JSON this module writes)."""
+    lines = [f"{results['launches']:,} launches per replay on {results.get('device', '?')} "
+             f"(warp-lang {results.get('warp', '?')}; {results['rounds']} rounds of {results['replays']} replays)", "",
+             "| method | us per replay (min / median) | us per node (min / median) | issue us per replay (median) "
+             "| vs warp graph (medians) | correct |",
+             "|---|---|---|---|---|---|"]
+    floor = results["methods"].get("warp graph", {}).get("total", {}).get("per_replay_us", {}).get("median")
+    for name, m in results["methods"].items():
+        if m.get("error"):
+            lines.append(f"| {name} | not run: {m['error']} | | | | |")
+            continue
+        total, issue = m["total"], m["issue"]
+        ratio = f"{total['per_replay_us']['median'] / floor:.2f}x" if floor else "-"
+        lines.append(f"| {name} | {total['per_replay_us']['min']:.1f} / {total['per_replay_us']['median']:.1f} | "
+                     f"{total['per_node_us']['min']:.3f} / {total['per_node_us']['median']:.3f} | "
+                     f"{issue['per_replay_us']['median']:.1f} | {ratio} | {'yes' if m['correct'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def write_json(path: str | None, results: dict) -> None:
+    """Write ``results`` to ``path`` (atomically), if given."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(results, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def gpu_reason(device: str) -> str | None:
+    """Why this machine cannot run the benchmark on ``device`` (no GPU, no cuda-python), or None."""
+    import warp as wp
+
+    if wp.get_cuda_device_count() == 0:
+        return "no CUDA device visible to Warp on this machine"
+    try:
+        wp.get_device(device)
+    except Exception as error:  # noqa: BLE001  (Warp raises ValueError or RuntimeError for a bad name)
+        return f"no device {device!r}: {error}"
+    from apic.replay import cuda as cuda_replay
+
+    return cuda_replay.unavailable_reason()
+
+
+# --- the methods ----------------------------------------------------------------------------------------------
+@dataclass
+class Method:
+    """One way of replaying the graph: ``launch`` replays once; ``counter`` reads the counter (exact)."""
+
+    name: str
+    launch: Callable[[], None]
+    counter: Callable[[], int]
+    replays: int = 0
+    total: list = field(default_factory=list)
+    issue: list = field(default_factory=list)
+
+
+def _kernel():
+    """The one-thread kernel every launch runs (its Warp module is this file's)."""
+    import warp as wp
+
+    @wp.kernel
+    def tick(x: wp.array(dtype=wp.int32)):
+        x[0] = x[0] + 1
+
+    return tick
+
+
+def _launches(kernel, x, device: str, count: int) -> None:
+    import warp as wp
+
+    for _ in range(count):
+        wp.launch(kernel, dim=1, inputs=[x], device=device)
+
+
+def _read(graph, name: str, like) -> int:
+    """The counter a loaded graph holds (read into a device array: Warp's and apic's graphs both take one)."""
+    import warp as wp
+
+    out = wp.zeros_like(like)
+    graph.get_param(name, out)
+    return int(out.numpy()[0])
+
+
+def warp_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[Method], dict]:
+    """Warp's own graph and Warp's native APIC loaded graph, with apic's shims off meanwhile; errors by method."""
+    import warp as wp
+
+    import apic
+
+    found, errors = [], {}
+    apic.uninstall()
+    try:
+        warp_launch = wp.capture_launch  # Warp's own, kept for the timing (apic's is back afterwards)
+        x = wp.zeros(1, dtype=wp.int32, device=device)
+        with wp.ScopedCapture(device=device) as cap:
+            _launches(kernel, x, device, launches)
+        graph = cap.graph
+        found.append(Method("warp graph", lambda: warp_launch(graph), lambda: int(x.numpy()[0])))
+        try:
+            found.append(_warp_apic(kernel, device, launches, folder, warp_launch))
+        except Exception as error:  # noqa: BLE001  (reported in the results: the other methods still run)
+            errors["warp APIC loaded"] = f"{type(error).__name__}: {error}"
+    finally:
+        apic.install()
+    return found, errors
+
+
+def _warp_apic(kernel, device: str, launches: int, folder: str, warp_launch) -> Method:
+    import warp as wp
+
+    if not hasattr(wp, "capture_load"):
+        raise RuntimeError(f"warp-lang {wp.config.version} has no native APIC (1.13+)")
+    x = wp.zeros(1, dtype=wp.int32, device=device)
+    with wp.ScopedCapture(device=device, apic=True) as cap:
+        _launches(kernel, x, device, launches)
+    stem = os.path.join(folder, "warp_apic")
+    wp.capture_save(cap.graph, stem, inputs={"x": x})
+    graph = wp.capture_load(stem, device=device)  # its counter starts at 0, as x was when saved
+    return Method("warp APIC loaded", lambda: warp_launch(graph), lambda: _read(graph, "x", x))
+
+
+def apic_methods(kernel, device: str, launches: int, folder: str) -> list[Method]:
+    """apic's loaded graph, replayed as one CUDA graph and op by op (two loads: each owns its memory)."""
+    import warp as wp
+
+    x = wp.zeros(1, dtype=wp.int32, device=device)
+    with wp.ScopedCapture(device=device, apic=True) as cap:
+        _launches(kernel, x, device, launches)
+    stem = os.path.join(folder, "apic")
+    wp.capture_save(cap.graph, stem, inputs={"x": x})
+    found = []
+    for mode in ("graph", "launch"):
+        graph = wp.capture_load(stem, device=device)
+        graph.mode = mode
+        found.append(Method(f"apic loaded, {mode}", lambda g=graph: wp.capture_launch(g),
+                            lambda g=graph: _read(g, "x", x)))
+    return found
+
+
+def time_rounds(methods: list[Method], replays: int, rounds: int, synchronize) -> None:
+    """Warm every method up, then time ``rounds`` rounds, each method once per round (rotating order)."""
+    for m in methods:
+        for _ in range(3):
+            m.launch()
+        m.replays += 3
+    synchronize()
+    for r in range(rounds):
+        for m in methods[r % len(methods):] + methods[: r % len(methods)]:
+            start = time.perf_counter()
+            for _ in range(replays):
+                m.launch()
+            issued = time.perf_counter()
+            synchronize()
+            done = time.perf_counter()
+            m.replays += replays
+            m.issue.append((issued - start) / replays)
+            m.total.append((done - start) / replays)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Build every method, time them, check them; the results (see ``table``)."""
+    import warp as wp
+
+    import apic
+
+    wp.init()
+    dev = wp.get_device(args.device)
+    results = {"benchmark": "cuda_replay", "status": "ok", "device": dev.name, "arch": dev.arch,
+               "warp": wp.config.version, "apic": apic.__version__, "python": platform.python_version(),
+               "launches": args.launches, "replays": args.replays, "rounds": args.rounds, "methods": {}}
+    kernel = _kernel()
+    x = wp.zeros(1, dtype=wp.int32, device=args.device)
+    wp.launch(kernel, dim=1, inputs=[x], device=args.device)  # loads the module outside any capture
+    with tempfile.TemporaryDirectory() as folder:
+        methods, errors = warp_methods(kernel, args.device, args.launches, folder)
+        methods += apic_methods(kernel, args.device, args.launches, folder)
+        time_rounds(methods, args.replays, args.rounds, lambda: wp.synchronize_device(args.device))
+        for m in methods:
+            value, expected = m.counter(), args.launches * m.replays
+            results["methods"][m.name] = {"total": summarise(m.total, args.launches),
+                                          "issue": summarise(m.issue, args.launches), "correct": value == expected,
+                                          "counter": value, "expected": expected,
+                                          "rounds_us": [t * 1e6 for t in m.total]}
+    for name, error in errors.items():
+        results["methods"][name] = {"error": error}
+    results["methods"] = {n: results["methods"][n] for n in METHODS if n in results["methods"]}
+    if not all(m.get("correct", True) for m in results["methods"].values()):
+        results["status"] = "wrong"
+    return results
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dry_run:
+        print(plan(args))
+        return 0
+    from apic._compat import quiet_warp
+
+    quiet_warp()
+    reason = gpu_reason(args.device)
+    if reason:
+        print(f"cuda_replay needs a GPU: {reason}")
+        write_json(args.json, {"benchmark": "cuda_replay", "status": "no-gpu", "reason": reason})
+        return NO_GPU_EXIT
+    results = run(args)
+    write_json(args.json, results)
+    print(table(results))
+    return 0 if results["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The GPU check: on a machine with a CUDA GPU, run every test that needs one and the CUDA replay benchmark
+# (benchmarks/cuda_replay.py: Warp's own replays next to apic's), in about 6 minutes at most, writing
+# gpu-check.json (the card, each job, each test's outcome, the figures) and gpu-check.log under $OUT if
+# set, else ./gpu-results. Prints a short summary. No network needed.
+#
+# Exit status: 0 passed (skips are listed with their reasons, never counted as passes); 1 a job or test
+# failed or timed out; 3 no GPU on this machine; 4 a GPU that Warp cannot use (the JSON says why); 2 the
+# check itself broke. The JSON is written in every case.
+#
+# usage: bash scripts/gpu_check.sh [--jobs NAME,...] [--budget SECONDS] [--list]   (scripts/gpu_check.py --help)
+#        PYTHON=/path/to/python bash scripts/gpu_check.sh    (default: python3)
+#
+# On a GPU machine whose image has no warp-lang and no network access: with the kit prepared beforehand in
+# .devkit/ (git-ignored: the warp-lang 1.19.0 wheel split into 3 parts, p1 p2 p3, and its installer, bin),
+# three commands back to back, each uploading the kit folders it names with the working tree:
+#   1. with .devkit/p1:
+#        mkdir -p /tmp/apic-kit && cp .devkit/p1/part.* /tmp/apic-kit/ && nvidia-smi -L
+#   2. with .devkit/p2:
+#        cp .devkit/p2/part.* /tmp/apic-kit/
+#   3. with .devkit/p3 and .devkit/bin:
+#        cp .devkit/p3/part.* /tmp/apic-kit/ && bash .devkit/bin/install_on_device.sh && export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh
+# If the machine was released in between (the installer says a part is missing or its SHA-256 does not
+# match), start again at 1. While it is still up, a rerun needs only
+#        export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh [--jobs cuda-gpu-tests]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+py="${PYTHON:-python3}"
+exec "$py" scripts/gpu_check.py "$@"
