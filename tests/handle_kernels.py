@@ -39,10 +39,27 @@ def overwrite_mesh_handle_struct(mesh_id: wp.handle, handles: wp.array(dtype=Mes
 
 
 @wp.kernel
-def query_handle_fields(handles: wp.array(dtype=MeshHandleField), points: wp.array(dtype=wp.vec3),
-                        closest: wp.array(dtype=wp.vec3)):
-    """The closest point of each element's mesh to each query point (a 2-d launch: element, point)."""
+def query_nested_handles(handles: wp.array(dtype=MeshHandleOutput), points: wp.array(dtype=wp.vec3),
+                         closest: wp.array2d(dtype=wp.vec3)):
+    """The closest point on each element's mesh (reached through its ``wp.handle`` field) to each point."""
     i, j = wp.tid()
-    mesh_id = handles[i].mesh_id
+    mesh_id = handles[i].nested.mesh_id
     query = wp.mesh_query_point_no_sign(mesh_id, points[j], 100.0)
-    closest[i * points.shape[0] + j] = wp.mesh_eval_position(mesh_id, query.face, query.u, query.v)
+    closest[i, j] = wp.mesh_eval_position(mesh_id, query.face, query.u, query.v)
+
+
+@wp.kernel
+def query_bvh_handles(bvhs: wp.array(dtype=wp.handle), lower: wp.vec3, upper: wp.vec3,
+                      hits: wp.array2d(dtype=wp.int32)):
+    """How many boxes of each element's Bvh overlap ``[lower, upper]``, and the first one found."""
+    i = wp.tid()
+    query = wp.bvh_query_aabb(bvhs[i], lower, upper)
+    index = int(0)
+    count = int(0)
+    first = int(-1)
+    while wp.bvh_query_next(query, index):
+        if count == 0:
+            first = index
+        count += 1
+    hits[i, 0] = count
+    hits[i, 1] = first

@@ -75,7 +75,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
             modules=tuple(self._module_infos),
             kernels=tuple(self._kernel_infos),
             ops=ops,
-            handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
+            handles=tuple(handles.describe(obj, resolve) for obj in self._handles.values()),
             invalid_handles=tuple(dict.fromkeys(self.invalid_handles)),
             params=params,
         )
@@ -134,15 +134,6 @@ class Recorder(ControlFlowRecording, RecorderBase):
             if arr is not None:
                 self._note_allocation(arr)
                 self._ranges.note(arr.ptr, arr.ptr + arr.size * wp_types.type_size_in_bytes(arr.dtype), used=True)
-
-    def _describe(self, obj, resolve) -> "handles.Handle":
-        kind = handles.kind_of(obj)
-        arrays = []
-        for name, arr in handles.handle_arrays(kind, obj):
-            if arr is not None:
-                what = f"a wp.{kind} over the array '{name}'"
-                arrays.append((name, handles.HandleArray(resolve(arr.ptr), handles.dtype_name(arr, what), arr.size)))
-        return handles.Handle(kind, tuple(arrays), handles.options_of(kind, obj), obj)
 
     def _handle_words(self, data: bytes, words) -> list:
         """``(offset, RawHandle)`` for each 64-bit integer argument that holds a live handle's id."""
