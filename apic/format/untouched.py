@@ -96,6 +96,7 @@ def _resolver(regions, addresses):
     """Address -> ``Ref`` into the region that holds it."""
     def resolve(address: int) -> Ref:
         for region, base in zip(regions, addresses):
+            # an empty handle array starts a region of 0 bytes: its start still names that region
             if base <= address < base + max(region.nbytes, 1):
                 return Ref(region.id, address - base)
         raise UnsupportedOperationError(f"capture_save of a native handle over memory at {address:#x}",
@@ -114,6 +115,27 @@ def _merged(ranges: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in merged]
 
 
+def _extra_regions(graph, ranges) -> tuple[list, list]:
+    """The graph's regions and their addresses, with one extra region per merged range appended."""
+    regions = list(graph.recording.regions)
+    addresses = list(graph.region_addresses)
+    for lo, hi in _merged(ranges):
+        regions.append(Region(id=len(regions), nbytes=hi - lo, owned=False, address=lo))
+        addresses.append(lo)
+    return regions, addresses
+
+
+def _typed_slots(extra, region_addresses, typed_words, ids: list) -> dict:
+    """region -> its ``[[region, offset, handle]]`` slots, for each extra region a binding types handles in."""
+    index = {value: i for i, value in enumerate(ids)}
+    typed = {}
+    for region in extra:
+        slots = bound_handles.slots_in(region, region_addresses[region.id], *typed_words, index)
+        if slots is not None:
+            typed[region.id] = slots
+    return typed
+
+
 def with_untouched(graph, named) -> object:
     """``graph`` itself, or a :class:`SaveView` of it with one extra region per untouched range and the
     handles that only the bindings' ``wp.handle`` fields reach.
@@ -121,28 +143,17 @@ def with_untouched(graph, named) -> object:
     ``named`` is the ``(kind, name, array)`` sequence of the save's bindings.
     """
     named = list(named)
-    ranges = _untouched_ranges(graph, named)
     known = list(getattr(graph, "handle_ids", ()))
-    addresses, values = bound_handles.typed_words(named)
-    added = bound_handles.unknown_objects(values, known)
-    ranges += _handle_ranges(graph, added)
+    typed_words = bound_handles.typed_words(named)
+    added = bound_handles.unknown_objects(typed_words[1], known)
+    ranges = _untouched_ranges(graph, named) + _handle_ranges(graph, added)
     if not ranges and not added:
         return graph  # typed words only in memory the operations use, where the untyped rule finds them
-    regions = list(graph.recording.regions)
-    region_addresses = list(graph.region_addresses)
-    first_extra = len(regions)
-    for lo, hi in _merged(ranges):
-        regions.append(Region(id=len(regions), nbytes=hi - lo, owned=False, address=lo))
-        region_addresses.append(lo)
+    regions, region_addresses = _extra_regions(graph, ranges)
     resolve = _resolver(regions, region_addresses)
     handles = tuple(graph.recording.handles) + tuple(rec_handles.describe(obj, resolve) for obj in added)
     ids = known + [int(obj.id) for obj in added]
-    index = {value: i for i, value in enumerate(ids)}
-    typed = {}
-    for region in regions[first_extra:]:
-        slots = bound_handles.slots_in(region, region_addresses[region.id], addresses, values, index)
-        if slots is not None:
-            typed[region.id] = slots
+    typed = _typed_slots(regions[len(graph.recording.regions):], region_addresses, typed_words, ids)
     recording = dataclasses.replace(graph.recording, regions=tuple(regions), handles=handles)
     return SaveView(recording, region_addresses, ids, dict(getattr(graph, "bindings", {})), apic=graph.apic,
                     param_values=dict(getattr(graph, "param_values", {})), typed_slots=typed,
