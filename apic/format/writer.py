@@ -36,9 +36,8 @@ from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
 from apic.record import words as rec_words
-from apic.targets import cpu as cpu_target
 from apic.targets import target as targets
-from apic.targets.cpu import module_file_name
+from apic.targets.cpu import MODULE_EXTENSION, module_file_name
 
 # Native objects a kernel reaches through a u64 handle, found in a module's generated C++ source.
 _HANDLE_CALL = re.compile(r"\bwp::(?:adj_)?(mesh|bvh|hash_grid|volume|marching_cubes)_\w+\s*\(")
@@ -174,7 +173,7 @@ def _cuda_modules(graph, cpu_target: str | None) -> tuple[list, dict[str, bytes]
     for i, info in enumerate(graph.recording.modules):
         image, (arch, suffix, kind) = graph.module_image(i)
         digest = hashlib.sha256(image).hexdigest()
-        name = module_file_name(info.name, digest)[: -len(cpu_target.MODULE_EXTENSION)] + "." + kind
+        name = module_file_name(info.name, digest)[: -len(MODULE_EXTENSION)] + "." + kind
         images[name] = image
         modules.append({"name": info.name, "file": name, "sha256": digest, "size": len(image),
                         "arch": arch, "arch_suffix": suffix})
