@@ -10,7 +10,6 @@ test_apic_mesh_handle_in_struct). Eager Warp is the oracle for every query made 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -242,19 +241,21 @@ def test_a_plain_word_holding_an_unsaved_objects_id_is_still_refused(tmp_path):
 
 def test_a_loaded_graph_saved_again_keeps_the_typed_slots(tmp_path):
     """A loaded graph holds the rebuilt mesh as one of its handles: saved again and loaded, the typed field
-    holds the newest mesh's id and still queries as eager, the plain tag the first process's number."""
+    holds the newest mesh's id and still queries as eager. (Saved again, a loaded graph's memory goes by the
+    untyped rule, as its file keeps no binding's struct type: the tag here is a number no address equals.)"""
     from handle_kernels import MeshHandleOutput
 
-    mesh, _, handles, integers, out, graph = _mesh_scene()
+    mesh, backing, handles, _, out, graph = _mesh_scene()
+    backing["tag"] = 7
     expected = _closest(handles)
     wp.capture_save(graph, str(tmp_path / "first"), outputs={"handles": handles, "out": out})
-    del mesh
     first = wp.capture_load(str(tmp_path / "first"))
     wp.capture_save(first, str(tmp_path / "second"))
     second = wp.capture_load(str(tmp_path / "second"))
+    newest = second.recording.handles[0].obj.id
+    assert newest not in (mesh.id, first.recording.handles[0].obj.id)
     restored = wp.zeros(N, dtype=MeshHandleOutput, device=CPU)
     second.get_param("handles", restored)
-    assert (restored.numpy()["nested"]["mesh_id"] == second.recording.handles[0].obj.id).all()
-    assert (restored.numpy()["tag"] == integers.numpy()[0]).all()
+    assert (restored.numpy()["nested"]["mesh_id"] == newest).all()
+    assert (restored.numpy()["tag"] == 7).all()
     assert same_bits(_closest(restored), expected)
-    assert os.path.exists(str(tmp_path / "second.wrp"))
