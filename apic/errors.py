@@ -12,9 +12,10 @@ class CaptureError(ApicError, RuntimeError):
 
 
 class UnsupportedOperationError(ApicError, NotImplementedError):
-    """An operation issued during a capture that apic cannot record. The message names it."""
+    """An operation issued during a capture that apic cannot record. The message names it, and the capture as
+    upstream Warp does ("during a CPU APIC graph capture")."""
 
-    def __init__(self, operation: str, hint: str = "", capture: str = "CPU"):
+    def __init__(self, operation: str, hint: str = "", capture: str = "CPU APIC"):
         message = f"apic cannot record '{operation}' during a {capture} graph capture"
         if hint:
             message += f": {hint}"

@@ -93,8 +93,10 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         )
     invalid = getattr(graph.recording, "invalid_handles", ())
     if invalid:
+        # upstream's words ("invalid or expired mesh ID 0x..."); a wp.handle may name any native object
         raise CaptureError(
-            f"capture_save(): an invalid or expired native object ID: {invalid[0]}; the graph cannot be saved"
+            f"capture_save(): invalid or expired mesh ID {invalid[0]}: no live wp.Mesh, Bvh, HashGrid or Volume "
+            "has that id, so the graph cannot be saved"
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
     writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,

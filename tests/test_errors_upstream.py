@@ -161,3 +161,105 @@ def test_param_methods_of_a_live_graph_are_runtime_errors():
         a.fill_(1.0)
     with pytest.raises(RuntimeError, match="loaded APIC"):
         capture.graph.get_param_ptr("a")
+
+
+# --- upstream's wording, as its own tests match it (warp/tests/test_apic.py, test_apic_mesh.py) ----------
+def test_array_sum_without_out_names_the_explicit_out_array():
+    """Upstream's test_array_reduction_capture_errors: ``array_sum\\(\\).*explicit out``, and apic's reason."""
+    values = wp.array(np.array([1.0, 2.0, 3.0], dtype=np.float32), device="cpu")
+    out = wp.zeros(1, dtype=float, device="cpu")
+    for call, name in ((lambda: wp.utils.array_sum(values), "array_sum"),
+                       (lambda: wp.utils.array_inner(values, values), "array_inner")):
+        with pytest.raises(NotImplementedError, match=rf"{name}\(\).*explicit out") as raised:
+            with wp.ScopedCapture(device="cpu", apic=True):
+                out.zero_()
+                call()
+        assert "host return value would be read before the captured work has run" in str(raised.value)
+    assert wp.utils.array_sum(values) == 6.0  # outside a capture it returns the sum, as eager Warp does
+
+
+def test_array_sum_of_a_reversed_view_names_the_negative_strides():
+    """Upstream's test_array_reduction_capture_errors: ``array_sum\\(\\).*negative strides``."""
+    values = wp.array(np.array([1.0, 2.0, 3.0], dtype=np.float32), device="cpu")
+    reversed_values = wp.array(ptr=values.ptr + 2 * values.strides[0], dtype=values.dtype, shape=values.shape,
+                               strides=(-values.strides[0],), capacity=values.capacity, device="cpu")
+    reversed_values._ref = values
+    out = wp.zeros(1, dtype=float, device="cpu")
+    with pytest.raises(NotImplementedError, match=r"array_sum\(\).*negative strides"):
+        with wp.ScopedCapture(device="cpu", apic=True):
+            wp.utils.array_sum(reversed_values, out=out, axis=0)
+    with pytest.raises(NotImplementedError, match=r"array_inner\(\).*negative strides"):
+        with wp.ScopedCapture(device="cpu", apic=True):
+            wp.utils.array_inner(reversed_values, reversed_values, out=out, axis=0)
+
+
+def test_array_sum_with_a_negative_count_is_a_runtime_error():
+    """Upstream's test_array_reduction_capture_errors: ``array_sum\\(\\).*negative count``, a RuntimeError."""
+    values = wp.array(np.array([1.0, 2.0, 3.0], dtype=np.float32), device="cpu")
+    out = wp.zeros(1, dtype=float, device="cpu")
+    with pytest.raises(RuntimeError, match=r"array_sum\(\).*negative count") as raised:
+        with wp.ScopedCapture(device="cpu", apic=True):
+            wp.utils.array_sum(values, out=out, value_count=-1)
+    assert isinstance(raised.value, apic.CaptureError)
+    with pytest.raises(RuntimeError, match=r"array_inner\(\).*negative count"):
+        with wp.ScopedCapture(device="cpu", apic=True):
+            wp.utils.array_inner(values, values, out=out, count=-1)
+
+
+def test_nnz_sync_after_a_recorded_topology_update():
+    """Upstream's test_bsr_nnz_sync_after_recorded_topology_rejected: ``topology update``, and apic's reason."""
+    rows = wp.array(np.array([1, 0, 1], dtype=np.int32), dtype=wp.int32, device="cpu")
+    columns = wp.array(np.array([2, 1, 2], dtype=np.int32), dtype=wp.int32, device="cpu")
+    values = wp.array(np.array([1.0, 2.0, 3.0], dtype=np.float32), dtype=wp.float32, device="cpu")
+    matrix = wps.bsr_zeros(2, 3, block_type=wp.float32, device="cpu")
+    with pytest.raises(NotImplementedError, match="topology update") as raised:
+        with wp.ScopedCapture(device="cpu", apic=True):
+            wps.bsr_set_from_triplets(matrix, rows, columns, values)
+            matrix.nnz_sync()
+    assert "runs only at replay" in str(raised.value) and "after wp.capture_launch()" in str(raised.value)
+    assert not matrix.offsets.numpy().any()  # nothing ran: the capture only recorded the update
+
+
+def test_status_sync_during_a_capture():
+    """Upstream's test_bsr_status_sync_during_cpu_apic_capture_rejected: ``CPU APIC graph capture``."""
+    if not hasattr(wps.BsrMatrix, "status_sync"):
+        pytest.skip("this warp-lang's BsrMatrix has no status_sync() (sparse status arrived in 1.13)")
+    matrix = wps.bsr_zeros(2, 3, wp.float32, device="cpu", row_capacity=2)
+    assert matrix.status_sync() == wps.BSR_STATUS_SUCCESS
+    with pytest.raises(NotImplementedError, match="CPU APIC graph capture") as raised:
+        with wp.ScopedCapture(device="cpu", apic=True):
+            matrix.status_sync()
+    assert "sets it only at replay" in str(raised.value)
+
+
+def _unit_cube_mesh():
+    points = np.array([[-0.5, -0.5, -0.5], [0.5, -0.5, -0.5], [0.5, 0.5, -0.5], [-0.5, 0.5, -0.5],
+                       [-0.5, -0.5, 0.5], [0.5, -0.5, 0.5], [0.5, 0.5, 0.5], [-0.5, 0.5, 0.5]], dtype=np.float32)
+    indices = np.array([0, 1, 2, 0, 2, 3, 4, 6, 5, 4, 7, 6, 0, 3, 7, 0, 7, 4,
+                        1, 5, 6, 1, 6, 2, 0, 4, 5, 0, 5, 1, 3, 2, 6, 3, 6, 7], dtype=np.int32)
+    return wp.Mesh(points=wp.array(points, dtype=wp.vec3, device="cpu"),
+                   indices=wp.array(indices, dtype=wp.int32, device="cpu"))
+
+
+def test_save_of_an_invalid_or_expired_mesh_id(tmp_path):
+    """Upstream's test_save_rejects_invalid_mesh_handles: ``invalid or expired mesh ID``, before any launch."""
+    if not hasattr(wp, "handle"):
+        pytest.skip("this warp-lang has no wp.handle type (arrived in 1.13): a uint64 id is a plain integer")
+    import gc
+
+    from handle_kernels import MeshHandleOutput, overwrite_mesh_handle_struct
+
+    mesh = _unit_cube_mesh()
+    stale_id = mesh.id
+    del mesh
+    gc.collect()
+    handles = wp.zeros(1, dtype=MeshHandleOutput, device="cpu")
+    distances = wp.zeros(1, dtype=float, device="cpu")
+    for name, candidate in (("unknown", 1), ("deleted", stale_id)):
+        with wp.ScopedCapture(device="cpu", apic=True) as capture:
+            wp.launch(overwrite_mesh_handle_struct, dim=1, inputs=[candidate, handles, distances], device="cpu")
+        with pytest.raises(RuntimeError, match="invalid or expired mesh ID") as raised:
+            wp.capture_save(capture.graph, str(tmp_path / name))
+        assert f"{candidate:#x}" in str(raised.value) and "overwrite_mesh_handle_struct" in str(raised.value)
+        assert "no live wp.Mesh" in str(raised.value)
+        assert not (tmp_path / f"{name}.wrp").exists()

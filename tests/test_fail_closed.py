@@ -86,8 +86,8 @@ _SCAN_7 = len(getattr(_core().wp_array_scan_float_host, "argtypes", None) or ())
 @pytest.mark.parametrize(
     "call,match",
     [
-        (lambda a, b: wp.utils.array_sum(a), "array_sum without out"),
-        (lambda a, b: wp.utils.array_inner(a, b), "array_inner without out"),
+        (lambda a, b: wp.utils.array_sum(a), r"array_sum\(\) without out"),
+        (lambda a, b: wp.utils.array_inner(a, b), r"array_inner\(\) without out"),
         (lambda a, b: wp.utils.runlength_encode(wp.zeros(4, dtype=wp.int32, device=CPU),
                                                 wp.zeros(4, dtype=wp.int32, device=CPU),
                                                 wp.zeros(4, dtype=wp.int32, device=CPU)), "without run_count"),

@@ -8,7 +8,8 @@ version 1, so older readers keep reading what they can. Three places carry them:
 * ``{"handles": [[at, index]]}`` inside a kernel-argument blob: the id of handle ``index`` goes
   into the 8 bytes at ``at`` (which the writer zeroes);
 * ``handle_slots``: ``[[region, offset, index]]``, words of saved memory that hold an id (an
-  array of mesh ids), zeroed in the saved contents and written with the new id on load.
+  array of mesh ids, or a binding's ``wp.handle`` field: ``apic.format.bound_handles``), zeroed in
+  the saved contents and written with the new id on load.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ def find_slots(contents: bytes, region: int, ids: dict[int, int]) -> tuple[bytes
     hits = rec_words.id_words(words, list(ids))
     if not len(hits):
         return contents, []
-    slots = [[region, int(i) * 8, ids[int(words[i])]] for i in hits]
+    return clear_slots(contents, [[region, int(i) * 8, ids[int(words[i])]] for i in hits])
+
+
+def clear_slots(contents: bytes, slots: list) -> tuple[bytes, list]:
+    """``contents`` with the 8 bytes of each ``[region, offset, index]`` slot zeroed, and the slots."""
+    if not slots:
+        return contents, slots
     cleared = bytearray(contents)
     for _, offset, _ in slots:
         cleared[offset : offset + 8] = bytes(8)

@@ -36,9 +36,8 @@ from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
 from apic.record import words as rec_words
-from apic.targets import cpu as cpu_target
 from apic.targets import target as targets
-from apic.targets.cpu import module_file_name
+from apic.targets.cpu import MODULE_EXTENSION, module_file_name
 
 # Native objects a kernel reaches through a u64 handle, found in a module's generated C++ source.
 _HANDLE_CALL = re.compile(r"\bwp::(?:adj_)?(mesh|bvh|hash_grid|volume|marching_cubes)_\w+\s*\(")
@@ -105,16 +104,21 @@ def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
 
 def _cpu_regions(graph) -> tuple[list, list, np.ndarray]:
     """The regions on the wire, the saved words that hold one of the graph's handle ids (``handle_slots``),
-    and the ids of every other live native object (which no saved byte may hold)."""
+    and the ids of every native object no launch argument may hold (every other live one, and those the save
+    recorded from a binding, which no launch was given)."""
     # ids of the graph's own handles are saved as relocations; any other live one cannot be
     graph_ids = {value: i for i, value in enumerate(getattr(graph, "handle_ids", ()))}
     handle_ids = np.setdiff1d(_live_handle_ids(), np.array(list(graph_ids), dtype=np.uint64))
+    typed = getattr(graph, "typed_slots", {})  # extra regions whose bindings type their handle words
     regions, slots = [], []
     for region in graph.recording.regions:
         contents = None
         if not region.owned:
             contents = ctypes.string_at(graph.region_addresses[region.id], region.nbytes) if region.nbytes else b""
-            contents, found = wire_handles.find_slots(contents, region.id, graph_ids)
+            if region.id in typed:  # only the words typed as handles; a plain integer keeps its number
+                contents, found = wire_handles.clear_slots(contents, typed[region.id])
+            else:
+                contents, found = wire_handles.find_slots(contents, region.id, graph_ids)
             slots += found
             if _holds_handle(contents, handle_ids):
                 raise UnsupportedOperationError(
@@ -123,7 +127,8 @@ def _cpu_regions(graph) -> tuple[list, list, np.ndarray]:
                     "work, so apic cannot save it; its address is only valid in this process",
                 )
         regions.append(region_wire(region, contents))
-    return regions, slots, handle_ids
+    added = np.array(getattr(graph, "added_ids", ()), dtype=np.uint64)
+    return regions, slots, np.union1d(handle_ids, added)
 
 
 def _cpu_modules(graph, cpu_level: str | None) -> tuple[list, dict[str, bytes]]:
@@ -168,7 +173,7 @@ def _cuda_modules(graph, cpu_level: str | None) -> tuple[list, dict[str, bytes]]
     for i, info in enumerate(graph.recording.modules):
         image, (arch, suffix, kind) = graph.module_image(i)
         digest = hashlib.sha256(image).hexdigest()
-        name = module_file_name(info.name, digest)[: -len(cpu_target.MODULE_EXTENSION)] + "." + kind
+        name = module_file_name(info.name, digest)[: -len(MODULE_EXTENSION)] + "." + kind
         images[name] = image
         modules.append({"name": info.name, "file": name, "sha256": digest, "size": len(image),
                         "arch": arch, "arch_suffix": suffix})

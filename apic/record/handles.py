@@ -195,6 +195,18 @@ def options_of(kind: str, obj) -> tuple[tuple[str, Any], ...]:
     return tuple((k, options[k]) for k in OPTIONS[kind] if k in options and options[k] is not None)
 
 
+def describe(obj, resolve) -> Handle:
+    """The ``Handle`` of a live object: its kind, its arrays as region references (``resolve(address)``)
+    and its constructor options."""
+    kind = kind_of(obj)
+    arrays = []
+    for name, arr in handle_arrays(kind, obj):
+        if arr is not None:
+            what = f"a wp.{kind} over the array '{name}'"
+            arrays.append((name, HandleArray(resolve(arr.ptr), dtype_name(arr, what), arr.size)))
+    return Handle(kind, tuple(arrays), options_of(kind, obj), obj)
+
+
 def volume_bytes(obj) -> bytes:
     """A Volume's NanoVDB buffer, as it is now."""
     buffer = obj.array()

@@ -75,7 +75,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
             modules=tuple(self._module_infos),
             kernels=tuple(self._kernel_infos),
             ops=ops,
-            handles=tuple(self._describe(obj, resolve) for obj in self._handles.values()),
+            handles=tuple(handles.describe(obj, resolve) for obj in self._handles.values()),
             invalid_handles=tuple(dict.fromkeys(self.invalid_handles)),
             params=params,
         )
@@ -134,15 +134,6 @@ class Recorder(ControlFlowRecording, RecorderBase):
             if arr is not None:
                 self._note_allocation(arr)
                 self._ranges.note(arr.ptr, arr.ptr + arr.size * wp_types.type_size_in_bytes(arr.dtype), used=True)
-
-    def _describe(self, obj, resolve) -> "handles.Handle":
-        kind = handles.kind_of(obj)
-        arrays = []
-        for name, arr in handles.handle_arrays(kind, obj):
-            if arr is not None:
-                what = f"a wp.{kind} over the array '{name}'"
-                arrays.append((name, handles.HandleArray(resolve(arr.ptr), handles.dtype_name(arr, what), arr.size)))
-        return handles.Handle(kind, tuple(arrays), handles.options_of(kind, obj), obj)
 
     def _handle_words(self, data: bytes, words) -> list:
         """``(offset, RawHandle)`` for each 64-bit integer argument that holds a live handle's id."""
@@ -224,14 +215,14 @@ class Recorder(ControlFlowRecording, RecorderBase):
                 kernel=kernel_index,
                 dim=layout.launch_dim(params[0]),
                 bounds=RawBlob(bounds),
-                args=self._args_blob(args_data, fwd_layout, fwd_slots),
-                adj_args=self._args_blob(adj_data, adj_layout, adj_slots) if adjoint else None,
+                args=self._args_blob(args_data, fwd_layout, fwd_slots, kernel.key),
+                adj_args=self._args_blob(adj_data, adj_layout, adj_slots, kernel.key) if adjoint else None,
             )
             self._append(op)
         else:
             self.ops.append(op)
 
-    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout, params: tuple = ()) -> RawBlob:
+    def _args_blob(self, data: bytes, args_layout: layout.ArgsLayout, params: tuple = (), kernel: str = "") -> RawBlob:
         pointers = layout.blob_pointers(data, args_layout.slots)
         if args_layout.words:
             # a uint64 parameter is the user's number, never a handle id to remap
@@ -242,7 +233,8 @@ class Recorder(ControlFlowRecording, RecorderBase):
             # upstream does (a live replay dereferences it as eager Warp would).
             value = int.from_bytes(data[at : at + 8], "little")
             if value and handles.lookup(value) is None:
-                self.invalid_handles.append(f"a wp.handle argument (byte {at} of a launch's arguments) holds {value:#x}")
+                self.invalid_handles.append(f"{value:#x}, held by a wp.handle argument of kernel '{kernel}' (byte {at} "
+                                            "of its packed arguments)")
         return RawBlob(data, pointers, args_layout.slots, params)
 
     def _args_layout(self, kernel, params) -> layout.ArgsLayout:

@@ -126,21 +126,37 @@ def _utility(name: str, original):
         arrays = [v for v in (*args, *kwargs.values()) if isinstance(v, wp_types.array)]
         if not any(a.device.is_cpu for a in arrays):
             return original(*args, **kwargs)  # CUDA work is not ours to record
+        _check_count(name, signature, args, kwargs)
         if host_return is not None and signature.bind(*args, **kwargs).arguments.get(host_return) is None:
             if name == "runlength_encode" and _no_values(signature, args, kwargs):
                 return original(*args, **kwargs)  # returns 0 without touching memory, as upstream records it
+            # upstream's words ("requires array_sum() to receive an explicit out array") and apic's reason
             raise UnsupportedOperationError(
-                f"wp.utils.{name} without {host_return}",
-                f"its host return value would be read before the captured work has run; pass {host_return}=",
+                f"wp.utils.{name}() without {host_return}",
+                f"its host return value would be read before the captured work has run; pass an explicit "
+                f"{host_return} array ({host_return}=)",
             )
         if any(stride < 0 for a in arrays for stride in a.strides):
-            raise UnsupportedOperationError(f"wp.utils.{name} on an array with a negative stride")
+            raise UnsupportedOperationError(f"wp.utils.{name}() on an array with negative strides")
         if name == "segmented_sort_pairs" and not segments.check(signature.bind(*args, **kwargs).arguments):
             return None  # as upstream 1.19: no element or no segment, nothing to sort and nothing recorded
         recorder.note_values(arrays)
         return _recorded_call(recorder, original, args, kwargs)
 
     return shim
+
+
+# The element-count parameter of the reductions: a negative one is refused as upstream refuses it.
+_COUNTS = {"array_sum": "value_count", "array_inner": "count"}
+
+
+def _check_count(name: str, signature, args, kwargs) -> None:
+    """Refuse a negative element count with a ``RuntimeError``, as upstream's CPU capture does (eager Warp
+    hands it to native code as it is)."""
+    count = signature.bind(*args, **kwargs).arguments.get(_COUNTS.get(name, ""))
+    if isinstance(count, int) and count < 0:
+        raise CaptureError(f"wp.utils.{name}() was given a negative count ({_COUNTS[name]}={count}) during a CPU "
+                           "APIC graph capture; pass a count of 0 or more")
 
 
 def _no_values(signature, args, kwargs) -> bool:
