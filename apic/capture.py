@@ -114,6 +114,8 @@ def capture_launch(graph, stream=None, threads=None):
     ``threads`` (apic CPU graphs only; default the graph's ``threads`` attribute, itself 1) > 1 runs
     each launch whose kernel is proved splittable, and that is large enough, split over that many
     threads, bit-identical to the serial replay; everything else runs as before (docs/PARALLEL.md).
+    ``threads`` must be an ``int`` >= 1 (else ``ValueError``); a count above what can run is bounded by
+    the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
     """
     if isinstance(graph, Graph):
         graph.launch(threads=threads)

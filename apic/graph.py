@@ -16,6 +16,8 @@ from apic.replay.named_params import NamedParams
 from apic.replay.parallel import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
 from apic.replay.program import Program
+from apic.replay.thread_count import check as _check_threads
+from apic.replay.thread_count import planned as _planned_threads
 from apic.targets import cpu as cpu_target
 
 
@@ -23,12 +25,6 @@ def _split_unavailable() -> str | None:
     from apic.replay.split import unavailable  # imports Numba: only when a parallel replay is asked for
 
     return unavailable()
-
-
-def _check_threads(value) -> int:
-    if type(value) is not int or value < 1:
-        raise ValueError(f"threads must be an integer >= 1, got {value!r}")
-    return value
 
 
 class Graph(NamedParams):
@@ -76,7 +72,11 @@ class Graph(NamedParams):
     # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
     @property
     def threads(self) -> int:
-        """Threads a plain ``wp.capture_launch(graph)`` splits launches over (1, the default: serial)."""
+        """Threads a plain ``wp.capture_launch(graph)`` splits launches over (1, the default: serial).
+
+        An ``int`` >= 1, else ``ValueError``. Any count is accepted and bounded where it is used: launches
+        are cut for at most ``apic.replay.thread_count.MAX_THREADS`` threads, and run on no more OS
+        threads than the process may use (its CPU affinity; see ``apic.replay.thread_count``)."""
         return self._threads
 
     @threads.setter
@@ -110,8 +110,10 @@ class Graph(NamedParams):
         return found
 
     def parallel_program(self, threads: int) -> Program:
-        """The program a replay on ``threads`` threads runs (built once per thread count)."""
-        key = (_check_threads(threads), self._min_tasks)
+        """The program a replay on ``threads`` threads runs (built once per thread count; counts above
+        ``MAX_THREADS`` share the one built for it)."""
+        threads = _planned_threads(_check_threads(threads))
+        key = (threads, self._min_tasks)
         program = self._parallel.get(key)
         if program is None:
             program = self.program
@@ -126,8 +128,10 @@ class Graph(NamedParams):
         ``chunks`` its tasks are cut into (1: run whole on one thread, at the same time as the independent
         launches next to it), ``together`` the launches of its ``OP_SPLIT`` row (1: split alone), ``count``
         its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
-        serially. Launches of other kernels always run serially and are not listed."""
-        threads = self._threads if threads is None else threads
+        serially. Launches of other kernels always run serially and are not listed.
+
+        ``threads`` is checked and bounded as in :meth:`launch`: the report is that of the replay that runs."""
+        threads = self._threads if threads is None else _check_threads(threads)
         program = self.parallel_program(threads)
         report = []
         chunks_of, together_of = (program.plan.chunks, program.plan.together) if program.plan else ({}, {})
@@ -161,8 +165,11 @@ class Graph(NamedParams):
     def launch(self, repeats: int = 1, threads: int | None = None) -> None:
         """Replay the graph ``repeats`` times with one call into the native interpreter.
 
-        ``threads`` (default :attr:`threads`) > 1 splits each launch proved splittable and large enough
-        over that many threads (docs/PARALLEL.md); the results are the serial replay's, bit for bit.
+        ``threads`` (default :attr:`threads`; an ``int`` >= 1, else ``ValueError``) > 1 splits each launch
+        proved splittable and large enough over that many threads (docs/PARALLEL.md); the results are the
+        serial replay's, bit for bit. A count above what can run is bounded: launches are cut for at most
+        ``MAX_THREADS`` threads, run on at most as many OS threads as the process may use
+        (``apic.replay.thread_count``).
         During a CPU capture on this thread, record its operations ``repeats`` times instead.
         """
         recorder = active()

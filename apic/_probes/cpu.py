@@ -18,6 +18,12 @@ from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, ru
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS, TEST_HOST_CPUS
 from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
+# Builds and loads below make temporary files. Python resolves its temporary folder on first use while
+# holding a lock of tempfile's, which no at-fork hook resets: a child forked while another thread was
+# there (a range object's first build) would wait for ever in its own build. Resolved once here, in
+# the importing thread, it is never resolved again (about half a millisecond).
+tempfile.gettempdir()
+
 # --- CPU kernel entry ABI -------------------------------------------------------------------------
 # warp 1.9-1.12 export `f(launch_bounds_t dim, args*)` with the 32-byte bounds struct *by value*;
 # 1.13 and later export `f(launch_bounds_t* dim, args*)`. Read it off the code generator's template.

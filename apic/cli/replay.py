@@ -26,7 +26,8 @@ def add_parser(subparsers):
                         help="write the named parameter to a .npy file after replaying (repeatable)")
     parser.add_argument("--time", action="store_true", help="print how long the replays took")
     parser.add_argument("--threads", type=int, default=1, metavar="N",
-                        help="split large race-free launches over N threads (docs/PARALLEL.md; default 1: serial)")
+                        help="split large race-free launches over N threads, run on at most the usable CPUs "
+                             "(docs/PARALLEL.md; default 1: serial)")
     parser.add_argument("--profile", action="store_true",
                         help="time every op from inside the interpreter and print a table by kernel and op kind")
     parser.add_argument("--profile-plot", metavar="FILE.png", help="with --profile: also plot it (needs matplotlib)")

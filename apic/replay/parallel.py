@@ -18,7 +18,7 @@ import ctypes
 import warp as wp
 
 from apic import _compat
-from apic.replay import range_entry
+from apic.replay import range_entry, thread_count
 from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
 from apic.targets import cpu as cpu_target
 
@@ -63,9 +63,12 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
 
     ``run()`` issues the launch (split over threads when that is provably exact, else Warp's own
     recorded launch); ``split`` says which. The arrays in ``inputs`` must outlive ``run``.
+
+    ``threads`` is an ``int`` >= 1 (else ``ValueError``); the launch runs on at most as many OS threads
+    as the process may use (``apic.replay.thread_count.running``), whatever it asks for.
     """
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+    threads = thread_count.running(thread_count.check(threads))
+    thread_count.check(min_tasks_per_thread, "min_tasks_per_thread")
     record = wp.launch(kernel, dim=dim, inputs=inputs, device="cpu", record_cmd=True)
     kernel = record.kernel  # the overload a generic kernel resolved to
     size = record.bounds.size
@@ -96,7 +99,8 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
 
 
 def launch(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = MIN_TASKS_PER_THREAD) -> bool:
-    """Launch ``kernel`` on the CPU, its tasks split over ``threads`` threads when that is provably exact.
+    """Launch ``kernel`` on the CPU, its tasks split over ``threads`` threads when that is provably exact
+    (at most as many as can run: see :func:`prepare`).
 
     Returns True when the launch ran split, False when it ran as one ordinary Warp launch.
     """

@@ -35,6 +35,17 @@ _LIMITS_MAIN = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, _c_api("PyGILState_Ens
 _LIMITS_THREAD = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, 0, 0, 0], dtype=np.int64)
 
 
+def _after_fork_in_child() -> None:
+    # A child forked from another thread has that thread as its main thread (Python delivers its
+    # signals there): replays on it must poll for Ctrl-C.
+    global _MAIN_THREAD
+    _MAIN_THREAD = _get_ident()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def set_max_loop_iterations(count: int) -> None:
     """Cap the iterations of each replayed ``capture_while`` loop (per entry of the loop; default 2**24,
     as upstream Warp's CPU replay). A replay whose loop goes past it stops there and raises
@@ -74,7 +85,7 @@ class Program:
     param_offsets: dict = dataclasses.field(default_factory=dict)
     splits: tuple[Split, ...] = ()  # launches proved splittable (docs/PARALLEL.md)
     refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
-    threads: int = 1  # > 1: the table has OP_SPLIT rows, run on this many threads
+    threads: int = 1  # > 1: the table has OP_SPLIT rows, cut for this many threads (run on at most as many)
     plan: fanout.Plan | None = None  # what those rows run (their work items live there)
 
     def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
@@ -104,13 +115,14 @@ class Program:
             return
         # kept to one thread check and one status test: this is on every capture_launch's path
         limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
-        if self.threads > 1:
+        run_table = _run_table or _load_interpreter()
+        if self.threads > 1 and _run_table_pooled:
             from apic.replay.split import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
-                status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+                status = run_table(self.table, repeats, limits, self.loops)
         else:
-            status = (_run_table or _load_interpreter())(self.table, repeats, limits, self.loops)
+            status = run_table(self.table, repeats, limits, self.loops)
         if status:
             raise_status(status, limits, self.table)
 
@@ -169,6 +181,7 @@ def _capacity_problem(row) -> str:
 
 
 _run_table = None  # the jitted interpreter, bound on first replay
+_run_table_pooled = True  # whether it runs OP_SPLIT rows on the splitter's pool (the reference one runs them itself)
 def _load_interpreter():
     """Import the interpreter (and Numba) on first replay, not on import. Bound once: an import
     statement on every replay cost about 0.7 us, most of ``wp.capture_launch``'s fixed cost.
@@ -176,7 +189,7 @@ def _load_interpreter():
     ``APIC_REPLAY=reference`` selects the pure-Python reference interpreter instead (``reference.py``:
     a check of the Numba one, microseconds per op).
     """
-    global _run_table
+    global _run_table, _run_table_pooled
     choice = os.environ.get("APIC_REPLAY", "numba")
     if choice == "reference":
         from apic.replay.reference import run_table  # no Numba: the point is a second implementation
@@ -184,5 +197,5 @@ def _load_interpreter():
         from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
     else:
         raise ValueError(f"APIC_REPLAY={choice!r}: expected 'numba' (the default) or 'reference'")
-    _run_table = run_table
+    _run_table, _run_table_pooled = run_table, choice == "numba"
     return run_table

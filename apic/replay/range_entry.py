@@ -25,6 +25,7 @@ import re
 import threading
 
 from apic import _compat
+from apic.replay import thread_count
 
 _ENTRY_RE = re.compile(r"WP_API void (\w+)_cpu_forward\(\s*(wp::launch_bounds_t(?:<\d+>)?)\s*\*?\s*dim")
 
@@ -125,7 +126,11 @@ def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
 
 
 class _Pool:
-    """Worker threads kept alive across launches: starting a thread per launch costs ~50 us."""
+    """Worker threads kept alive across launches: starting a thread per launch costs ~50 us.
+
+    A forked child gets a new pool (:func:`_after_fork_in_child`): the workers did not come along, and
+    jobs put in their inboxes would wait for ever.
+    """
 
     def __init__(self) -> None:
         self._workers: list[queue.SimpleQueue] = []
@@ -144,7 +149,8 @@ class _Pool:
         """Run ``jobs[1:]`` on workers and ``jobs[0]`` here; return when all are done."""
         while len(self._workers) < len(jobs) - 1:
             inbox: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=self._worker, args=(inbox,), daemon=True, name="apic-split").start()
+            name = f"apic-range-{len(self._workers)}"
+            threading.Thread(target=self._worker, args=(inbox,), daemon=True, name=name).start()
             self._workers.append(inbox)
         for inbox, job in zip(self._workers, jobs[1:]):
             inbox.put(job)
@@ -164,12 +170,27 @@ _pool_lock = threading.Lock()  # one split launch at a time uses the pool
 
 
 def run_split(address: int, bounds_ptr: int, args_ptr: int, size: int, threads: int, _keep=None) -> None:
-    """Run tasks ``[0, size)`` as ``threads`` contiguous ranges on pooled threads (ctypes drops the GIL).
+    """Run tasks ``[0, size)`` as ``threads`` contiguous ranges on pooled threads (ctypes drops the GIL),
+    or as fewer when fewer can run (``thread_count.running``: one range per OS thread).
 
     The calling thread runs the first range; ``_keep`` holds what owns the pointers alive meanwhile.
     """
+    threads = thread_count.running(threads)
     fn = RANGE_FN(address)
     cuts = [size * k // threads for k in range(threads + 1)]
     jobs = [(fn, bounds_ptr, args_ptr, cuts[k], cuts[k + 1]) for k in range(threads)]
     with _pool_lock:
         _pool.run(jobs)
+
+
+def _after_fork_in_child() -> None:
+    # The child has only the forking thread: the pool's workers are gone, and a lock held by another
+    # thread at the fork (a split launch, or a range object being built) would never be released.
+    # What _loaded names stays loaded (the child has the parent's memory); a build the fork cut short
+    # left no entry, and is done again on first use.
+    global _lock, _pool, _pool_lock
+    _lock, _pool_lock, _pool = threading.Lock(), threading.Lock(), _Pool()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -20,6 +20,12 @@ Workers are Python threads that entered a Numba ``nogil`` loop and never leave i
 after each row (the next one of a graph usually follows within microseconds), then sleep on a
 futex that the caller wakes. Linux only (x86-64, AArch64); elsewhere :func:`unavailable` says why and
 graphs replay serially. One replay with split launches at a time uses the pool (:func:`workers`).
+
+The pool starts no more workers than the CPUs the process may run on (``thread_count.running``),
+whatever thread count a replay asks for. It survives ``os.fork()``: a child has the memory but not the
+threads, and inherits the pool's lock as it was, held if another thread was replaying split at the
+fork. An at-fork hook gives the child a new lock and a pool with no workers; its next split replay
+starts its own, on the same control block (the ``OP_SPLIT`` rows of built tables point to it).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import numpy as np
 from numba import cfunc, njit, types
 
 from apic.replay import table as _table
+from apic.replay import thread_count
 from apic.replay._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call10,
                                      load_i64_at)
 
@@ -164,10 +171,17 @@ class _Pool:
         self.started = 0
         self.pid = os.getpid()
 
+    def forget_workers(self) -> None:
+        """After a fork, in the child: the workers did not come along, so none is asleep or allowed to
+        help. The control block keeps its address (and generation: a row the parent had in flight is
+        never resumed, the next one starts a new generation); the next :meth:`ensure` starts workers."""
+        self.started, self.pid = 0, os.getpid()
+        self.block[_SLEEPERS] = 0
+        self.block[_ACTIVE] = 0
+
     def ensure(self, workers: int) -> None:
-        if self.pid != os.getpid():  # a forked child has the memory but not the threads
-            self.started, self.pid = 0, os.getpid()
-            self.block[_SLEEPERS] = 0
+        if self.pid != os.getpid():  # forked by a route that ran no at-fork hook
+            self.forget_workers()
         while self.started < workers:
             threading.Thread(target=_worker, args=(self.base, self.started), daemon=True,
                              name=f"apic-split-{self.started}").start()
@@ -198,9 +212,23 @@ def splitter_address() -> int:
 @contextlib.contextmanager
 def workers(threads: int):
     """Run the enclosed replay's split launches on ``threads`` threads (the caller and ``threads - 1``
-    pooled workers)."""
+    pooled workers), or on as many as can run (``thread_count.running``: no more than the usable CPUs)."""
+    helpers = thread_count.running(threads) - 1
     with lock:
         p = pool()
-        p.ensure(threads - 1)
-        p.block[_ACTIVE] = threads - 1
+        p.ensure(helpers)
+        p.block[_ACTIVE] = helpers
         yield
+
+
+def _after_fork_in_child() -> None:
+    # The forking thread is the child's only thread: the parent's other threads, and so any holder of
+    # the lock (a split replay in flight), are gone. A new lock, and a pool that starts its workers again.
+    global lock
+    lock = threading.Lock()
+    if _pool is not None:
+        _pool.forget_workers()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
