@@ -88,7 +88,10 @@ def prepare(kernel, dim, inputs, threads: int = 2, min_tasks_per_thread: int = M
         if m is not None and any(h is record.hooks for h in m.kernel_hooks.values())
     )
     symbol = _compat.kernel_symbol(module_exec, kernel, adjoint=False)[: -len(cpu_target.KERNEL_SUFFIX[False])]
-    address = range_entry.range_entry(kernel.module.name, module_exec, symbol)
+    try:
+        address = range_entry.range_entry(kernel.module.name, module_exec, symbol)
+    except LookupError:  # no range object can be built here: Warp's own launch, serial
+        return record.launch, False
     bounds_ptr, args_ptr = ctypes.addressof(params[0]), ctypes.addressof(args)
 
     def run() -> None:

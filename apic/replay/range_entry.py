@@ -76,6 +76,7 @@ def range_source(cpp: str) -> tuple[str, list[str]]:
 
 _loaded: dict[str, str] = {}  # SHA-256 of (module source, build options) -> LLVM module of its range object
 _lock = threading.Lock()
+_forked_mid_build = False  # this process was forked while another thread was building (see _after_fork_in_child)
 
 
 def module_source(module_name: str, module_exec) -> tuple[bytes, dict]:
@@ -113,6 +114,9 @@ def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
     key = hashlib.sha256(source + repr((sorted(options.items()), level)).encode()).hexdigest()
     with _lock:
         handle = _loaded.get(key)
+        if handle is None and _forked_mid_build:
+            raise LookupError("this process was forked while another thread was building a range object: the "
+                              "compiler's own locks may be held for ever in it, so it builds none (serial launches)")
         if handle is None:
             text, _ = range_source(source.decode("utf-8"))
             image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
@@ -188,7 +192,10 @@ def _after_fork_in_child() -> None:
     # thread at the fork (a split launch, or a range object being built) would never be released.
     # What _loaded names stays loaded (the child has the parent's memory); a build the fork cut short
     # left no entry, and is done again on first use.
-    global _lock, _pool, _pool_lock
+    # A build in flight may also have held Warp's compiler's (LLVM's) internal locks, which no hook
+    # resets: such a child builds no range object and runs those launches serially (same bits).
+    global _lock, _pool, _pool_lock, _forked_mid_build
+    _forked_mid_build = _forked_mid_build or _lock.locked()
     _lock, _pool_lock, _pool = threading.Lock(), threading.Lock(), _Pool()
 
 
