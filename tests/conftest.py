@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import sysconfig
 
 import numpy as np
 import pytest
@@ -19,6 +20,13 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import apic  # noqa: E402  (installs the shims)
 from apic._compat import quiet_warp  # noqa: E402
+
+# scripts/test_wheel.sh runs this suite against the installed wheel (APIC_TEST_INSTALLED=1): stop at once
+# unless `import apic` found that install, not a checkout on sys.path.
+if os.environ.get("APIC_TEST_INSTALLED"):
+    _site = os.path.realpath(sysconfig.get_paths()["purelib"])
+    if os.path.commonpath([os.path.realpath(apic.__file__), _site]) != _site:
+        pytest.exit(f"APIC_TEST_INSTALLED is set, but apic was imported from {apic.__file__}, not from {_site}", returncode=3)
 
 # Warp prints an init banner and module-load lines unless told not to (before wp.init).
 quiet_warp()

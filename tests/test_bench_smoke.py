@@ -11,7 +11,9 @@ import shutil
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import apic
+
+PACKAGE = os.path.dirname(os.path.abspath(apic.__file__))  # the checkout's apic, or the installed wheel's
 METHODS = ("warp_launch", "launch_objects", "apic_live", "apic_parallel", "apic_loaded", "warp_native", "floor")
 ALWAYS_AVAILABLE = ("warp_launch", "launch_objects", "apic_live", "apic_parallel", "floor")
 
@@ -23,7 +25,7 @@ def _number(value) -> bool:
 def test_bench_quick_smoke(tmp_path):
     """Run as from an installed package: only the ``apic`` package is importable, away from the checkout."""
     site = tmp_path / "site"
-    shutil.copytree(os.path.join(REPO, "apic"), site / "apic", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(PACKAGE, site / "apic", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "bench.json"
     env = dict(os.environ, PYTHONPATH=str(site))
     result = subprocess.run(

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import warp as wp
 
+import apic
+
 import persist_kernels as pk
 from persist_helpers import run_cli, same_bits
 
@@ -66,7 +68,7 @@ def test_inspect_text(saved, tmp_path):
     done = run_cli(["inspect", str(saved)], cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert f"written by: apic 0.1.0, warp-lang {wp.config.version}" in out
+    assert f"written by: apic {apic.__version__}, warp-lang {wp.config.version}" in out
     assert "loads here: yes" in out
     assert "modules (1):" in out and "persist_kernels" in out and " ok" in out
     assert "kernels (7):" in out and "square (backward" in out

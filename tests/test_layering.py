@@ -24,6 +24,11 @@ import sys
 
 import pytest
 
+import apic
+
+# the folder holding the apic package under test: the checkout, or site-packages when the suite runs
+# against an installed wheel (scripts/test_wheel.sh)
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(apic.__file__)))
 _SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "import_graph.py")
 _spec = importlib.util.spec_from_file_location("import_graph", _SCRIPT)
 import_graph = importlib.util.module_from_spec(_spec)
@@ -54,7 +59,7 @@ LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "a
 LAZY_FOR_STARTUP = {
     # the CLI imports NumPy, Warp and the library only for the command that needs them (a quick --help;
     # importing any apic module imports apic, and so Warp)
-    "apic.cli": {"apic.errors"},
+    "apic.cli": {"apic.errors", "apic._version"},
     "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
     "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
@@ -80,7 +85,7 @@ KNOWN_LOCAL: dict = {}
 
 @pytest.fixture(scope="module")
 def graph():
-    return import_graph.build()
+    return import_graph.build(_PACKAGE_PARENT)
 
 
 def _layer(module: str) -> int:
@@ -129,7 +134,7 @@ def test_function_local_imports_are_lazy_optional_dependencies(graph):
 
 
 def test_the_script_prints_the_graph():
-    done = subprocess.run([sys.executable, _SCRIPT], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, _SCRIPT, "--root", _PACKAGE_PARENT], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "# cycles among module-level imports: 0" in done.stdout
     assert "apic.capture:" in done.stdout

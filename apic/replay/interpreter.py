@@ -37,6 +37,7 @@ from apic.replay._intrinsics import (
     call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at, load_i64_at,
     now_ns,
 )
+from apic.replay.jit_cache import CACHE
 
 # Numba freezes these literals into its on-disk cache, which is keyed on this file only: keep them
 # spelled out below and checked against table.py here.
@@ -53,7 +54,7 @@ assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
 assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def indices_in_range(address, count, bound):
     """Whether each of the ``count`` int32 at ``address`` lies in ``[0, bound)`` (an OP_CHECK_INDICES row)."""
     # the smallest and the largest value, without an early exit: a reduction LLVM vectorizes
@@ -66,7 +67,7 @@ def indices_in_range(address, count, bound):
     return lo >= 0 and (count == 0 or hi < bound)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def ids_known(address, count, ids, n):
     """Whether each of the ``count`` uint64 at ``address`` is one of the ``n`` at ``ids`` (OP_CHECK_IDS)."""
     for k in range(count):
@@ -81,7 +82,7 @@ def ids_known(address, count, ids, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def _interrupted(limits):
     """Whether Ctrl-C arrived since the last poll (takes the GIL for the question; main thread only)."""
     if limits[1] == 0:
@@ -92,7 +93,7 @@ def _interrupted(limits):
     return hit != 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def bad_segment(starts, ends, count, segments):
     """The first segment ``k`` whose range ``[starts[k], ends[k])`` (int32s at those addresses) is not
     inside ``[0, count]`` with ``start <= end``, or -1: the check Warp 1.19's host sort makes."""
@@ -104,7 +105,7 @@ def bad_segment(starts, ends, count, segments):
     return -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def bad_capacity(offsets, rows, capacity):
     """Whether the ``rows + 1`` int32 row offsets at ``offsets`` start below 0, decrease, or end past
     ``capacity``: a padded BSR transpose would then write outside the capacity its call was checked for."""
@@ -119,7 +120,7 @@ def bad_capacity(offsets, rows, capacity):
     return previous > capacity
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=CACHE, nogil=True, inline="always")
 def run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
     """The loop of ``run_table`` and ``run_table_profiled``: every opcode's meaning, written once.
 
@@ -205,7 +206,7 @@ def run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_call
     return 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def run_table(table, repeats, limits=None, loops=0):
     """Execute ``table`` from its first row to its end, ``repeats`` times; returns a ``STATUS_*`` code.
 
@@ -217,14 +218,14 @@ def run_table(table, repeats, limits=None, loops=0):
     return run_rows(table, repeats, limits, loops, 0, 0, None, None)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
     """``run_table`` with a clock read after every row: each executed row's time added to ``row_ns[row]``
     and 1 to ``row_calls[row]`` (``apic.profile``); the same guards and ``STATUS_*`` result."""
     return run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=CACHE, nogil=True)
 def time_clock(fn, clock_id, reads):
     """Read the clock ``reads`` times (to measure what one read costs); the last reading."""
     last = 0

@@ -10,8 +10,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from apic.replay.jit_cache import CACHE
 
-@njit(cache=True, nogil=True)
+
+@njit(cache=CACHE, nogil=True)
 def write_slots(arena: np.ndarray, offsets: np.ndarray, value: np.ndarray) -> None:  # pragma: no cover - jitted
     """``arena[o : o + len(value)] = value`` for every offset ``o`` (bytes; the lowering checked each fits)."""
     n = value.shape[0]

@@ -44,6 +44,7 @@ from apic.replay import table as _table
 from apic.replay import thread_count
 from apic.replay._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call10,
                                      load_i64_at)
+from apic.replay.jit_cache import CACHE
 
 # The control block: int64 slots, the contended ones on cache lines of their own.
 _CLAIM = 0  # (generation << 32) | next chunk to claim
@@ -65,7 +66,7 @@ assert (_table.ITEM_ENTRY, _table.ITEM_BOUNDS, _table.ITEM_ARGS, _table.ITEM_TAS
 lock = threading.Lock()  # one replay with split launches at a time uses the pool
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=CACHE)
 def _run_chunk(items, count, chunk):
     """Run chunk ``chunk`` of a row's items: the item owning it, its share of that launch's tasks."""
     k = 0
@@ -79,7 +80,7 @@ def _run_chunk(items, count, chunk):
           tasks * c // chunks, tasks * (c + 1) // chunks)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=CACHE)
 def _help(base, generation, worker):
     """Claim and run chunks of row ``generation`` until none is left (or another row began)."""
     claim = base + 8 * _CLAIM
@@ -100,7 +101,7 @@ def _help(base, generation, worker):
             atomic_add(base + 8 * _DONE, 1)
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=CACHE)
 def _worker(base, index):
     """A pool thread: help every launch it is allowed to (``index < active``); sleep when idle."""
     claim = base + 8 * _CLAIM
@@ -126,7 +127,7 @@ def _worker(base, index):
         atomic_add(base + 8 * _SLEEPERS, -1)
 
 
-@cfunc(types.void(*[types.int64] * 10), nogil=True, cache=True)
+@cfunc(types.void(*[types.int64] * 10), nogil=True, cache=CACHE)
 def _splitter(base, items, count, chunks, _a4, _a5, _a6, _a7, _a8, _a9):
     claim = base + 8 * _CLAIM
     generation = ((atomic_load(claim) >> 32) + 1) & 0x7FFFFFFF

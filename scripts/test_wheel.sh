@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The package as users get it. Build the wheel and the sdist once (python -m build); for each warp-lang
+# version, install the wheel (not editable) into a fresh venv, make that venv read-only, and from folders
+# outside the checkout run the README's first five minutes (scripts/first_five_minutes.py: demo, a capture
+# of one's own, save, inspect, replay, profile, picture). Then, with the first version, the test suite from
+# a copy of tests/ (and of the files the tests read, apic/ left out), so that `import apic` is the installed
+# package (APIC_TEST_INSTALLED=1: tests/conftest.py stops unless apic comes from site-packages; the suite
+# includes `bench --quick`); with the others, `python -m apic bench --quick`. The suite runs once: it is
+# most of the time this takes, and the editable runs of scripts/test.sh cover every version.
+# Usage: bash scripts/test_wheel.sh [VERSION...]   (default: 1.19.0 1.12.1; the suite runs with the first)
+#
+# Read-only: root ignores file permissions, so as root every command runs in a private mount namespace
+# (unshare --mount) where the venv is bind-mounted read-only; as another user, `chmod -R a-w` on the venv
+# does it. Either way a write into the installed package is tried first and must fail. The first five
+# minutes run with an empty HOME and no cache variables, as a new user's: Warp's and Numba's caches must
+# land in that HOME's ~/.cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+versions=("$@")
+[ "${#versions[@]}" -gt 0 ] || versions=(1.19.0 1.12.1)
+work="$(mktemp -d "${TMPDIR:-/tmp}/apic-wheel.XXXXXX")"
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+log="$work/log"
+quietly() {  # run "$@" with its chatter in the log, shown only if it fails
+    "$@" >"$log" 2>&1 || { cat "$log"; echo "error: $*" >&2; return 1; }
+}
+took() { echo "    ($(( SECONDS - $1 )) s)"; }
+
+readonly_run() {  # VENV COMMAND...: run COMMAND with VENV read-only to it
+    local venv="$1"
+    shift
+    if [ "$(id -u)" != 0 ]; then
+        "$@"
+    else
+        unshare --mount --propagation private bash -c \
+            'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"' "$venv" "$@"
+    fi
+}
+
+start=$SECONDS
+echo "=== build: wheel and sdist ==="
+quietly python3 -m venv "$work/build"
+quietly "$work/build/bin/python" -m pip install build
+quietly "$work/build/bin/python" -m build --outdir "$work/dist" .
+wheel="$(ls "$work"/dist/apic_warp-*-py3-none-any.whl)"
+ls "$work/dist"
+took $start
+
+# The suite's copy: everything the tests read except the package itself.
+outside="$work/outside"
+mkdir "$outside"
+cp -r tests scripts examples benchmarks docs README.md CHANGELOG.md pyproject.toml "$outside/"
+find "$outside" -name __pycache__ -prune -exec rm -rf {} +
+
+write_probe='
+import os, sys, sysconfig, apic
+site = os.path.realpath(sysconfig.get_paths()["purelib"])
+if not os.path.realpath(apic.__file__).startswith(site + os.sep):
+    sys.exit(f"error: apic was imported from {apic.__file__}, not from {site}")
+try:
+    open(os.path.join(os.path.dirname(apic.__file__), "write-probe"), "w")
+except OSError as error:
+    print(f"read-only: {error}")
+else:
+    sys.exit("error: the installed package is writable here: the read-only check would prove nothing")
+'
+status=0
+for version in "${versions[@]}"; do
+    echo "=== warp-lang ${version}: the installed wheel, read-only ==="
+    start=$SECONDS
+    venv="$work/venv-${version}"
+    quietly python3 -m venv "$venv"
+    quietly "$venv/bin/python" -m pip install "${wheel}[test,plot]" "warp-lang==${version}"
+    if [ "$version" = "${versions[0]}" ]; then  # cuda-python for the suite's offline driver checks, as scripts/test.sh
+        "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
+    fi
+    [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
+    echo "installed $(basename "$wheel") with warp-lang ${version}"
+    took $start
+
+    # the installed package (not a checkout: cd away from it) must refuse a write, or nothing below proves anything
+    (cd "$work" && readonly_run "$venv" env -u PYTHONPATH "$venv/bin/python" -c "$write_probe")
+
+    echo "--- first five minutes (a new user: empty HOME) ---"
+    start=$SECONDS
+    home="$work/home-${version}"
+    mkdir "$home"
+    # cd to $work: the walk and bench must never see the checkout (first_five_minutes.py walks in a folder of its own)
+    if (cd "$work" && readonly_run "$venv" env -u XDG_CACHE_HOME -u NUMBA_CACHE_DIR -u WARP_CACHE_PATH -u PYTHONPATH \
+            HOME="$home" "$venv/bin/python" "$outside/scripts/first_five_minutes.py" --keep "$work/walk-${version}"); then
+        # Numba's compiled replay loops went to the user's cache folder (nothing could go beside apic's files)
+        if ! ls "$home"/.cache/numba/*/*.nbi >/dev/null 2>&1; then
+            echo "FAILED: no Numba cache in $home/.cache/numba" >&2
+            status=1
+        fi
+    else
+        status=1
+    fi
+    took $start
+
+    if [ "$version" != "${versions[0]}" ]; then  # with the first version, the suite runs it (tests/test_bench_smoke.py)
+        echo "--- python -m apic bench --quick ---"
+        start=$SECONDS
+        (cd "$work" && readonly_run "$venv" env -u PYTHONPATH "$venv/bin/python" -m apic bench --quick --no-progress \
+            --json "$work/bench-${version}.json" >"$log" 2>&1) || { cat "$log"; status=1; }
+        grep "verified bit for bit" "$log" || true
+        took $start
+    else
+        echo "--- the test suite against the installed package (from $outside) ---"
+        start=$SECONDS
+        # tests/clients is the client tier, run by scripts/test.sh in a venv of its own
+        (cd "$outside" && APIC_TEST_INSTALLED=1 readonly_run "$venv" env -u PYTHONPATH \
+            "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/clients) || status=1
+        took $start
+    fi
+done
+exit "$status"
