@@ -36,7 +36,7 @@ from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
 from apic.record import words as rec_words
-from apic.targets import cpu as cpu_target
+from apic.targets import cpu as cpu_targets
 from apic.targets import target as targets
 from apic.targets.cpu import module_file_name
 
@@ -168,7 +168,7 @@ def _cuda_modules(graph, cpu_target: str | None) -> tuple[list, dict[str, bytes]
     for i, info in enumerate(graph.recording.modules):
         image, (arch, suffix, kind) = graph.module_image(i)
         digest = hashlib.sha256(image).hexdigest()
-        name = module_file_name(info.name, digest)[: -len(cpu_target.MODULE_EXTENSION)] + "." + kind
+        name = module_file_name(info.name, digest)[: -len(cpu_targets.MODULE_EXTENSION)] + "." + kind
         images[name] = image
         modules.append({"name": info.name, "file": name, "sha256": digest, "size": len(image),
                         "arch": arch, "arch_suffix": suffix})
