@@ -7,11 +7,15 @@ must be refused with ``BindingError`` quickly and without a large allocation: ``
 (NumPy's buffers included) stays under a few MB, where converting would take 400 MB to gigabytes. The
 CLI is measured from outside: the peak resident size of the ``python -m apic`` process refusing a
 ``.npy`` file of 10^8 float32 (a sparse file: it takes no disk) against one refusing a tiny file.
+The library's attempts run in a child process under an address-space limit, so that a regression fails
+the test rather than exhausting the machine's memory.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 import struct
 import subprocess
 import sys
@@ -19,21 +23,16 @@ import time
 import tracemalloc
 
 import numpy as np
-import pytest
 import warp as wp
 
 import apic
 import cli_kernels as ck
+from apic._compat import quiet_warp
 from persist_helpers import child_env
 
 HUGE = 100_000_000
 PEAK_LIMIT = 8 << 20  # bytes; converting any of the values below would allocate at least 400 MB
 TIME_LIMIT = 5.0  # seconds, generous for a loaded 2-core machine; converting takes tens of seconds
-
-
-@pytest.fixture(scope="module")
-def graph(tmp_path_factory):
-    return wp.capture_load(ck.save(str(tmp_path_factory.mktemp("before_work") / "g")), device="cpu")
 
 
 def huge_array(*inner):
@@ -50,8 +49,17 @@ def huge_list(*inner):
     return [[leaf] * 10_000] * 10_000
 
 
-def test_wrong_size_values_are_refused_before_conversion(graph, tmp_path):
+def attempt_all(path: str) -> list[str]:
+    """Each wrong-size value against the graph saved at ``path``: what went wrong (empty: every one was
+    refused with ``BindingError``, quickly, with a small peak allocation and a short message). Run in a child
+    process under an address-space limit: a regression then fails with ``MemoryError`` instead of taking
+    the machine's memory (converting a nested list of 10^8 floats to an object array takes 12 GB)."""
+    quiet_warp()
+    graph = wp.capture_load(path, device="cpu")
     destination = np.empty(HUGE, dtype=np.float32)  # never written: refused first (allocated lazily by the OS)
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (size + (2 << 30), resource.RLIM_INFINITY))
     attempts = {
         "set_param array <- NumPy": lambda: graph.set_param("x", huge_array()),
         "set_param array <- list": lambda: graph.set_param("x", huge_list()),
@@ -85,10 +93,27 @@ def test_wrong_size_values_are_refused_before_conversion(graph, tmp_path):
         if message is None or peak > PEAK_LIMIT or elapsed > TIME_LIMIT or len(message) > 1000:
             problems.append(f"{what}: {'accepted' if message is None else 'refused'} in {elapsed:.2f} s, peak "
                             f"{peak / 1e6:.1f} MB, message of {len(message or '')} characters: {(message or '')[:200]}")
+    return problems
+
+
+_ATTEMPTS = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import test_checks_before_work
+print(json.dumps(test_checks_before_work.attempt_all(sys.argv[1])))
+"""
+
+
+def test_wrong_size_values_are_refused_before_conversion(tmp_path):
+    path = ck.save(str(tmp_path / "g"))
+    done = subprocess.run([sys.executable, "-c", _ATTEMPTS, path, os.path.dirname(os.path.abspath(__file__))],
+                          env=child_env(), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    problems = json.loads(done.stdout.strip().splitlines()[-1])
     assert not problems, "\n".join(problems)
 
     # the CLI's --input reads a .npy file's header first: its size against the parameter, before the data
-    rss = {name: _cli_peak_rss(tmp_path, name, shape) for name, shape in (("small", 3), ("huge", HUGE))}
+    rss = {name: _cli_peak_rss(path, tmp_path, name, shape) for name, shape in (("small", 3), ("huge", HUGE))}
     assert rss["huge"]["error"] and rss["small"]["error"]
     assert rss["huge"]["seconds"] < TIME_LIMIT + rss["small"]["seconds"]
     assert rss["huge"]["peak_kb"] < rss["small"]["peak_kb"] + 100_000, rss  # reading it would add 400 MB
@@ -104,7 +129,7 @@ print(json.dumps({"peak_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_max
 """
 
 
-def _cli_peak_rss(tmp_path, name: str, length: int) -> dict:
+def _cli_peak_rss(graph: str, tmp_path, name: str, length: int) -> dict:
     """``python -m apic replay --input x=<a .npy of ``length`` float32>`` (sparse), refused: peak RSS and time."""
     header = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d,), }" % length
     header += " " * (117 - len(header)) + "\n"
@@ -112,10 +137,7 @@ def _cli_peak_rss(tmp_path, name: str, length: int) -> dict:
     with open(path, "wb") as f:
         f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
         f.truncate(f.tell() + 4 * length)  # a hole: the file has its full size and uses no disk
-    stem = str(tmp_path / "cli")
-    if not (tmp_path / "cli.wrp").exists():
-        ck.save(stem)
-    command = [sys.executable, "-m", "apic", "replay", stem + ".wrp", "--input", f"x={path}"]
+    command = [sys.executable, "-m", "apic", "replay", graph, "--input", f"x={path}"]
     done = subprocess.run([sys.executable, "-c", _MEASURE, *command], env=child_env(), capture_output=True,
                           text=True, timeout=300)
     result = json.loads(done.stdout)
