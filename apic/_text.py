@@ -19,9 +19,6 @@ import numpy as np
 # what a terminal may act on, or what str.splitlines() and other readers may take for a line end.
 _UNSAFE_CATEGORIES = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 
-# How json_text writes the floats JSON has no number for.
-NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
 
 def _code(char: str) -> str:
     code = ord(char)
