@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from apic._compat import wp_types
+from apic._text import short_repr
 from apic.errors import BindingError
 from apic.record.layout import extent
 
@@ -195,20 +197,64 @@ def check_writable(arr, where: str) -> None:
             return
 
 
+def claimed_shape(value) -> tuple[int, ...] | None:
+    """The shape ``value`` says it has, found without converting or copying it: the ``shape`` of an array
+    (NumPy, torch, memoryview, anything with a tuple of integers there), or a nested list's lengths
+    along its first items when they end in a number (or an array: its shape follows); None when it says
+    nothing.
+
+    Conversion checks the real shape afterwards (a ragged list); this only lets a caller refuse a value of
+    the wrong size before converting millions of elements."""
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        return tuple(int(n) for n in shape)
+    if not isinstance(value, (list, tuple)):
+        return None
+    dims = []
+    item = value
+    while isinstance(item, (list, tuple)):
+        dims.append(len(item))
+        if not item:
+            return tuple(dims)
+        item = item[0]
+    if isinstance(item, (numbers.Number, str, bytes)):  # a scalar leaf (NumPy scalars are Numbers)
+        return tuple(dims)
+    inner = getattr(item, "shape", None)
+    if isinstance(inner, tuple) and all(isinstance(n, int) for n in inner):  # a list of arrays
+        return tuple(dims) + tuple(int(n) for n in inner)
+    return None  # a leaf NumPy may read as a sequence (a Warp vector): let the conversion find out
+
+
+def _check_claimed(value, expected: tuple, np_dtype: np.dtype, where: str) -> None:
+    """Refuse ``value`` if the shape or NumPy dtype it says it has already cannot match: before any copy."""
+    claimed = claimed_shape(value)
+    if claimed is not None and claimed != expected:
+        raise BindingError(f"{where}: shape {claimed} (expected {expected})")
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, np.dtype) and not np.can_cast(dtype, np_dtype, casting="same_kind"):
+        raise BindingError(f"{where}: dtype {dtype} (expected {np_dtype})")
+
+
 def array_like_copy(binding: Binding, value, where: str) -> np.ndarray:
     """A new NumPy array holding ``value`` (NumPy, list, memoryview, torch tensor, anything
     ``np.array`` takes) with the binding's element type and ``shape + elem_shape``; always a copy, so
-    the graph never aliases the caller's memory."""
+    the graph never aliases the caller's memory. The shape and dtype ``value`` says it has are checked
+    first, so a value of the wrong size is refused without being converted."""
     if binding.np_dtype is None:
         raise BindingError(f"{where}: binding dtype {binding.dtype} has no NumPy equivalent; pass a Warp array")
+    expected = tuple(binding.shape) + tuple(binding.elem_shape)
+    target = np.dtype(binding.np_dtype)
+    _check_claimed(value, expected, target, where)
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor (maybe on a GPU or needing grad)
         value = value.detach().cpu().numpy()
-    source = np.array(value, copy=True)
-    expected = tuple(binding.shape) + tuple(binding.elem_shape)
+    try:
+        source = np.array(value, copy=True)
+    except (ValueError, TypeError) as error:  # a ragged nesting, an object NumPy cannot read
+        raise BindingError(f"{where}: cannot read {short_repr(value)} as an array: {error}") from None
     if source.shape != expected:
         raise BindingError(f"{where}: shape {source.shape} (expected {expected})")
-    if source.dtype != np.dtype(binding.np_dtype):
-        if not np.can_cast(source.dtype, np.dtype(binding.np_dtype), casting="same_kind"):
-            raise BindingError(f"{where}: dtype {source.dtype} (expected {np.dtype(binding.np_dtype)})")
-        source = source.astype(np.dtype(binding.np_dtype))
+    if source.dtype != target:
+        if not np.can_cast(source.dtype, target, casting="same_kind"):
+            raise BindingError(f"{where}: dtype {source.dtype} (expected {target})")
+        source = source.astype(target)
     return source

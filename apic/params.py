@@ -32,7 +32,8 @@ from typing import Callable
 import numpy as np
 
 from apic._compat import wp_codegen, wp_types
-from apic.bindings import dtype_name, numpy_layout
+from apic._text import short_repr
+from apic.bindings import claimed_shape, dtype_name, numpy_layout
 from apic.errors import BindingError
 
 # NumPy kind -> byte sizes a parameter component may have ('b': bool, 'i'/'u': integers, 'f': floats)
@@ -101,22 +102,22 @@ def _component(kind: str, size: int, value, where: str) -> bytes:
     if kind == "b":
         if isinstance(value, bool) or (type(value) is int and value in (0, 1)):
             return bytes(ctypes.c_bool(value))
-        raise BindingError(f"{where}: expected a bool, got {value!r}")
+        raise BindingError(f"{where}: expected a bool, got {short_repr(value)}")
     if kind in "iu":
         if not isinstance(value, numbers.Integral):
-            raise BindingError(f"{where}: expected an integer, got {type(value).__name__} {value!r}")
+            raise BindingError(f"{where}: expected an integer, got {type(value).__name__} {short_repr(value)}")
         value = int(value)
         lo, hi = (-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if kind == "i" else (0, (1 << (8 * size)) - 1)
         if not lo <= value <= hi:
-            raise BindingError(f"{where}: {value} is out of range for a {8 * size}-bit "
+            raise BindingError(f"{where}: {short_repr(value)} is out of range for a {8 * size}-bit "
                                f"{'signed' if kind == 'i' else 'unsigned'} integer [{lo}, {hi}]")
         return value.to_bytes(size, "little", signed=kind == "i")
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise BindingError(f"{where}: expected a number, got {type(value).__name__} {value!r}")
+        raise BindingError(f"{where}: expected a number, got {type(value).__name__} {short_repr(value)}")
     try:
         value = float(value)
     except OverflowError:
-        raise BindingError(f"{where}: {value} is too large for a float") from None
+        raise BindingError(f"{where}: {short_repr(value)} is too large for a float") from None
     if size == 2:  # Warp packs float16 through its own conversion (round to nearest even)
         return struct.pack("<H", wp_types.float_to_half_bits(value))
     # c_float / c_double of a Python float: the conversion Warp's pack_arg makes
@@ -135,8 +136,11 @@ def pack(param: ScalarParam, value, where: str) -> bytes:
         return bytes(value)
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") and not isinstance(value, np.ndarray):
         raise BindingError(f"{where}: expected a {param.dtype} (a sequence of shape {param.elem_shape}), "
-                           f"got {type(value).__name__} {value!r}")
+                           f"got {type(value).__name__} {short_repr(value)}")
     shape = tuple(param.elem_shape)
+    claimed = claimed_shape(value)
+    if claimed is not None and claimed != shape:  # refused before NumPy makes an object per element
+        raise BindingError(f"{where}: shape {claimed} (expected {shape} for {param.dtype})")
     if type(value) in (list, tuple) and len(shape) == 1 and len(value) == shape[0] and not any(
             hasattr(v, "__len__") for v in value):
         items = value  # the common case (g = (0, -9.8, 0)) without NumPy's object arrays
@@ -144,7 +148,7 @@ def pack(param: ScalarParam, value, where: str) -> bytes:
         try:
             array = np.array(value, dtype=object)
         except (ValueError, TypeError) as error:  # ragged nesting
-            raise BindingError(f"{where}: cannot read {value!r} as a {param.dtype}: {error}") from None
+            raise BindingError(f"{where}: cannot read {short_repr(value)} as a {param.dtype}: {error}") from None
         if array.shape != shape:
             raise BindingError(f"{where}: shape {array.shape} (expected {shape} for {param.dtype})")
         items = array.flat

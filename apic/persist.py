@@ -14,7 +14,7 @@ import warp as wp
 
 from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
-from apic.format.module_folder import ModuleFolder
+from apic.format.module_folder import ModuleFolder, read_regular
 from apic.graph import Graph
 from apic.targets.cpu import CPU_LEVELS
 
@@ -103,15 +103,10 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
                 source_fallback=bool(source_fallback), cpu_level=cpu_target)
 
 
-def _read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def _read_graph_file(wrp_path: str, shown: str) -> bytes:
     """The ``.wrp`` bytes; a file that cannot be read raises upstream's message (``shown``: the path as given)."""
     try:
-        return _read_file(wrp_path)
+        return read_regular(wrp_path)  # a regular file only: a FIFO or /dev/zero would hang or fill memory
     except OSError as error:
         kind = GraphNotFoundError if isinstance(error, FileNotFoundError) else GraphLoadError
         raise kind(error.errno, f"Failed to load APIC graph from {shown}: {error.strerror or error}",

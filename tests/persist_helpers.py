@@ -92,10 +92,10 @@ def run_child(job: dict, cwd, python: str = sys.executable) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def run_cli(args: list[str], cwd, python: str = sys.executable) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], cwd, python: str = sys.executable, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m apic ARGS`` in a fresh interpreter."""
     return subprocess.run(
-        [python, "-m", "apic", *args], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=600
+        [python, "-m", "apic", *args], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=timeout
     )
 
 

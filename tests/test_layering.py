@@ -37,7 +37,7 @@ _spec.loader.exec_module(import_graph)
 
 # Bottom to top. A module may import modules of its own layer or of a lower one.
 LAYERS = (
-    ("base", ("apic.errors", "apic._version", "apic._compat", "apic._probes", "apic._probes.*", "apic.patches", "apic.targets", "apic.targets.*")),
+    ("base", ("apic.errors", "apic._version", "apic._text", "apic._compat", "apic._probes", "apic._probes.*", "apic.patches", "apic.targets", "apic.targets.*")),
     # the values a recording holds besides its ops: named scalar parameters (apic.param, noted per launch
     # by the shims) and the type facts of named array bindings, which the parameters share
     ("record", ("apic.record", "apic.record.*", "apic.params", "apic.bindings")),
@@ -59,10 +59,10 @@ LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "a
 LAZY_FOR_STARTUP = {
     # the CLI imports NumPy, Warp and the library only for the command that needs them (a quick --help;
     # importing any apic module imports apic, and so Warp)
-    "apic.cli": {"apic.errors", "apic._version"},
-    "apic.cli.bench": {"apic.bench.markdown", "apic.bench.run"},
+    "apic.cli": {"apic.errors", "apic._version", "apic._text"},
+    "apic.cli.bench": {"apic._text", "apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
-    "apic.cli.replay": {"apic", "apic._compat", "numpy", "warp"},
+    "apic.cli.replay": {"apic", "apic._compat", "apic.format.module_folder", "numpy", "warp"},
     # the pure-Python reference interpreter: imported only when APIC_REPLAY=reference selects it
     "apic.replay.program": {"apic.replay.reference"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only

@@ -107,7 +107,7 @@ def test_validator_and_inspect_in_process(seeds, tmp_path, seed, name):
         reader.read(data)
     except apic.FormatError:
         return
-    json.dumps(inspect_wrp.describe(str(path)))
+    inspect_wrp.to_json(inspect_wrp.describe(str(path)))  # strict JSON (no NaN): raises otherwise
 
 
 # --- bugs found by review ---------------------------------------------------------------------------

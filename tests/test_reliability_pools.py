@@ -180,8 +180,8 @@ def test_nonsense_thread_counts_refused(bad):
     assert_same(before, snapshot(_named(state)), "a refused call ran nothing")
 
 
-@pytest.mark.parametrize("bad, message", [("0", "--threads must be 1 or more"), ("-3", "--threads must be 1 or more"),
-                                          ("1.5", "invalid int value")])
+@pytest.mark.parametrize("bad, message", [("0", "--threads: must be 1 or more"), ("-3", "--threads: must be 1 or more"),
+                                          ("1.5", "--threads: expected an integer")])
 def test_nonsense_thread_counts_refused_on_the_command_line(tmp_path, bad, message):
     done = run_cli(["replay", str(tmp_path / "missing.wrp"), f"--threads={bad}"], cwd=tmp_path)
     assert done.returncode != 0 and message in done.stderr, done.stderr

@@ -418,7 +418,7 @@ def test_cli_replay_set(tmp_path):
     second = run_cli(["replay", "g.wrp", "--set", f"p={text}", "--input", "x=x0.npy", "--output", "x=x1.npy"], tmp_path)
     assert second.returncode == 0, second.stderr
     assert np.array_equal(expected[1]["x"], np.load(tmp_path / "x1.npy").view(np.uint8).reshape(-1))
-    for bad, message in (("p=1,2", "has 3 components"), ("q=1", "no named scalar parameter 'q'"),
+    for bad, message in (("p=1,2", "takes 3 comma-separated components"), ("q=1", "no parameter named 'q'"),
                          ("p=a,b,c", "expected numbers"), ("p", "NAME=VALUE")):
         refused = run_cli(["replay", "g.wrp", "--set", bad], tmp_path)
         assert refused.returncode != 0 and message in refused.stderr, refused.stderr

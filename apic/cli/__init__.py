@@ -1,13 +1,16 @@
 """The command-line interface. Each subcommand is a module here with ``add_parser`` and ``run``.
 
-Only the CLI prints. User mistakes (a missing file, a bad argument, a refused graph) end with a
-message on stderr and exit status 2, without a traceback.
+Only the CLI prints. User mistakes (a missing or unreadable file, a bad argument, a name the graph does
+not have, a value that does not fit, a refused graph) end with one line, ``error: <message>``, on
+stderr and exit status 2, without a traceback; the message is escaped to one line (it may quote a
+string from a hostile file). Ctrl-C ends with exit status 130, also without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import sys
 from importlib import metadata
@@ -37,8 +40,70 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, its mistakes reported as every other: one ``error:`` line, exit status 2 (the usage
+    is one ``--help`` away, named in the line). Subcommand parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, _error_line(f"{message} (see {self.prog} --help)") + "\n")
+
+
+def int_option(lo: int, hi: int | None = None):
+    """An argparse ``type`` for an integer option in ``[lo, hi]`` (``hi`` None: no upper bound): out of range
+    is argparse's usage error (exit 2, before any work), not a failure deep in the run."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if hi is None and value < lo:
+            raise argparse.ArgumentTypeError(f"must be {lo} or more, got {text}")
+        if hi is not None and not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"must be between {lo} and {hi}, got {text}")
+        return value
+
+    parse.__name__ = "integer"  # what argparse names the type in its messages
+    return parse
+
+
+def check_graph_path(path: str) -> None:
+    """Refuse a path that names an existing file other than a graph's ``.wrp`` (a ``.npy``, a script):
+    the loader would look for ``<path>.wrp`` and report that missing, which hides the mistake."""
+    if path and not path.endswith(".wrp") and os.path.isfile(path) and not os.path.exists(path + ".wrp"):
+        raise UserError(f"{path} is not a saved graph: name its .wrp file (wp.capture_save writes <stem>.wrp, "
+                        "and <stem>_modules/ beside it)")
+
+
+def check_output_path(where: str, path: str) -> None:
+    """Refuse, before any work, an output path that cannot be written: a folder, or in a folder that does
+    not exist (``where``: the option, for the message)."""
+    if os.path.isdir(path):
+        raise UserError(f"{where}: is a folder; name a file to write")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UserError(f"{where}: the folder {folder} does not exist")
+
+
+def _error_line(error) -> str:
+    """``error: <message>`` on one line: a message can quote a string from the file or the command line."""
+    from apic._text import one_line  # lazy: importing any apic module imports apic, and so Warp (a quick --help)
+
+    return f"error: {one_line(error)}"
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (``inspect ... | head``): stop quietly, as other tools do."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's last flush at exit then has nowhere to fail
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m apic",
         description="apic: capture, save, inspect and replay NVIDIA Warp graphs (python -m apic COMMAND --help for a command)",
     )
@@ -50,14 +115,21 @@ def main(argv=None) -> int:
         sub.set_defaults(_run=module.run)
     args = parser.parse_args(argv)
     try:
-        return args._run(args) or 0
+        code = args._run(args) or 0
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
     except (UserError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(_error_line(error), file=sys.stderr)
         return 2
     except Exception as error:
         from apic.errors import ApicError  # lazy: any apic module imports apic, and so Warp (a quick --help)
 
         if isinstance(error, ApicError):
-            print(f"error: {error}", file=sys.stderr)
+            print(_error_line(error), file=sys.stderr)
             return 2
         raise

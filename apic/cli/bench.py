@@ -6,10 +6,9 @@ The suite is part of the package (``apic/bench/``), so an installed apic runs it
 
 from __future__ import annotations
 
-import json
 import sys
 
-from apic.cli import UserError
+from apic.cli import UserError, check_output_path
 
 
 def add_parser(subparsers):
@@ -54,12 +53,21 @@ class _Progress:
         self.stream.flush()
 
 
-def run(args) -> int:
+def _check_outputs(args) -> None:
+    """Refuse, before the suite runs for minutes, an output path that cannot be written: a folder, or in a
+    folder that does not exist; and ``--plot`` without matplotlib."""
+    for option, path in (("--json", args.json), ("--markdown", args.markdown), ("--plot", args.plot)):
+        if path is not None:
+            check_output_path(f"{option} {path}", path)
     if args.plot:
         try:
             import matplotlib  # noqa: F401  (lazy: an optional dependency; refuse --plot early without it)
         except ImportError:
             raise UserError("--plot needs matplotlib (pip install matplotlib)") from None
+
+
+def run(args) -> int:
+    _check_outputs(args)
     suite = _suite()
     config = suite.QUICK if args.quick else suite.FULL
     progress = (lambda *a: None) if args.no_progress else _Progress(sys.stderr)
@@ -70,8 +78,10 @@ def run(args) -> int:
         return 1
     print(suite.format_report(results))
     if args.json:
+        from apic._text import json_text  # lazy: imports apic, as _suite
+
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            f.write(json_text(results, indent=1))  # strict JSON: a NaN or infinite timing is a string
         print(f"results written to {args.json}")
     if args.markdown:
         from apic.bench.markdown import format_markdown  # lazy: imports the suite, as _suite

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import time
 
+from apic.cli import int_option
+
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("demo", help="run the built-in simulation eagerly and captured, and compare")
-    parser.add_argument("--frames", type=int, default=200, help="frames to simulate (default 200)")
-    parser.add_argument("--particles", type=int, default=64)
-    parser.add_argument("--substeps", type=int, default=8)
+    # bounded: a chain needs two particles (one spring), a frame one substep; the upper bounds keep a typo
+    # from asking for gigabytes or hours
+    parser.add_argument("--frames", type=int_option(1, 1_000_000), default=200,
+                        help="frames to simulate, 1 to 1000000 (default 200)")
+    parser.add_argument("--particles", type=int_option(2, 1_000_000), default=64,
+                        help="particles in the chain, 2 to 1000000 (default 64)")
+    parser.add_argument("--substeps", type=int_option(1, 1000), default=8,
+                        help="substeps per frame, 1 to 1000 (default 8)")
     return parser
 
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import os
-import unicodedata
 
-from apic import dot
+from apic import _compat, dot
+from apic.cli import UserError, check_graph_path, check_output_path
+from apic._text import escape as _escape
+from apic._text import json_text
 from apic.errors import ApicError, FormatError
 from apic.format import reader, writer
-from apic.format.module_folder import ModuleFolder
+from apic.format.module_folder import ModuleFolder, read_regular
 from apic.params import unpack
 from apic.record import ops as rec
 from apic.replay import loader
@@ -106,12 +107,20 @@ def _cpu_loads_here(saved, modules_dir: str) -> str | None:
     return None if refused is None else str(refused)
 
 
+def _read(path: str):
+    """``(wrp_path, modules_dir, file_size, saved)``: the graph file at ``path``, read once (a regular file
+    only: a FIFO or a device node would block or never end) and validated."""
+    wrp_path, modules_dir = writer.wrp_paths(path)
+    data = read_regular(wrp_path)
+    return wrp_path, modules_dir, len(data), reader.read(data)
+
+
 def describe(path: str) -> dict:
     """Everything ``inspect`` reports about the file at ``path``, as plain data."""
-    wrp_path, modules_dir = writer.wrp_paths(path)
-    with open(wrp_path, "rb") as f:
-        data = f.read()
-    saved = reader.read(data)
+    return _describe(*_read(path))
+
+
+def _describe(wrp_path: str, modules_dir: str, file_size: int, saved) -> dict:
     recording = saved.recording
 
     modules = []
@@ -147,7 +156,7 @@ def describe(path: str) -> dict:
     ops = _distinct_ops(recording.ops, recording.kernels)
     return {
         "file": wrp_path,
-        "file_size": len(data),
+        "file_size": file_size,
         "format_version": saved.format_version,
         "writer": saved.writer,
         "target": saved.target,
@@ -196,32 +205,14 @@ def _scalar_params(recording) -> list:
     return found
 
 
-def _picture(args) -> None:
+def _picture(args, saved) -> None:
     """``--dot`` / ``--png``: the graph as DOT (``apic.dot``), and through Graphviz as a PNG."""
-    with open(writer.wrp_paths(args.path)[0], "rb") as f:
-        saved = reader.read(f.read())
     text = dot.to_dot(saved.recording, saved.bindings, title=os.path.basename(args.path))
     if args.dot:
         with open(args.dot, "w", encoding="utf-8") as f:
             f.write(text)
     if args.png:
         dot.render_png(text, args.png)
-
-
-def _escape(text: str) -> str:
-    """``text`` with every character a terminal could act on written as an escape: control and format
-    characters (ESC, CR, LF, NUL, bidi overrides such as U+202E), line/paragraph separators, surrogates,
-    unassigned code points, and the backslash itself (so an escape in the output always means one)."""
-    out = []
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            code = ord(char)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(char)
-    return "".join(out)
 
 
 def _safe(value):
@@ -328,10 +319,27 @@ def _text(info: dict) -> str:
     return "\n".join(lines)
 
 
+def to_json(info: dict) -> str:
+    """The JSON view: strict JSON (RFC 8259), ASCII only. A float JSON has no number for (a scalar
+    parameter's NaN or infinity) is the string "nan", "inf" or "-inf"; integers are exact, whatever their
+    size; every control and non-ASCII character is a JSON escape (``apic._text.json_text``)."""
+    return json_text(info, indent=2)
+
+
 def run(args) -> int:
-    info = describe(args.path)
+    # Warp prints a banner to stdout when it initializes (a kept source compiled for "loads here" does):
+    # quiet, so that stdout is the report alone (--json: one JSON document)
+    _compat.quiet_warp()
+    check_graph_path(args.path)
+    for option, path in (("--dot", args.dot), ("--png", args.png)):
+        if path is not None:
+            check_output_path(f"{option} {path}", path)
+    try:
+        wrp_path, modules_dir, file_size, saved = _read(args.path)
+    except OSError as error:  # FormatError is apic's: its message says what is wrong with the contents
+        raise UserError(f"cannot read {error.filename or args.path}: {error.strerror or error}") from None
+    info = _describe(wrp_path, modules_dir, file_size, saved)
     if args.dot or args.png:
-        _picture(args)
-    # JSON: ensure_ascii (the default) writes every control and non-ASCII character as an escape
-    print(json.dumps(info, indent=2, ensure_ascii=True) if args.json else _text(info))
+        _picture(args, saved)
+    print(to_json(info) if args.json else _text(info))
     return 0

@@ -106,6 +106,34 @@ class ModuleFolder:
             self._fd = None
 
 
+# A file the user names (a .wrp, a .npy): links followed (the user chose the path), never blocking on open.
+_USER_FILE_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+                    | getattr(os, "O_BINARY", 0))
+
+
+def open_regular(path: str):
+    """``path`` opened for binary reading if it is a regular file; ``OSError`` otherwise (``IsADirectoryError``
+    for a folder). A FIFO or device node (``/dev/zero``) is refused without blocking on it or reading it, so a
+    file named by the user can neither hang a read nor feed it endless bytes."""
+    fd = os.open(path, _USER_FILE_FLAGS)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "Not a regular file (a FIFO, socket or device node)", path)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path: str) -> bytes:
+    """The bytes of the regular file ``path`` (``open_regular``), read up to the size it had when opened."""
+    with open_regular(path) as f:
+        return f.read(os.fstat(f.fileno()).st_size)
+
+
 def fetch_verified(fetch, kind: str, file: str, module_name: str, size: int, sha256: str, origin: str) -> bytes:
     """The bytes of ``file`` from ``fetch``, checked against the size and SHA-256 the graph file records.
 

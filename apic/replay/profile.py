@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
+from apic._text import escape
 from apic.record import ops as rec
 from apic.replay import guards as _guards
 from apic.replay import lowering as _lowering
@@ -73,7 +74,8 @@ class ProfileReport:
         head = f"{'kind':<12} {'name':<32} {'ops':>5} {'calls':>9} {'total ms':>10} {'mean us':>9} {'share':>7}"
         lines = [head, "-" * len(head)]
         for r in self.rows:
-            lines.append(f"{r.kind:<12} {r.name[:32]:<32} {r.ops:>5} {r.calls:>9} {r.total_ns / 1e6:>10.3f} "
+            # a kernel's name comes from the file: escaped, so that it cannot forge a line of the table
+            lines.append(f"{r.kind:<12} {escape(r.name)[:32]:<32} {r.ops:>5} {r.calls:>9} {r.total_ns / 1e6:>10.3f} "
                          f"{r.mean_ns / 1e3:>9.3f} {r.share:>6.1%}")
         total = int(self.row_ns.sum())
         lines.append(f"{self.replays} replay(s), {len(self.row_ns)} rows each; {total / 1e6:.3f} ms in rows, "
