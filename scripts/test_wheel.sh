@@ -2,12 +2,11 @@
 # The package as users get it. Build the wheel and the sdist once (python -m build); for each warp-lang
 # version, install the wheel (not editable) into a fresh venv, make that venv read-only, and from folders
 # outside the checkout run the README's first five minutes (scripts/first_five_minutes.py: demo, a capture
-# of one's own, save, inspect, replay, profile, picture). Then, with the first version, the test suite from
-# a copy of tests/ (and of the files the tests read, apic/ left out), so that `import apic` is the installed
-# package (APIC_TEST_INSTALLED=1: tests/conftest.py stops unless apic comes from site-packages; the suite
-# includes `bench --quick`); with the others, `python -m apic bench --quick`. The suite runs once: it is
-# most of the time this takes, and the editable runs of scripts/test.sh cover every version.
-# Usage: bash scripts/test_wheel.sh [VERSION...]   (default: 1.19.0 1.12.1; the suite runs with the first)
+# of one's own, save, inspect, replay, profile, picture). Then the test suite from a copy of tests/ (and of
+# the files the tests read, apic/ left out), so that `import apic` is the installed package
+# (APIC_TEST_INSTALLED=1: tests/conftest.py stops unless apic comes from site-packages; the suite includes
+# `bench --quick`), for every version.
+# Usage: bash scripts/test_wheel.sh [VERSION...]   (default: 1.19.0 1.12.1)
 #
 # Read-only: root ignores file permissions, so as root every command runs in a private mount namespace
 # (unshare --mount) where the venv is bind-mounted read-only; as another user, `chmod -R a-w` on the venv
@@ -71,9 +70,8 @@ for version in "${versions[@]}"; do
     venv="$work/venv-${version}"
     quietly python3 -m venv "$venv"
     quietly "$venv/bin/python" -m pip install "${wheel}[test,plot]" "warp-lang==${version}"
-    if [ "$version" = "${versions[0]}" ]; then  # cuda-python for the suite's offline driver checks, as scripts/test.sh
-        "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
-    fi
+    # cuda-python for the suite's offline driver checks, as scripts/test.sh
+    "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
     [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
     echo "installed $(basename "$wheel") with warp-lang ${version}"
     took $start
@@ -98,20 +96,11 @@ for version in "${versions[@]}"; do
     fi
     took $start
 
-    if [ "$version" != "${versions[0]}" ]; then  # with the first version, the suite runs it (tests/test_bench_smoke.py)
-        echo "--- python -m apic bench --quick ---"
-        start=$SECONDS
-        (cd "$work" && readonly_run "$venv" env -u PYTHONPATH "$venv/bin/python" -m apic bench --quick --no-progress \
-            --json "$work/bench-${version}.json" >"$log" 2>&1) || { cat "$log"; status=1; }
-        grep "verified bit for bit" "$log" || true
-        took $start
-    else
-        echo "--- the test suite against the installed package (from $outside) ---"
-        start=$SECONDS
-        # tests/clients is the client tier, run by scripts/test.sh in a venv of its own
-        (cd "$outside" && APIC_TEST_INSTALLED=1 readonly_run "$venv" env -u PYTHONPATH \
-            "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/clients) || status=1
-        took $start
-    fi
+    echo "--- the test suite against the installed package (from $outside) ---"
+    start=$SECONDS
+    # tests/clients is the client tier, run by scripts/test.sh in a venv of its own
+    (cd "$outside" && APIC_TEST_INSTALLED=1 readonly_run "$venv" env -u PYTHONPATH \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/clients) || status=1
+    took $start
 done
 exit "$status"
