@@ -40,10 +40,15 @@ def _driver():
 
 def _no_driver_library(cu) -> bool:
     """True where cuda-python cannot load a CUDA driver library at all (cuInit raises)."""
+    # A real binding call, as FakeDevice's: a collection inside it may run an earlier test's graph finalizer,
+    # whose stand-in must then not call the real binding again (it would wait on the lock cuInit holds)
+    FakeDevice.in_real_call = True
     try:
         cu.cuInit(0)
     except RuntimeError:
         return True
+    finally:
+        FakeDevice.in_real_call = False
     return False
 
 
