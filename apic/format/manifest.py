@@ -216,14 +216,13 @@ def add_manifests(recording, doc: dict, images: dict[str, bytes]) -> None:
         data = build(recording, index, entry["sha256"], None if source is None else source["sha256"], slot_kinds)
         if data is None:
             continue
-        stem = entry["file"][: -len(".o")].rsplit(".", 1)[0]
-        for field, suffix in ((entry, ".o"), (source, ".cpp")):
+        for field, suffix in ((entry, cpu.MODULE_EXTENSION), (source, ".cpp")):
             if field is None:
                 continue
             contents = carry(bare[field["file"]], data)
             digest = hashlib.sha256(contents).hexdigest()
             images.pop(field["file"], None)
-            field.update(file=f"{stem}.{digest[:16]}{suffix}", sha256=digest, size=len(contents))
+            field.update(file=cpu.module_file_name(entry["name"], digest, suffix), sha256=digest, size=len(contents))
             images[field["file"]] = contents
 
 

@@ -24,6 +24,7 @@ import re
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import manifest as kernel_manifest
+from apic.targets.cpu import module_file_name
 
 SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -81,8 +82,7 @@ def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
     for info, entry in zip(graph.recording.modules, doc["modules"]):
         data, options = module_source(info)
         digest = hashlib.sha256(data).hexdigest()
-        name = entry["file"][: -len(".o")] if entry["file"].endswith(".o") else entry["file"]
-        file = f"{name.rsplit('.', 1)[0]}.{digest[:16]}.cpp"
+        file = module_file_name(info.name, digest, ".cpp")
         images[file] = data
         entry["source"] = {"file": file, "sha256": digest, "size": len(data), "options": dict(options)}
 

@@ -61,10 +61,11 @@ MODULE_EXTENSION = ".o"
 MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")  # what a reader accepts
 
 
-def module_file_name(name: str, sha256: str) -> str:
-    """The content-addressed file name of a module binary inside ``<stem>_modules/``."""
+def module_file_name(name: str, sha256: str, extension: str = MODULE_EXTENSION) -> str:
+    """The content-addressed file name of a module binary (or, with ``extension=".cpp"``, of its saved
+    source) inside ``<stem>_modules/``."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")[:96] or "module"
-    return f"{safe}.{sha256[:16]}{MODULE_EXTENSION}"
+    return f"{safe}.{sha256[:16]}{extension}"
 
 
 # --- handle calls ---------------------------------------------------------------------------------------------
