@@ -5,10 +5,11 @@ later op that reads it, labelled with the region's name (a binding's name where 
 ``wp.capture_if`` / ``capture_while`` bodies become clusters, and a run of identical ops (or of an
 identical group of ops, as a loop unrolled by the capture) is folded into one box with its count.
 
-What an op reads and writes: a memcpy reads its source and writes its destination; a memset, memtile
-or fill writes; a branch reads its condition. For a kernel launch or a native call the file records
-which regions each array argument points into, not whether the kernel reads or writes them, so
-every region it reaches counts as read and written (the legend says so).
+What an op reads and writes comes from ``apic.record.effects``: a memcpy reads its source and writes
+its destination; a memset, memtile or fill writes; a branch reads its condition. For a kernel launch
+or a native call the file records which regions each array argument points into, not whether the
+kernel reads or writes them, so every region it reaches counts as read and written (the legend says
+so), but an indexed array's index buffer, which native code only reads.
 
 Every string taken from the graph (kernel names, binding names, dtypes) is escaped: a hostile file
 cannot inject DOT. Nothing here runs anything from the graph.
@@ -21,6 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from apic.record import ops as rec
+from apic.record.effects import BRANCH, JUMP, control_of, effects_of
 
 _MAX_PERIOD = 16  # the longest repeated group of ops that is folded
 
@@ -40,59 +42,12 @@ def escape(text) -> str:
     return "".join(out)
 
 
-def _refs(value) -> list:
-    """The region references in a pointer, a blob or a list of arguments."""
-    if isinstance(value, rec.Ref):
-        return [value.region]
-    if isinstance(value, rec.HandleRef):
-        return [("h", value.index)]
-    if isinstance(value, rec.Blob):
-        return [region for r in value.relocs for region in _refs(r.target)]
-    if isinstance(value, (tuple, list)):
-        return [region for item in value for region in _refs(item)]
-    return []
-
-
-def _handle_call_effects(op: rec.HandleCall, handles) -> tuple[set, set]:
-    index = op.handle.index
-    arrays = dict(handles[index].arrays) if 0 <= index < len(handles) else {}
-    reads = set(_refs(op.points)) | set(_refs(op.groups)) | {a.start.region for a in arrays.values()}
-    return reads, {("h", index)}
-
-
-def _launch_effects(op: rec.Launch, handles) -> tuple[set, set]:
-    both = set(_refs(op.args)) | set(_refs(op.adj_args))
-    return both, {r for r in both if not isinstance(r, tuple)}
-
-
-def _both(value) -> tuple[set, set]:
-    both = set(_refs(value))
-    return both, both
-
-
-_EFFECTS = {  # op type -> (op, handles) -> (regions read, regions written)
-    rec.Memcpy: lambda op, handles: (set(_refs(op.src)), set(_refs(op.dst))),
-    rec.Memset: lambda op, handles: (set(), set(_refs(op.dst))),
-    rec.Memtile: lambda op, handles: (set(), set(_refs(op.dst))),
-    rec.Alloc: lambda op, handles: (set(), set(_refs(op.dst))),
-    rec.ArrayCopy: lambda op, handles: (set(_refs(op.src)), set(_refs(op.dst))),
-    rec.ArrayFill: lambda op, handles: (set(), set(_refs(op.dst))),
-    rec.Branch: lambda op, handles: (set(_refs(op.cond)), set()),
-    rec.Jump: lambda op, handles: (set(), set()),
-    rec.HandleCall: _handle_call_effects,
-    rec.Launch: _launch_effects,
-    rec.CudaLaunch: lambda op, handles: _both(op.params),
-    rec.NativeCall: lambda op, handles: _both(list(op.args)),
-}
-
-
 def effects(op, handles=()) -> tuple[set, set]:
-    """``(regions read, regions written)`` by ``op``; launches and native calls count as both.
-
-    A native handle (a mesh, ...) counts as memory ``("h", index)``: its methods read the handle's arrays
-    and write it, and a kernel that receives its id reads it.
-    """
-    return rec.handler(_EFFECTS, op, "drawing a graph")(op, handles)
+    """``(memory read, memory written)`` by ``op`` (``apic.record.effects``): a region id, or ``("h", index)``
+    for a native handle (a mesh, ...), whose methods read the handle's arrays and write it, and which a
+    kernel that receives its id reads."""
+    found = effects_of(op, "drawing a graph")
+    return found.reads(op, handles), found.writes(op)
 
 
 def _launch_label(op, kernels, region_name) -> str:
@@ -135,7 +90,7 @@ def _structure(ops, lo: int, hi: int, region_name) -> list:
     items, p = [], lo
     while p < hi:
         op = ops[p]
-        t = op.target if isinstance(op, rec.Branch) else -1
+        t = op.target if control_of(op) == BRANCH else -1
         if not (p < t <= hi):  # not a branch, or one this reader cannot nest: a plain op
             items.append(p)
             p += 1
@@ -143,10 +98,10 @@ def _structure(ops, lo: int, hi: int, region_name) -> list:
         cond = f"int32 at {region_name(op.cond.region)}+{op.cond.offset}"
         last = ops[t - 1]
         # the branch (and the jump that closes a body) are drawn inside the cluster they control
-        if t - 1 > p and isinstance(last, rec.Jump) and last.target == p:  # while: branch; body; jump top
+        if t - 1 > p and control_of(last) == JUMP and last.target == p:  # while: branch; body; jump top
             items.append(_Block(f"while {cond} != 0", [p, *_structure(ops, p + 1, t - 1, region_name), t - 1]))
             p = t
-        elif t - 1 > p and isinstance(last, rec.Jump) and t <= last.target <= hi:  # if / else
+        elif t - 1 > p and control_of(last) == JUMP and t <= last.target <= hi:  # if / else
             items += [_Block(f"if {cond} != 0", [p, *_structure(ops, p + 1, t - 1, region_name), t - 1]),
                       _Block("else", _structure(ops, t, last.target, region_name))]
             p = last.target
@@ -161,8 +116,7 @@ def _fold(items: list, ops) -> list:
     out, i, n = [], 0, len(items)
 
     def same(a, b):
-        return isinstance(a, int) and isinstance(b, int) and not isinstance(ops[a], rec.CONTROL_TYPES) \
-            and ops[a] == ops[b]
+        return isinstance(a, int) and isinstance(b, int) and not control_of(ops[a]) and ops[a] == ops[b]
 
     while i < n:
         best_k, best_m = 1, 1
@@ -224,7 +178,7 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
             node = f"op{item}"
             node_of[item] = node
             label = f"#{item} {_op_label(ops[item], recording.kernels, region_name)}"
-            shape = ', shape=diamond, fillcolor="#fbeeee"' if isinstance(ops[item], rec.CONTROL_TYPES) else ""
+            shape = ', shape=diamond, fillcolor="#fbeeee"' if control_of(ops[item]) else ""
             lines.append(f'{indent}{node} [label="{escape(label)}"{shape}];')
             if previous is not None:
                 lines.append(f"{indent}{previous} -> {node} [style=invis];")
@@ -241,7 +195,7 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
         if node is None:
             continue
         reads, writes = effects(op, recording.handles)
-        if isinstance(op, rec.Jump) and op.target <= pos and op.target in node_of:  # a loop's way back
+        if control_of(op) == JUMP and op.target <= pos and op.target in node_of:  # a loop's way back
             lines.append(f'  {node} -> {node_of[op.target]} [style=dashed, color="#c44e52", label="loop"];')
         for region in sorted(reads, key=str):
             writer = last_writer.get(region)

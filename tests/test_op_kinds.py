@@ -13,8 +13,9 @@ from apic import dot
 from apic.cli import inspect_wrp
 from apic.errors import FormatError, UnsupportedOperationError
 from apic.format import read_ops, reader, schema, write_ops, writer
+from apic.record import effects
 from apic.record import ops as rec
-from apic.replay import cuda_lowering, lowering
+from apic.replay import cuda_lowering, guards, lowering
 from apic.targets import target as targets
 
 # (layer, its table keyed by op type)
@@ -24,7 +25,7 @@ TABLES = [
     ("lower for CPU replay", lowering._LOWER),
     ("lower for CUDA replay", cuda_lowering._STEP),
     ("describe (inspect)", inspect_wrp._DESCRIBE),
-    ("effects (dot)", dot._EFFECTS),
+    ("effects", effects.EFFECTS),
     ("label (dot)", dot._LABELS),
 ]
 
@@ -43,7 +44,51 @@ def test_the_specs_cover_every_op_kind_once():
 @pytest.mark.parametrize("layer, table", TABLES, ids=[name for name, _ in TABLES])
 def test_every_table_has_an_entry_or_a_refusal_for_every_kind(layer, table):
     assert set(table) == {spec.type for spec in rec.OP_SPECS}, layer
-    assert all(callable(entry) for entry in table.values())
+    assert all(callable(entry) or isinstance(entry, effects.OpEffects) for entry in table.values())
+
+
+def test_every_kind_says_its_effects():
+    """A kind without an effects entry fails here: guards, profile, DOT, budget and lowering read it."""
+    assert set(effects.EFFECTS) == {spec.type for spec in rec.OP_SPECS}
+    for op_type, found in effects.EFFECTS.items():
+        assert isinstance(found, effects.OpEffects), op_type
+        assert all(callable(f) for f in (found.reads, found.writes, found.index_buffers, found.label)), op_type
+        assert found.rows in (0, 1) and found.control in (None, effects.BRANCH, effects.JUMP), op_type
+        # a kind that moves control says where to: its dataclass has the target
+        assert (found.control is not None) == ("target" in {f.name for f in dataclasses.fields(op_type)}), op_type
+
+
+def _one_of_each() -> list:
+    """An op of every kind, each touching its own regions."""
+    blob = rec.Blob(bytes(8), (rec.Reloc(0, rec.Ref(3, 0)),))
+    return [
+        rec.Launch(0, (4,), rec.Blob(bytes(32)), blob), rec.Memcpy(rec.Ref(1, 0), rec.Ref(2, 0), 8),
+        rec.Memset(rec.Ref(1, 0), 0, 8), rec.Memtile(rec.Ref(1, 0), rec.Blob(bytes(4)), 2),
+        rec.ArrayCopy(blob, rec.Blob(bytes(56), (rec.Reloc(0, rec.Ref(2, 0)),)), 0, 0, 4),
+        rec.ArrayFill(blob, 0, rec.Blob(bytes(4))), rec.Alloc(rec.Ref(5, 0), 8), rec.Branch(rec.Ref(6, 0), 9),
+        rec.Jump(0), rec.NativeCall("array_scan_int_host", (rec.Ref(1, 0), rec.Ref(2, 0), 4, 1)),
+        rec.CudaLaunch(0, (1,), blob, (1, 1, 1), (1, 1, 1), 0), rec.HandleCall("mesh_refit_host", rec.HandleRef(0)),
+    ]
+
+
+def test_the_effects_of_each_kind():
+    ops = _one_of_each()
+    assert {type(op) for op in ops} == {spec.type for spec in rec.OP_SPECS}
+    writes = {type(op).__name__: effects.effects_of(op).writes(op) for op in ops}
+    assert writes == {"Launch": {3}, "Memcpy": {1}, "Memset": {1}, "Memtile": {1}, "ArrayCopy": {3}, "ArrayFill": {3},
+                      "Alloc": {5}, "Branch": set(), "Jump": set(), "NativeCall": {1, 2}, "CudaLaunch": {3},
+                      "HandleCall": {("h", 0)}}
+    reads = {type(op).__name__: effects.effects_of(op).reads(op, ()) for op in ops}
+    assert reads["Memcpy"] == {2} and reads["ArrayCopy"] == {2} and reads["Branch"] == {6} and reads["Memset"] == set()
+    assert [effects.effects_of(op).rows for op in ops].count(0) == 1  # the allocation: nothing runs
+    assert [effects.control_of(op) for op in ops].count(None) == len(ops) - 2
+
+
+def test_a_kind_without_effects_is_refused_naming_the_layer():
+    with pytest.raises(TypeError, match="the index checks of a loaded graph: no handler for an op of type Teleport"):
+        guards.guards(Teleport(), [])
+    with pytest.raises(TypeError, match="drawing a graph: no handler for an op of type Teleport"):
+        dot.effects(Teleport())
 
 
 def test_inspect_has_a_line_for_every_kind():

@@ -242,7 +242,7 @@ _HANDLE_CALLS = {
     "bvh_refit_host": (),
     "bvh_rebuild_host": ((0, 3),),  # the BVH constructor
     "hash_grid_reserve_host": ((0, 2), (0, (1 << 31) - 1), (0, 1)),  # type, point count[, with groups]
-    "hash_grid_update_host": ((0, 2),),  # type; then radius, points and groups
+    cpu_target.HASH_GRID_BUILD: ((0, 2),),  # type; then radius, points and groups
 }
 
 
@@ -272,7 +272,7 @@ def _handle_call(entry: dict, where: str, ctx: Context, kernels=None) -> rec.Han
         # written since the load: they cannot be checked, so the rebuild is refused
         _fail(f"{where}.ints[0]", "a Bvh rebuild with the cubql constructor at replay (its native builder crashes "
                                   "on bounds a kernel can write); rebuild with sah, median or lbvh")
-    if name != "hash_grid_update_host":
+    if name != cpu_target.HASH_GRID_BUILD:
         return rec.HandleCall(name, handle, ints)
     radius = entry.get("radius")
     if not isinstance(radius, float) or not math.isfinite(radius) or radius <= 0:

@@ -114,7 +114,7 @@ def note_handle_arguments(recorder, name: str, args: tuple) -> None:
     The handle must be a live Warp object (``Recorder.record_handle_call`` refuses any other id); a hash
     grid build's points, read through the array descriptor it is given, must lie in a live Warp CPU array.
     """
-    if name != "hash_grid_update_host":
+    if name != cpu_target.HASH_GRID_BUILD:
         return
     elem_size = handles.GRID_POINT_SIZES.get(int(args[1]))
     if elem_size is None or not int(args[3]):

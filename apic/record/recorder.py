@@ -25,6 +25,7 @@ from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.splittable import written_offsets
 from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # Warp's array type ids for the
 from apic.targets.cpu import ARRAY_TYPE_REGULAR as _ARRAY_TYPE_REGULAR  # strided/indexed copy and fill helpers
+from apic.targets.cpu import HASH_GRID_BUILD
 
 
 class Recorder(ControlFlowRecording, RecorderBase):
@@ -153,7 +154,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
             raise CaptureError(f"wp_{name}: {int(args[0]):#x} is not the id of a live Warp object")
         self.note_handle(obj)
         handle = RawHandle(obj.id)
-        if name != "hash_grid_update_host":
+        if name != HASH_GRID_BUILD:
             self._append(HandleCall(name, handle, tuple(int(a) for a in args[1:])))
             return
         type_id, radius, points = int(args[1]), float(args[2]), int(args[3])

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import math
 
-from apic.record import ops as rec
+from apic.record.effects import EFFECTS
 from apic.replay import table as tbl
-from apic.targets import cpu
 
 REGION_ALIGN = 64  # each region is allocated with this much slack for alignment
 GRID_CELL_BYTES = 8  # a hash grid's cell_starts and cell_ends: one int32 each per cell
@@ -24,27 +23,16 @@ TABLE_ROW_BYTES = 8 * tbl.OP_COLUMNS  # the replay program: one table row per op
 OP_REF_BYTES = 8  # the reader's expanded op sequence: one reference per position
 
 
-def _points_length(blob: rec.Blob) -> int:
-    """The first extent of an ``array_t`` descriptor blob (a hash grid build's points)."""
-    if len(blob.data) < cpu.ARRAY_T_SHAPE_AT + cpu.ARRAY_T_SHAPE.size:
-        return 0
-    return max(cpu.ARRAY_T_SHAPE.unpack_from(blob.data, cpu.ARRAY_T_SHAPE_AT)[0], 0)
-
-
 def needs(saved) -> list[tuple[str, int]]:
     """``(what, bytes)`` for every part of a load that the file's numbers size."""
     recording = saved.recording
     parts = [("memory regions", sum(r.nbytes + REGION_ALIGN for r in recording.regions))]
     reserved: dict[int, int] = {}  # hash grid handle -> the most points any build or reserve asks for
     for op in {id(op): op for op in recording.ops}.values():
-        if isinstance(op, rec.HandleCall):
-            if op.name == "hash_grid_reserve_host" and len(op.ints) > 1:
-                count = op.ints[1]
-            elif op.name == "hash_grid_update_host" and op.points is not None:
-                count = _points_length(op.points)
-            else:
-                continue
-            reserved[op.handle.index] = max(reserved.get(op.handle.index, 0), count)
+        grid_points = EFFECTS[type(op)].grid_points
+        sized = grid_points(op) if grid_points is not None else None
+        if sized is not None:
+            reserved[sized[0]] = max(reserved.get(sized[0], 0), sized[1])
     handles = 0
     for index, (handle, data) in enumerate(zip(recording.handles, saved.volume_data or (None,) * len(recording.handles))):
         arrays, options = dict(handle.arrays), dict(handle.options)

@@ -9,39 +9,13 @@ value its native code indexes memory with is checked at replay first (``OP_CHECK
 from __future__ import annotations
 
 from apic.record import ops as rec
+from apic.record.effects import EFFECTS, control_of, effects_of
 from apic.replay import table as tbl
-from apic.targets import cpu
 
 
 def blobs_of(op) -> list[rec.Blob]:
     """The blobs an op holds (packed arguments, array descriptors, fill values)."""
     return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
-
-
-def _index_buffers(blob: rec.Blob, indexed: bool) -> list[tuple[rec.Ref, int, int]]:
-    """``(buffer, count, bound)`` of each index buffer of the descriptor ``blob`` (type 1)."""
-    if not indexed or len(blob.data) < cpu.INDEXEDARRAY_T_SIZE:
-        return []
-    found = []
-    shape = cpu.ARRAY_T_SHAPE.unpack_from(blob.data, cpu.ARRAY_T_SHAPE_AT)
-    ndim = cpu.ARRAY_T_NDIM.unpack_from(blob.data, cpu.ARRAY_T_NDIM_AT)[0]
-    counts = cpu.INDEXED_TAIL.unpack_from(blob.data, cpu.INDEXED_INDICES_AT)[4:]
-    for reloc in blob.relocs:
-        d = (reloc.at - cpu.INDEXED_INDICES_AT) // 8
-        if reloc.at >= cpu.INDEXED_INDICES_AT and 0 <= d < min(ndim, 4) and isinstance(reloc.target, rec.Ref):
-            found.append((reloc.target, counts[d], shape[d]))
-    return found
-
-
-def _launch_index_buffers(blob: rec.Blob) -> list[tuple[rec.Ref, int, int]]:
-    found = []
-    for slot in blob.arrays:
-        if slot.indexed:
-            end = slot.at + cpu.INDEXEDARRAY_T_SIZE
-            inner = rec.Blob(blob.data[slot.at : end],
-                             tuple(rec.Reloc(r.at - slot.at, r.target) for r in blob.relocs if slot.at <= r.at < end))
-            found += _index_buffers(inner, True)
-    return found
 
 
 def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:
@@ -55,40 +29,6 @@ def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:
     return found
 
 
-def _pointer_regions(blob: rec.Blob, skip_index_buffers: bool) -> set[int]:
-    """Regions a blob's relocations point into; with ``skip_index_buffers``, not counting the index
-    buffers of its indexed descriptors (native code only reads through those)."""
-    regions = set()
-    for reloc in blob.relocs:
-        if not isinstance(reloc.target, rec.Ref):
-            continue
-        if skip_index_buffers:
-            slot = next((a for a in blob.arrays if a.at <= reloc.at < a.at + cpu.INDEXEDARRAY_T_SIZE), None)
-            if slot is not None and slot.indexed and reloc.at - slot.at >= cpu.INDEXED_INDICES_AT:
-                continue
-        regions.add(reloc.target.region)
-    return regions
-
-
-def written_regions(op) -> set[int]:
-    """The regions ``op`` may write (conservatively: every region a kernel reaches through an array, and
-    every pointer of a native utility call; never the index buffers of an indexed array, which native
-    code only reads)."""
-    if isinstance(op, rec.Launch):
-        found = _pointer_regions(op.args, True)
-        if op.adj_args is not None:
-            found |= _pointer_regions(op.adj_args, True)
-        return found
-    if isinstance(op, (rec.Memcpy, rec.Memset, rec.Memtile)):
-        return {op.dst.region}
-    if isinstance(op, (rec.ArrayCopy, rec.ArrayFill)):
-        # a copy or fill descriptor is one array_t / indexedarray_t at byte 0
-        return {r.target.region for r in op.dst.relocs if r.at < cpu.ARRAY_T_SIZE and isinstance(r.target, rec.Ref)}
-    if isinstance(op, rec.NativeCall):
-        return {a.region for a in op.args if isinstance(a, rec.Ref)}
-    return set()  # branches, jumps, allocations; handle calls write only the handle's native memory
-
-
 def guards(op, meshes, id_arrays=None) -> tuple[list, list]:
     """``(before, after)``: the index checks a loaded graph runs around ``op``, as ``(buffer, count, bound)``
     (``bound``: an int for indices, a frozenset of handle kinds for an array of handle ids).
@@ -97,24 +37,17 @@ def guards(op, meshes, id_arrays=None) -> tuple[list, list]:
     arguments, an indexed copy or fill): the values are graph memory that the file and earlier ops set
     (``kept_guards`` drops a check that an identical one already made, with no write in between).
     After: the triangle indices of every Mesh (``meshes``, from ``mesh_indices``) in a region the op
-    may write (``written_regions``), so that no later query or refit reads one out of range.
+    may write (``OpEffects.writes``), so that no later query or refit reads one out of range.
     """
-    before = []
-    if isinstance(op, rec.Launch):
-        before += _launch_index_buffers(op.args)
-        if op.adj_args is not None:
-            before += _launch_index_buffers(op.adj_args)
-    elif isinstance(op, rec.ArrayCopy):
-        before += _index_buffers(op.dst, op.dst_type == 1) + _index_buffers(op.src, op.src_type == 1)
-    elif isinstance(op, rec.ArrayFill):
-        before += _index_buffers(op.dst, op.array_type == 1)
+    effects = effects_of(op, "the index checks of a loaded graph")
+    before = list(effects.index_buffers(op))
     # a launch's arrays of handle ids (apic.format.manifest): each word must be a handle of the kinds
     # the kernel took there, whatever wrote them since the load
     before += [(data, count, frozenset(kinds)) for data, count, kinds in (id_arrays or {}).get(id(op), ())]
     after = []
     if meshes:
-        regions = written_regions(op)
-        after = [mesh for mesh in meshes if mesh[0].region in regions]
+        written = effects.writes(op)
+        after = [mesh for mesh in meshes if mesh[0].region in written]
     return before, after
 
 
@@ -123,7 +56,7 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
     buffer, count and bound were checked earlier in straight-line code (no branch, jump or jump
     target since) and no op since may have written the buffer's region. A sequence of launches over
     the same indexed array checks its indices once."""
-    targets = {op.target for op in ops if isinstance(op, rec.CONTROL_TYPES)}
+    targets = {op.target for op in ops if control_of(op)}
     valid: set = set()
     kept = []
     for position, op in enumerate(ops):
@@ -137,10 +70,10 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
                 keep.append(k)
                 valid.add(key)
         kept.append(keep)
-        if isinstance(op, rec.CONTROL_TYPES):
+        if control_of(op):
             valid.clear()
         else:
-            written = written_regions(op)
+            written = EFFECTS[type(op)].writes(op)
             if written:
                 valid = {key for key in valid if key[0] not in written}
     return kept

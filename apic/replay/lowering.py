@@ -15,6 +15,7 @@ import numpy as np
 from apic import _compat
 from apic.record import natives
 from apic.record import ops as rec
+from apic.record.effects import EFFECTS, control_of
 from apic.record.splittable import graph_launch_refusal
 from apic.replay import fanout
 from apic.replay import table as tbl
@@ -52,8 +53,8 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
 
     def rows_of(position: int, op) -> int:
         if kept is None:
-            return not isinstance(op, NO_ROW)
-        return (not isinstance(op, NO_ROW)) + len(kept[position]) + len(guarded[id(op)][1])
+            return EFFECTS[type(op)].rows
+        return EFFECTS[type(op)].rows + len(kept[position]) + len(guarded[id(op)][1])
 
     def row_at(position: int) -> int:
         if not rows_before:
@@ -197,9 +198,6 @@ def _call(fn: int, *args: int) -> list[int]:
     return [tbl.CALL_OPCODES[arity], fn, *args, *[0] * (arity - len(args))]
 
 
-NO_ROW = (rec.Alloc,)  # ops that lower to no table row
-
-
 class _Lowering:
     """What lowering one op needs besides the op (the arguments of ``_lower_op``). A plain class with
     slots, not a frozen dataclass: one is made per distinct op, and that costs a third as much."""
@@ -248,7 +246,7 @@ def _lower_handle_call(op: rec.HandleCall, low: _Lowering) -> list[int]:
     """``wp_<name>(id, ...)``; a hash grid build passes its radius as a C double (argument 2)."""
     fn = _compat.native_address(op.name)
     handle = low.address_of(op.handle)
-    if op.name != "hash_grid_update_host":
+    if op.points is None:  # every handle method but a hash grid build
         return _call(fn, handle, *op.ints)
     groups = low.arena.address(op.groups) if op.groups is not None else 0  # an array descriptor (warp 1.19)
     radius_bits = _I64.unpack(struct.pack("<d", op.radius))[0]
@@ -256,7 +254,7 @@ def _lower_handle_call(op: rec.HandleCall, low: _Lowering) -> list[int]:
     return [tbl.OP_CALL5_D2, fn, handle, op.ints[0], radius_bits, low.arena.address(op.points), groups]
 
 
-_LOWER = {  # op type -> (op, _Lowering) -> one table row, or None for an op with nothing to run (NO_ROW)
+_LOWER = {  # op type -> (op, _Lowering) -> one table row, or None for an op of no rows (OpEffects.rows)
     rec.Launch: _lower_launch,
     rec.Memcpy: lambda op, low: _call(_compat.native_address("memcpy_h2h"), low.address_of(op.dst),
                                       low.address_of(op.src), op.nbytes),

@@ -21,17 +21,12 @@ import numpy as np
 from apic import _compat
 from apic._text import escape
 from apic.record import ops as rec
+from apic.record.effects import effects_of
 from apic.replay import guards as _guards
-from apic.replay import lowering as _lowering
 from apic.replay import program as _program
 
 CLOCK_MONOTONIC = 1  # Linux's id (the profile's clock is read through libc's clock_gettime)
-
-_KIND_NAMES = {
-    rec.Launch: "launch", rec.Memcpy: "memcpy", rec.Memset: "memset", rec.Memtile: "memtile",
-    rec.ArrayCopy: "array_copy", rec.ArrayFill: "array_fill", rec.Branch: "branch", rec.Jump: "jump",
-    rec.NativeCall: "native_call", rec.HandleCall: "handle_call",
-}
+_CHECK = ("check", "index check")  # the label of a loaded graph's index-check row
 
 
 def clock_address() -> int:
@@ -111,20 +106,10 @@ def row_labels(graph) -> list:
     kept = _guards.kept_guards(recording.ops, guarded) if graph.is_loaded else None
     for position, op in enumerate(recording.ops):
         after = guarded[id(op)][1] if kept is not None else ()
-        labels += [("check", "index check")] * (len(kept[position]) if kept is not None else 0)
-        if isinstance(op, _lowering.NO_ROW):
-            labels += [("check", "index check")] * len(after)
-            continue
-        kind = _KIND_NAMES.get(type(op), type(op).__name__)
-        if isinstance(op, rec.Launch):
-            kernel = recording.kernels[op.kernel]
-            name = kernel.key + (" (backward)" if kernel.adjoint else "")
-        elif isinstance(op, (rec.NativeCall, rec.HandleCall)):
-            name = f"wp_{op.name}"
-        else:
-            name = kind
-        labels.append((kind, name))
-        labels += [("check", "index check")] * len(after)
+        labels += [_CHECK] * (len(kept[position]) if kept is not None else 0)
+        effects = effects_of(op, "profiling a graph")
+        labels += [(rec.SPEC_OF_TYPE[type(op)].name, effects.label(op, recording.kernels))] * effects.rows
+        labels += [_CHECK] * len(after)
     if len(labels) != len(graph.program.table):
         raise RuntimeError(f"profile: {len(labels)} ops for {len(graph.program.table)} table rows")
     return labels

@@ -71,8 +71,9 @@ def module_file_name(name: str, sha256: str, extension: str = MODULE_EXTENSION) 
 # --- handle calls ---------------------------------------------------------------------------------------------
 # The native exports a CPU capture records for a handle method (Mesh.refit, Bvh.refit / rebuild,
 # HashGrid.build / reserve), as the recorder records them and the reader accepts them.
-HANDLE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", "hash_grid_update_host",
-                "hash_grid_reserve_host")
+HASH_GRID_BUILD = "hash_grid_update_host"  # the one that takes a radius and array descriptors (points, groups)
+HASH_GRID_RESERVE = "hash_grid_reserve_host"
+HANDLE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", HASH_GRID_BUILD, HASH_GRID_RESERVE)
 
 
 # --- instruction-set levels (``capture_save(cpu_target=...)``) ---------------------------------------------
