@@ -52,13 +52,6 @@ def test_numba_and_reference_replay_as_eager(program, make_state):
         assert_same(expected, snapshot({n: reference_state[n] for n in names}), f"reference, replay {run + 1}")
 
 
-def test_reference_refuses_an_unknown_opcode():
-    table = np.zeros((2, tbl.OP_COLUMNS), dtype=np.int64)
-    table[1, 0] = 99
-    with pytest.raises(ValueError, match="row 1: unknown opcode 99"):
-        reference.run_table(table, 1)
-
-
 @pytest.mark.parametrize("interpreter", ["numba", "reference"])
 def test_the_two_argument_call_runs_loops_uncapped(interpreter):
     """``run_table(table, repeats)`` (no limits, no loop count) must not touch the loop counters."""

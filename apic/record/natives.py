@@ -62,6 +62,10 @@ class Signature:
     reach: Callable[[tuple], tuple]  # args -> bytes reached from each PTR argument (None at INT positions)
     multiple: dict  # position of an INT -> the value must be a multiple of this (strides in whole scalars)
     extra: int = 0  # trailing INT arguments apic records that Warp's export does not take (not passed to it)
+    # the replay's check of graph memory before the call (``apic.replay.table.Opcode.check``), and the
+    # positions of the arguments it reads besides the call's own (pointers become addresses)
+    replay_check: str | None = None
+    check_args: tuple[int, ...] = ()
 
     def check(self, args: tuple) -> str | None:
         """Why ``args`` (ints at INT positions) are not valid for this signature, or None."""
@@ -91,9 +95,11 @@ def _elements(count: int, stride_elems: int, length: int) -> int:
 _SIGNATURES: dict[tuple[str, int], Signature] = {}
 
 
-def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None, extra: int = 0) -> None:
+def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None, extra: int = 0,
+         replay_check: str | None = None, check_args: tuple[int, ...] = ()) -> None:
     kinds = tuple({"p": PTR, "q": OPT, "i": INT}[c] for c in params)
-    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {}, extra)
+    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {}, extra, replay_check,
+                                                check_args)
 
 
 _BOOL = (0, 1)
@@ -131,7 +137,7 @@ for _t in ("int", "float", "int64", "uint64"):
 for _t in ("int", "float"):
     # segmented_sort(keys, values, n, segment_starts, segment_ends, num_segments): int32 values
     _add(f"segmented_sort_pairs_{_t}_host", "ppippi", {2: _HALF, 5: _COUNT},
-         lambda a: (2 * a[2] * 4, 2 * a[2] * 4, None, 4 * a[5], 4 * a[5], None))
+         lambda a: (2 * a[2] * 4, 2 * a[2] * 4, None, 4 * a[5], 4 * a[5], None), replay_check="segment_ranges")
 
 # runlength_encode(values, run_values, run_lengths, run_count, n): int32 values
 _add("runlength_encode_int_host", "ppppi", {4: _COUNT}, lambda a: (4 * a[4], 4 * a[4], 4 * a[4], 4, None))
@@ -185,7 +191,7 @@ _add("bsr_transpose_host", "iiipqpp" "ipp" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT
 _add("bsr_transpose_host", "iiipqpp" "ppp" "p" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT, 11: _COUNT},
      lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[0], 4 * a[2], 4 * (a[1] + 1), 4 * a[1], 4 * a[11],
                 4 * max(a[2], a[11]), 4, None),
-     extra=1)
+     extra=1, replay_check="row_capacity", check_args=(6, 1, 11))  # t_offsets, cols (its rows), the capacity
 # up to 1.12: transpose(rows, cols, n, P offsets, P columns, P t_offsets, P t_columns, P block_indices)
 _add("bsr_transpose_host", "iiippppp", {0: _COUNT, 1: _COUNT, 2: _COUNT},
      lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[2], 4 * (a[1] + 1), 4 * a[2], 4 * a[2]))
@@ -241,11 +247,6 @@ def native_arity(name: str, arity: int) -> int:
 
 
 PADDED_TRANSPOSE = "bsr_transpose_host"
-
-
-def is_padded_transpose(name: str, arity: int) -> bool:
-    """Whether a recorded ``wp_<name>`` call of ``arity`` arguments is a padded BSR transpose (capacity appended)."""
-    return name == PADDED_TRANSPOSE and arity == 12
 
 
 def padded_transpose_layout(name: str, args: tuple) -> tuple | None:

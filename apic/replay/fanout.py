@@ -57,9 +57,7 @@ def _independent(a, b) -> bool:
 def jump_targets(table: np.ndarray) -> set[int]:
     """The rows a jump or branch of ``table`` may continue at."""
     ops = table[:, tbl.COL_OPCODE]
-    jumps = table[ops == tbl.OP_JUMP, tbl.COL_ARG0]
-    branches = table[ops == tbl.OP_BRANCH_IF_ZERO, tbl.COL_ARG0 + 1]
-    return set(jumps.tolist()) | set(branches.tolist())
+    return {int(target) for spec in tbl.JUMPS for target in table[ops == spec.number, spec.column(spec.jump)]}
 
 
 def _chunks(tasks: int, threads: int, min_tasks: int) -> int:

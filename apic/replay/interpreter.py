@@ -52,6 +52,8 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
 assert _table.SIGNAL_PERIOD == 256
 assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
 assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
+# the opcodes run_rows dispatches, and nothing else: tests/test_opcodes.py runs each through it
+assert set(_table.OPCODES) == {0, 2, 3, 4, 5, 10, 16, 17, 18, 19, 20, 21, 22, 23, 24}
 
 
 @njit(cache=CACHE, nogil=True)
@@ -194,6 +196,8 @@ def run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_call
             elif op == 24:  # OP_CHECK_IDS
                 if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
                     return -(i + 1)
+            elif op != 0:  # not OP_NOP: an opcode this loop does not run stops the replay (the caller raises)
+                return -(i + 1)
             if row_ns is not None:
                 after = now_ns(fn_clock, clock_id)
                 row_ns[i] += after - before

@@ -15,7 +15,7 @@ import numpy as np
 from apic import _compat
 from apic.record import natives
 from apic.record import ops as rec
-from apic.record.effects import EFFECTS, control_of
+from apic.record.effects import BRANCH, EFFECTS, JUMP, control_of
 from apic.record.splittable import graph_launch_refusal
 from apic.replay import fanout
 from apic.replay import table as tbl
@@ -83,7 +83,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             sequence.extend(before[k] for k in kept[position])
         if position in heads:  # a loop head has a row of its own: it carries its loop's slot
             sequence.append(len(distinct))
-            row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+            row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
             row = row + [0] * (tbl.OP_COLUMNS - len(row))
             row[tbl.COL_LOOP] = 1 + heads[position]
             distinct.append(row)
@@ -91,15 +91,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             continue
         row = row_of.get(id(op))
         if row is None:
-            argv = argvs.get(id(op))
-            if argv is not None:  # a native call with too many arguments for a row: they live in the arena
-                natives.check_host(op.name, len(op.args))
-                lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
-                if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
-                    offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
-                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
-            else:
-                lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
             row = row_of[id(op)] = -1 if lowered is None else len(distinct)
             if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
                 launch_rows[row] = op
@@ -153,11 +145,12 @@ def control_flow_problem(ops) -> str | None:
     jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
     """
     for position, op in enumerate(ops):
-        if isinstance(op, rec.Branch) and op.target <= position:
+        control = control_of(op)
+        if control == BRANCH and op.target <= position:
             return f"the branch at position {position} goes back to position {op.target} (branches only go forward)"
-        if isinstance(op, rec.Jump) and op.target <= position:
+        if control == JUMP and op.target <= position:
             head = ops[op.target]
-            if not isinstance(head, rec.Branch) or head.target <= position:
+            if control_of(head) != BRANCH or head.target <= position:
                 return (f"the jump at position {position} goes back to position {op.target}, which is not the "
                         f"branch that ends a loop around it: it could loop forever without a condition")
     return None
@@ -170,7 +163,7 @@ def loop_heads(ops) -> dict[int, int]:
         raise ValueError(f"cannot replay this op sequence: {problem}")
     heads: dict[int, int] = {}
     for position, op in enumerate(ops):
-        if isinstance(op, rec.Jump) and op.target <= position:
+        if control_of(op) == JUMP and op.target <= position:
             heads.setdefault(op.target, len(heads))
     return heads
 
@@ -202,20 +195,21 @@ class _Lowering:
     """What lowering one op needs besides the op (the arguments of ``_lower_op``). A plain class with
     slots, not a frozen dataclass: one is made per distinct op, and that costs a third as much."""
 
-    __slots__ = ("abi", "arena", "address_of", "kernel_addresses", "row_at")
+    __slots__ = ("abi", "arena", "address_of", "kernel_addresses", "row_at", "argvs")
 
-    def __init__(self, abi: str, arena: _Arena, address_of, kernel_addresses: list, row_at) -> None:
-        self.abi, self.arena, self.address_of, self.kernel_addresses, self.row_at = (
-            abi, arena, address_of, kernel_addresses, row_at)
+    def __init__(self, abi: str, arena: _Arena, address_of, kernel_addresses: list, row_at, argvs) -> None:
+        self.abi, self.arena, self.address_of, self.kernel_addresses, self.row_at, self.argvs = (
+            abi, arena, address_of, kernel_addresses, row_at, argvs)
 
 
-def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at) -> list[int] | None:
+def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at, argvs=None) -> list[int] | None:
     """One op-table row (as a list) for ``op``, or None when there is nothing to run (``_LOWER``, by op kind).
 
-    ``row_at(position)`` is the table row of a position in the op sequence (for jump targets).
+    ``row_at(position)`` is the table row of a position in the op sequence (for jump targets); ``argvs``
+    maps ``id(op)`` of a native call with too many arguments for a row to the blob that holds them.
     """
     lower = rec.handler(_LOWER, op, "lowering a graph for CPU replay")
-    return lower(op, _Lowering(abi, arena, address_of, kernel_addresses, row_at))
+    return lower(op, _Lowering(abi, arena, address_of, kernel_addresses, row_at, argvs or {}))
 
 
 def _lower_launch(op: rec.Launch, low: _Lowering) -> list[int]:
@@ -234,12 +228,30 @@ def _lower_launch(op: rec.Launch, low: _Lowering) -> list[int]:
 
 
 def _lower_native_call(op: rec.NativeCall, low: _Lowering) -> list[int]:
+    """A call row; a call with too many arguments for a row passes them in the arena (``OP_CALL_ARGV``); a
+    call whose signature names a check (``natives.Signature.replay_check``) gets that check's opcode
+    (``table.CHECKED_CALLS``): the same call's columns, then the arguments the check reads."""
     natives.check_host(op.name, len(op.args))
-    passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
-    row = _call(_compat.native_address(op.name), *[low.address_of(a) if isinstance(a, rec.Ref) else a for a in passed])
-    if op.name.startswith("segmented_sort_pairs_"):
-        row[0] = tbl.OP_SEGMENTED_SORT  # the same call, after the range check upstream's replay makes
-    return row
+    fn = _compat.native_address(op.name)
+
+    def value(arg):
+        return low.address_of(arg) if isinstance(arg, rec.Ref) else arg
+
+    argv = low.argvs.get(id(op))
+    if argv is not None:
+        row = [tbl.OP_CALL_ARGV, fn, low.arena.address(argv)]
+    else:
+        passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
+        row = _call(fn, *[value(a) for a in passed])
+    signature = natives.signature(op.name, len(op.args))
+    check = tbl.CHECKED_CALLS.get(signature.replay_check) if signature is not None else None
+    if check is None:
+        return row
+    if row[tbl.COL_OPCODE] != check.calls:
+        raise ValueError(f"wp_{op.name} lowers to opcode {row[tbl.COL_OPCODE]}, not the {check.calls} its check "
+                         f"{check.name!r} calls")
+    call_columns = tbl.COL_ARG0 + len(tbl.OPCODES[check.calls].columns)
+    return [check.number, *row[tbl.COL_FN : call_columns], *[value(op.args[k]) for k in signature.check_args]]
 
 
 def _lower_handle_call(op: rec.HandleCall, low: _Lowering) -> list[int]:

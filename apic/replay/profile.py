@@ -5,7 +5,8 @@ loop over the op table (``table.py``; ``interpreter.run_table_profiled``), run o
 ``apic.profile``. After each row it reads ``clock_gettime(CLOCK_MONOTONIC)`` through a function
 pointer (no Python per op) and adds the time since the previous reading to that row's total, so a
 row's time includes one clock read and the loop's own dispatch. Rows map back to the recorded ops that
-produced them (every op but an allocation lowers to exactly one row, in order), and the report
+produced them (``OpEffects.rows``: every op but an allocation lowers to exactly one row, in order, with
+a loaded graph's check rows between them, told apart by their opcode), and the report
 aggregates them by op kind and kernel over many replays.
 """
 
@@ -21,9 +22,9 @@ import numpy as np
 from apic import _compat
 from apic._text import escape
 from apic.record import ops as rec
-from apic.record.effects import effects_of
-from apic.replay import guards as _guards
+from apic.record.effects import EFFECTS, effects_of
 from apic.replay import program as _program
+from apic.replay import table as tbl
 
 CLOCK_MONOTONIC = 1  # Linux's id (the profile's clock is read through libc's clock_gettime)
 _CHECK = ("check", "index check")  # the label of a loaded graph's index-check row
@@ -97,21 +98,23 @@ class ProfileReport:
 
 
 def row_labels(graph) -> list:
-    """``(kind, name)`` of each op-table row of ``graph``, from the recorded op that produced it."""
+    """``(kind, name)`` of each op-table row of ``graph``: a loaded graph's check rows (``table.Opcode.guard``)
+    by their opcode, every other row from the next recorded op that lowers to a row (``OpEffects.rows``)."""
     recording = graph.recording
+    table = graph.program.table
+    ops = iter([op for op in recording.ops for _ in range(effects_of(op, "profiling a graph").rows)])
     labels = []
-    meshes = _guards.mesh_indices(recording) if graph.is_loaded else []
-    guarded = ({id(op): _guards.guards(op, meshes, getattr(graph, "id_arrays", None)) for op in recording.ops}
-               if graph.is_loaded else {})
-    kept = _guards.kept_guards(recording.ops, guarded) if graph.is_loaded else None
-    for position, op in enumerate(recording.ops):
-        after = guarded[id(op)][1] if kept is not None else ()
-        labels += [_CHECK] * (len(kept[position]) if kept is not None else 0)
-        effects = effects_of(op, "profiling a graph")
-        labels += [(rec.SPEC_OF_TYPE[type(op)].name, effects.label(op, recording.kernels))] * effects.rows
-        labels += [_CHECK] * len(after)
-    if len(labels) != len(graph.program.table):
-        raise RuntimeError(f"profile: {len(labels)} ops for {len(graph.program.table)} table rows")
+    for opcode in table[:, tbl.COL_OPCODE].tolist():
+        spec = tbl.OPCODES.get(opcode)
+        if spec is not None and spec.guard:
+            labels.append(_CHECK)
+            continue
+        op = next(ops, None)
+        if op is None:
+            break
+        labels.append((rec.SPEC_OF_TYPE[type(op)].name, EFFECTS[type(op)].label(op, recording.kernels)))
+    if len(labels) != len(table) or next(ops, None) is not None:
+        raise RuntimeError(f"profile: the ops of the graph do not match its {len(table)} table rows")
     return labels
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apic.errors import LoopLimitError, ReplayError, ReplayIndexError
+from apic.errors import LoopLimitError
 from apic.replay import fanout
 from apic.replay import table as tbl
 
@@ -133,21 +133,10 @@ def replay_limits() -> np.ndarray:
 
 
 def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
-    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
-    ``ReplayError`` for a segmented sort's invalid range or a padded transpose's changed row offsets)."""
-    if status < 0:
-        row = table[-status - 1]
-        if row[tbl.COL_OPCODE] in (tbl.OP_CHECK_INDICES, tbl.OP_CHECK_IDS):
-            what = ("an index outside its array (an indexed array's index buffer, or a Mesh's triangle indices)"
-                    if row[tbl.COL_OPCODE] == tbl.OP_CHECK_INDICES else
-                    "an array of handle ids with a value that is not the id of a handle of the kinds its kernel took")
-            raise ReplayIndexError(
-                f"CPU graph replay failed: the replay of a loaded graph stopped at op-table row {-status - 1}: "
-                f"graph memory holds {what}, which the next op's native code would use; the graph's memory is as "
-                "the replay left it"
-            )
-        problem = _segment_problem(row) if row[tbl.COL_OPCODE] == tbl.OP_SEGMENTED_SORT else _capacity_problem(row)
-        raise ReplayError(f"CPU graph replay failed: {problem}")
+    """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``, or for
+    a negative status the error of the opcode that stopped the replay: ``table.OPCODES``)."""
+    if status < 0:  # a row's check failed, or the interpreter met an opcode it does not run
+        raise tbl.stop_error(status, table)
     if status == tbl.STATUS_INTERRUPTED:
         # The poll consumed the signal: raise it again so that Python's SIGINT handler runs now
         signal.raise_signal(signal.SIGINT)
@@ -156,28 +145,6 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
             f"a replayed capture_while loop ran more than {int(limits[tbl.LIMIT_ITERATIONS]):,} iterations; "
             "the replay stopped there. Raise the cap with apic.set_max_loop_iterations(n) (0: no cap)"
         )
-
-
-def _segment_problem(row) -> str:
-    """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
-    replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
-    count, starts, ends, segments = (int(v) for v in row[tbl.COL_ARG0 + 2 : tbl.COL_ARG0 + 6])
-    for k in range(segments):
-        start = ctypes.c_int32.from_address(starts + 4 * k).value
-        end = ctypes.c_int32.from_address(ends + 4 * k).value
-        if start < 0 or end < start or end > count:
-            return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
-                    "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
-    return "a segmented sort found an invalid segment range (wp.utils.segmented_sort_pairs)"
-
-
-def _capacity_problem(row) -> str:
-    """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
-    offsets, rows, capacity = (int(v) for v in row[tbl.COL_ARG0 + 1 : tbl.COL_ARG0 + 4])
-    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
-    return (f"the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. {layout[-1]}) are not "
-            f"non-decreasing from 0 or more within its recorded capacity of {capacity} blocks (they are restored "
-            "from the capture right before it: the file was changed); the replay stopped before the transpose")
 
 
 _run_table = None  # the jitted interpreter, bound on first replay

@@ -7,7 +7,8 @@ with it selected (``APIC_REPLAY=reference``) and must leave every graph's memory
 eager Warp does, as it must with the Numba loop. It costs microseconds of Python per op: a check,
 not a way to replay.
 
-Unlike the Numba loop, it refuses an opcode it does not know instead of skipping the row.
+As the Numba loop, it stops at an opcode it does not know (status ``-(row + 1)``; ``table.stop_error``
+says which).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                     run_range = function(opcode, entry, _RANGE)
                     for c in reversed(range(chunks)):
                         run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
-            elif opcode != tbl.OP_NOP:
-                raise ValueError(f"op table row {i}: unknown opcode {opcode}")
+            elif opcode != tbl.OP_NOP:  # as the Numba loop: the caller raises, naming the opcode
+                return -(i + 1)
             i += 1
     return tbl.STATUS_DONE

@@ -40,10 +40,21 @@ A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17)
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
 unused trailing ones are zero.
 
+``OPCODES`` below holds what every reader of a table needs to know of each opcode: its columns, whether
+it may stop a replay and what error that raises, and where it may jump. Lowering, both interpreters,
+``program.raise_status``, the profile and the parallel planner read it; ``tests/test_opcodes.py`` runs
+every opcode it lists through both interpreters.
+
 Kept apart from the interpreter so that building a table never imports Numba.
 """
 
 from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Callable
+
+from apic.errors import ReplayError, ReplayIndexError
 
 COL_OPCODE = 0
 COL_FN = 1
@@ -94,3 +105,98 @@ LIMIT_GIL_RELEASE = 3
 LIMITS_SIZE = 4
 SIGNAL_PERIOD = 256  # control transfers between two Ctrl-C polls (a power of two)
 DEFAULT_MAX_LOOP_ITERATIONS = 1 << 24  # as upstream Warp's CPU replay of a conditional loop
+
+
+# --- what each opcode is ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Opcode:
+    """One opcode of the op table."""
+
+    number: int
+    name: str
+    columns: tuple[str, ...]  # what columns COL_ARG0, COL_ARG0 + 1, ... hold
+    stops: Callable | None = None  # it may stop a replay (status -(row + 1)): (row, row index) -> the exception
+    jump: str | None = None  # the column holding a row it may continue at (a jump or a branch)
+    calls: int | None = None  # for a checked native call: the opcode whose call it makes after its check
+    check: str | None = None  # the ``apic.record.natives.Signature.replay_check`` of the native calls it runs
+    guard: bool = False  # a loaded graph's check of graph memory (``guards.py``), not the row of an op
+
+    def column(self, name: str) -> int:
+        """The table column of the value ``name``."""
+        return COL_ARG0 + self.columns.index(name)
+
+
+def _loaded_graph_stop(what: str) -> Callable:
+    def error(row, at: int) -> Exception:
+        return ReplayIndexError(
+            f"CPU graph replay failed: the replay of a loaded graph stopped at op-table row {at}: graph memory "
+            f"holds {what}, which the next op's native code would use; the graph's memory is as the replay left it")
+    return error
+
+
+def _segment_stop(row, at: int) -> Exception:
+    """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
+    replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
+    spec = OPCODES[OP_SEGMENTED_SORT]
+    count, starts, ends, segments = (int(row[spec.column(c)]) for c in ("count", "starts", "ends", "segments"))
+    for k in range(segments):
+        start = ctypes.c_int32.from_address(starts + 4 * k).value
+        end = ctypes.c_int32.from_address(ends + 4 * k).value
+        if start < 0 or end < start or end > count:
+            return ReplayError(f"CPU graph replay failed: Warp sort error: Invalid segment range at index {k}: "
+                               f"[{start}, {end}) for count {count} (wp.utils.segmented_sort_pairs; the replay "
+                               "stopped before this sort)")
+    return ReplayError("CPU graph replay failed: a segmented sort found an invalid segment range "
+                       "(wp.utils.segmented_sort_pairs)")
+
+
+def _capacity_stop(row, at: int) -> Exception:
+    """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
+    spec = OPCODES[OP_PADDED_TRANSPOSE]
+    offsets, rows, capacity = (int(row[spec.column(c)]) for c in ("offsets", "rows", "capacity"))
+    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+    return ReplayError(
+        f"CPU graph replay failed: the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. "
+        f"{layout[-1]}) are not non-decreasing from 0 or more within its recorded capacity of {capacity} blocks "
+        "(they are restored from the capture right before it: the file was changed); the replay stopped before "
+        "the transpose")
+
+
+def _args(n: int) -> tuple[str, ...]:
+    return tuple(f"arg{k}" for k in range(n))
+
+
+_CALL10_ARGS = _args(10)
+OPCODES: dict[int, Opcode] = {spec.number: spec for spec in (
+    Opcode(OP_NOP, "nop", ()),
+    *(Opcode(number, f"call{n}", _args(n)) for n, number in CALL_OPCODES.items()),
+    Opcode(OP_JUMP, "jump", ("target",), jump="target"),
+    Opcode(OP_BRANCH_IF_ZERO, "branch_if_zero", ("address", "target", "loop"), jump="target"),
+    Opcode(OP_CALL_ARGV, "call_argv", ("argv",)),
+    Opcode(OP_CALL5_D2, "call5_d2", _args(5)),
+    Opcode(OP_SPLIT, "split", ("control", "items", "count", "chunks")),
+    Opcode(OP_SEGMENTED_SORT, "segmented_sort", ("keys", "values", "count", "starts", "ends", "segments"),
+           stops=_segment_stop, calls=OP_CALL10, check="segment_ranges"),
+    Opcode(OP_PADDED_TRANSPOSE, "padded_transpose", ("argv", "offsets", "rows", "capacity"), stops=_capacity_stop,
+           calls=OP_CALL_ARGV, check="row_capacity"),
+    Opcode(OP_CHECK_INDICES, "check_indices", ("address", "count", "bound"), guard=True, stops=_loaded_graph_stop(
+        "an index outside its array (an indexed array's index buffer, or a Mesh's triangle indices)")),
+    Opcode(OP_CHECK_IDS, "check_ids", ("address", "count", "ids", "n"), guard=True, stops=_loaded_graph_stop(
+        "an array of handle ids with a value that is not the id of a handle of the kinds its kernel took")),
+)}
+JUMPS: tuple[Opcode, ...] = tuple(spec for spec in OPCODES.values() if spec.jump)
+CHECKED_CALLS: dict[str, Opcode] = {spec.check: spec for spec in OPCODES.values() if spec.check}
+assert all(len(spec.columns) <= MAX_ARGS for spec in OPCODES.values())
+assert COL_LOOP == OPCODES[OP_BRANCH_IF_ZERO].column("loop")
+
+
+def stop_error(status: int, table) -> Exception:
+    """The exception for a replay of ``table`` that stopped with the negative status ``status`` (at row
+    ``-status - 1``): what its opcode says, or a ``ReplayError`` naming an opcode no interpreter runs."""
+    at = -status - 1
+    row = table[at]
+    spec = OPCODES.get(int(row[COL_OPCODE]))
+    if spec is None or spec.stops is None:
+        return ReplayError(f"CPU graph replay failed: op-table row {at} holds opcode {int(row[COL_OPCODE])}, "
+                           "which the interpreter does not run; the replay stopped there")
+    return spec.stops(row, at)

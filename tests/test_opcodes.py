@@ -1,0 +1,188 @@
+"""The opcode table (``apic.replay.table.OPCODES``): every opcode it lists runs in both interpreters, the
+Numba loop and the pure-Python reference, with the same effect, found by running a row of it (native
+functions here are ctypes callbacks that log their arguments); an opcode no table lists stops both with
+a status that raises, naming it."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+import apic  # noqa: F401  (installs apic, as every user of these modules has)
+from apic.errors import ReplayError, ReplayIndexError
+from apic.replay import fanout, reference
+from apic.replay import table as tbl
+
+I64 = ctypes.c_int64
+
+
+def _numba(table, repeats=1):
+    from apic.replay import split
+    from apic.replay.interpreter import run_table
+
+    with split.workers(2):  # an OP_SPLIT row calls the pooled splitter
+        return run_table(table, repeats)
+
+
+INTERPRETERS = {"numba": _numba, "reference": lambda table: reference.run_table(table, 1)}
+
+
+class Probe:
+    """Native functions (ctypes callbacks) that log their calls, and graph memory for rows to point at."""
+
+    def __init__(self) -> None:
+        self.log: list = []
+        self.keep: list = []  # callbacks and buffers, alive while the table runs
+
+    def fn(self, tag: str, arity: int = 0, argtypes=None) -> int:
+        def called(*args):
+            self.log.append((tag, *args))
+
+        callback = ctypes.CFUNCTYPE(None, *(argtypes or [I64] * arity))(called)
+        self.keep.append(callback)
+        return ctypes.cast(callback, ctypes.c_void_p).value
+
+    def words(self, values, ctype=I64) -> int:
+        buffer = (ctype * max(len(values), 1))(*values)
+        self.keep.append(buffer)
+        return ctypes.addressof(buffer)
+
+
+def _table(*rows) -> np.ndarray:
+    table = np.zeros((len(rows), tbl.OP_COLUMNS), dtype=np.int64)
+    for i, row in enumerate(rows):
+        table[i, : len(row)] = row
+    return table
+
+
+def _call_row(n: int):
+    def make(probe: Probe, good: bool):
+        return _table([tbl.CALL_OPCODES[n], probe.fn(f"call{n}", n), *range(1, n + 1)])
+    return make
+
+
+def _jump(probe: Probe, good: bool):
+    return _table([tbl.OP_JUMP, 0, 2], [tbl.OP_CALL2, probe.fn("skipped", 2), 0, 0], [tbl.OP_CALL2, probe.fn("end", 2), 7, 8])
+
+
+def _branch(probe: Probe, good: bool):
+    cond = probe.words([0 if good else 1], ctypes.c_int32)  # zero: continue at the target
+    return _table([tbl.OP_BRANCH_IF_ZERO, 0, cond, 2], [tbl.OP_CALL2, probe.fn("body", 2), 1, 2],
+                  [tbl.OP_CALL2, probe.fn("end", 2), 3, 4])
+
+
+def _argv(probe: Probe, good: bool):
+    return _table([tbl.OP_CALL_ARGV, probe.fn("argv", tbl.ARGV_ARGS), probe.words(range(100, 100 + tbl.ARGV_ARGS))])
+
+
+def _call5_d2(probe: Probe, good: bool):
+    fn = probe.fn("d2", argtypes=[I64, I64, ctypes.c_double, I64, I64])
+    return _table([tbl.OP_CALL5_D2, fn, 1, 2, struct.unpack("<q", struct.pack("<d", 2.5))[0], 4, 5])
+
+
+def _split(probe: Probe, good: bool):
+    from apic.replay import split
+
+    entry = probe.fn("range", 4)  # a kernel's range entry: (bounds, args, begin, end)
+    items = probe.words([entry, 11, 12, 10, 3, 0, entry, 21, 22, 4, 2, 3])  # two launches: 3 and 2 chunks
+    return _table([tbl.OP_SPLIT, split.splitter_address(), split.pool().base, items, 2, 5])
+
+
+def _segmented_sort(probe: Probe, good: bool):
+    starts, ends = probe.words([0, 2], ctypes.c_int32), probe.words([2, 4 if good else 9], ctypes.c_int32)
+    return _table([tbl.OP_SEGMENTED_SORT, probe.fn("sort", 10), 1, 2, 4, starts, ends, 2])
+
+
+def _padded_transpose(probe: Probe, good: bool):
+    offsets = probe.words([0, 2, 3] if good else [0, 3, 2], ctypes.c_int32)
+    return _table([tbl.OP_PADDED_TRANSPOSE, probe.fn("transpose", tbl.ARGV_ARGS),
+                   probe.words(range(tbl.ARGV_ARGS)), offsets, 2, 3])
+
+
+def _check_indices(probe: Probe, good: bool):
+    values = probe.words([0, 3, 1] if good else [0, 4, 1], ctypes.c_int32)
+    return _table([tbl.OP_CHECK_INDICES, 0, values, 3, 4], [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
+
+
+def _check_ids(probe: Probe, good: bool):
+    values = probe.words([7, 9] if good else [7, 8])
+    return _table([tbl.OP_CHECK_IDS, 0, values, 2, probe.words([9, 7]), 2], [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
+
+
+def _nop(probe: Probe, good: bool):
+    return _table([tbl.OP_NOP], [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
+
+
+PROBES = {  # opcode -> (probe, good) -> a table whose run shows what the opcode does
+    tbl.OP_NOP: _nop, **{number: _call_row(n) for n, number in tbl.CALL_OPCODES.items()}, tbl.OP_JUMP: _jump,
+    tbl.OP_BRANCH_IF_ZERO: _branch, tbl.OP_CALL_ARGV: _argv, tbl.OP_CALL5_D2: _call5_d2, tbl.OP_SPLIT: _split,
+    tbl.OP_SEGMENTED_SORT: _segmented_sort, tbl.OP_PADDED_TRANSPOSE: _padded_transpose,
+    tbl.OP_CHECK_INDICES: _check_indices, tbl.OP_CHECK_IDS: _check_ids,
+}
+EXPECTED = {  # opcode -> the log of a good run
+    tbl.OP_NOP: [("after", 1, 2)],
+    **{number: [(f"call{n}", *range(1, n + 1))] for n, number in tbl.CALL_OPCODES.items()},
+    tbl.OP_JUMP: [("end", 7, 8)],
+    tbl.OP_BRANCH_IF_ZERO: [("end", 3, 4)],
+    tbl.OP_CALL_ARGV: [("argv", *range(100, 100 + tbl.ARGV_ARGS))],
+    tbl.OP_CALL5_D2: [("d2", 1, 2, 2.5, 4, 5)],
+    tbl.OP_SPLIT: sorted([("range", 11, 12, 0, 3), ("range", 11, 12, 3, 6), ("range", 11, 12, 6, 10),
+                          ("range", 21, 22, 0, 2), ("range", 21, 22, 2, 4)]),
+    tbl.OP_SEGMENTED_SORT: [("sort", 1, 2, 4, None, None, 2, 0, 0, 0, 0)],
+    tbl.OP_PADDED_TRANSPOSE: [("transpose", *range(tbl.ARGV_ARGS))],
+    tbl.OP_CHECK_INDICES: [("after", 1, 2)],
+    tbl.OP_CHECK_IDS: [("after", 1, 2)],
+}
+
+
+def test_every_opcode_of_the_table_has_a_probe():
+    assert set(PROBES) == set(EXPECTED) == set(tbl.OPCODES)
+
+
+def _run(interpreter: str, opcode: int, good: bool):
+    probe = Probe()
+    table = PROBES[opcode](probe, good)
+    status = INTERPRETERS[interpreter](table)
+    log = [entry for entry in probe.log]
+    if opcode == tbl.OP_SEGMENTED_SORT:  # its starts and ends are addresses of this run's buffers
+        log = [(tag, a, b, c, None, None, *rest) for tag, a, b, c, _, _, *rest in log]
+    return status, (sorted(log) if opcode == tbl.OP_SPLIT else log), table
+
+
+@pytest.mark.parametrize("opcode", sorted(tbl.OPCODES), ids=[tbl.OPCODES[n].name for n in sorted(tbl.OPCODES)])
+@pytest.mark.parametrize("interpreter", sorted(INTERPRETERS))
+def test_each_interpreter_runs_each_opcode(interpreter, opcode):
+    status, log, _ = _run(interpreter, opcode, True)
+    assert (status, log) == (tbl.STATUS_DONE, EXPECTED[opcode])
+
+
+STOPPING = sorted(n for n, spec in tbl.OPCODES.items() if spec.stops is not None)
+
+
+@pytest.mark.parametrize("opcode", STOPPING, ids=[tbl.OPCODES[n].name for n in STOPPING])
+@pytest.mark.parametrize("interpreter", sorted(INTERPRETERS))
+def test_each_interpreter_stops_where_a_check_fails(interpreter, opcode):
+    status, log, table = _run(interpreter, opcode, False)
+    assert (status, log) == (-1, [])  # stopped at row 0, before its call (or the row after a check)
+    error = tbl.stop_error(status, table)
+    assert isinstance(error, ReplayIndexError if tbl.OPCODES[opcode].guard else ReplayError)
+    assert "CPU graph replay failed" in str(error)
+
+
+def test_only_the_branch_and_jump_continue_elsewhere():
+    assert {spec.number for spec in tbl.JUMPS} == {tbl.OP_JUMP, tbl.OP_BRANCH_IF_ZERO}
+    table = np.concatenate([_jump(Probe(), True), _branch(Probe(), True)])
+    assert fanout.jump_targets(table) == {2}
+
+
+@pytest.mark.parametrize("interpreter", sorted(INTERPRETERS))
+def test_an_unknown_opcode_stops_the_replay_naming_it(interpreter):
+    probe = Probe()
+    table = _table([tbl.OP_CALL2, probe.fn("first", 2), 1, 2], [99], [tbl.OP_CALL2, probe.fn("never", 2), 3, 4])
+    status = INTERPRETERS[interpreter](table)
+    assert (status, probe.log) == (-2, [("first", 1, 2)])
+    with pytest.raises(ReplayError, match="op-table row 1 holds opcode 99, which the interpreter does not run"):
+        raise tbl.stop_error(status, table)
