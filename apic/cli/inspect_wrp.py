@@ -192,11 +192,8 @@ def _describe(wrp_path: str, modules_dir: str, file_size: int, saved) -> dict:
 def _scalar_params(recording) -> list:
     """Each named scalar parameter: its type, saved value and how many launch arguments hold it."""
     slots: collections.Counter = collections.Counter()
-    seen: set = set()
-    for op in recording.ops:
-        if isinstance(op, rec.Launch) and id(op) not in seen:
-            seen.add(id(op))
-            slots.update(s.name for blob in (op.args, op.adj_args) if blob is not None for s in blob.params)
+    for op in rec.cpu_launches(recording.ops):
+        slots.update(s.name for blob in (op.args, op.adj_args) if blob is not None for s in blob.params)
     found = []
     for p in recording.params:
         value = unpack(p, p.value)

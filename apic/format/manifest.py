@@ -167,8 +167,8 @@ def build(recording, module: int, module_sha256: str, source_sha256: str | None 
     slot_kinds = slot_kinds or {}
     meshes = _mesh_indices(recording.handles)
     launches: dict[int, list] = {}
-    for op in {id(op): op for op in recording.ops}.values():
-        if isinstance(op, rec.Launch) and recording.kernels[op.kernel].module == module:
+    for op in rec.cpu_launches(recording.ops):
+        if recording.kernels[op.kernel].module == module:
             launches.setdefault(op.kernel, []).append(op)
     if not launches:
         return None

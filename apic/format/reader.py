@@ -35,7 +35,7 @@ from apic.format.fields import fail as _fail
 from apic.format.read_context import Context
 from apic.format.read_ops import read_op
 from apic.format.read_tables import ModuleEntry
-from apic.record import ops as rec
+from apic.record.effects import control_of
 from apic.record.recording import ModuleInfo, Recording
 from apic.replay.lowering import control_flow_problem
 from apic.targets import cpu as cpu_target
@@ -196,7 +196,7 @@ def read(data) -> SavedGraph:
                 for i, entry in enumerate(_list(doc["ops"], "ops"))]
     sequence = tables.sequence(doc["sequence"], len(distinct))
     for i, op in enumerate(distinct):
-        if isinstance(op, rec.CONTROL_TYPES) and op.target > len(sequence):
+        if control_of(op) and op.target > len(sequence):
             _fail(f"ops[{i}].target", f"position {op.target} is past the end of the {len(sequence)}-op sequence")
     ops = tuple(distinct[i] for i in sequence.tolist())
     problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)

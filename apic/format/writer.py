@@ -145,18 +145,17 @@ def _cpu_modules(graph, cpu_level: str | None) -> tuple[list, dict[str, bytes]]:
 
 def _check_cpu_launches(recording, params: dict, handle_ids: np.ndarray) -> None:
     """No launch argument may hold the id of a native object the capture did not record."""
-    for op in recording.ops:
-        if isinstance(op, rec.Launch):
-            for blob in (op.args, op.adj_args):
-                # a parameter's bytes are the user's number, never a native object's id
-                unnamed = None if blob is None else tuple(slice(s.at, s.at + len(params[s.name][1])) for s in blob.params)
-                if blob is not None and _holds_handle(blob_wire(blob, unnamed, params)["data"], handle_ids):
-                    kernel = recording.kernels[op.kernel].key
-                    raise UnsupportedOperationError(
-                        f"capture_save of a launch of '{kernel}' with an unrecorded native object id argument",
-                        "the object was not known to the capture (a MarchingCubes, or one made before the capture "
-                        "in a way apic did not see); its address is only valid in this process",
-                    )
+    for op in rec.cpu_launches(recording.ops):
+        for blob in (op.args, op.adj_args):
+            # a parameter's bytes are the user's number, never a native object's id
+            unnamed = None if blob is None else tuple(slice(s.at, s.at + len(params[s.name][1])) for s in blob.params)
+            if blob is not None and _holds_handle(blob_wire(blob, unnamed, params)["data"], handle_ids):
+                kernel = recording.kernels[op.kernel].key
+                raise UnsupportedOperationError(
+                    f"capture_save of a launch of '{kernel}' with an unrecorded native object id argument",
+                    "the object was not known to the capture (a MarchingCubes, or one made before the capture "
+                    "in a way apic did not see); its address is only valid in this process",
+                )
 
 
 # --- the CUDA target: memory copied from the device, CUBIN / PTX modules ----------------------------------

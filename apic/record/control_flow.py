@@ -10,6 +10,7 @@ import dataclasses
 
 from apic import _compat
 from apic.errors import CaptureError, UnsupportedOperationError
+from apic.record.effects import control_of
 from apic.record.ops import Branch, Jump, Launch, RawPtr, intern_op, unresolve_op
 from apic.record.recording import ModuleInfo
 
@@ -95,7 +96,7 @@ class ControlFlowRecording:
                 done = unresolve_op(op, graph.address_of, values)
                 if isinstance(done, Launch):
                     done = dataclasses.replace(done, kernel=kernels[done.kernel])
-                elif isinstance(done, (Branch, Jump)):
+                elif control_of(done):
                     done = dataclasses.replace(done, target=done.target + base)
                 converted[id(op)] = done
             self._append(done)

@@ -255,6 +255,11 @@ Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch,
 CONTROL_TYPES = (Branch, Jump)
 
 
+def cpu_launches(ops) -> list[Launch]:
+    """Each distinct CPU kernel launch of an op sequence once, in the order of its first position."""
+    return [op for op in {id(op): op for op in ops}.values() if isinstance(op, Launch)]
+
+
 # --- the op-kind table ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OpSpec:

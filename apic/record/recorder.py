@@ -20,7 +20,7 @@ from apic.record.base import RecorderBase
 from apic.record.control_flow import ControlFlowRecording
 from apic.record.current import active, paused  # noqa: F401  (also asked here: fem.py, sparse.py, tests)
 from apic.record.ops import ArrayCopy, ArrayFill, ArraySlot, HandleCall, HandleRef, Launch, NativeCall, ParamSlot
-from apic.record.ops import RawBlob, RawHandle, RawPtr, resolve_ops
+from apic.record.ops import RawBlob, RawHandle, RawPtr, cpu_launches, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.splittable import written_offsets
 from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # Warp's array type ids for the
@@ -104,11 +104,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
     def _param_values(self) -> tuple:
         """Each named parameter with its value, read from the blobs; every launch must agree on it."""
         values: dict = {}
-        seen: set = set()
-        for op in self.ops:
-            if id(op) in seen or not isinstance(op, Launch):
-                continue
-            seen.add(id(op))
+        for op in cpu_launches(self.ops):
             for blob in (op.args, op.adj_args):
                 for slot in () if blob is None else blob.params:
                     spec = self._params[slot.name]
