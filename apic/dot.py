@@ -55,7 +55,7 @@ def _launch_label(op, kernels, region_name) -> str:
     return f"{op.kind.name.lower()} {kernel.key}{' (backward)' if kernel.adjoint else ''}\ndim={tuple(op.dim)}"
 
 
-_LABELS = {  # op type -> (op, kernels, region_name) -> the label of its node
+_LABELS = {  # op type -> (op, kernels, region_name) -> the label of its node, where it says more than _op_label
     rec.Launch: _launch_label,
     rec.CudaLaunch: _launch_label,
     rec.Memcpy: lambda op, kernels, name: f"memcpy {op.nbytes} B\n{name(op.src.region)} -> {name(op.dst.region)}",
@@ -66,13 +66,16 @@ _LABELS = {  # op type -> (op, kernels, region_name) -> the label of its node
     rec.Alloc: lambda op, kernels, name: f"alloc {name(op.dst.region)} {op.nbytes} B",
     rec.NativeCall: lambda op, kernels, name: f"wp_{op.name}",
     rec.HandleCall: lambda op, kernels, name: f"wp_{op.name}\nhandle {op.handle.index}",
-    rec.Branch: lambda op, kernels, name: "branch",
-    rec.Jump: lambda op, kernels, name: "jump",
 }
 
 
 def _op_label(op, kernels, region_name) -> str:
-    return rec.handler(_LABELS, op, "drawing a graph")(op, kernels, region_name)
+    """The label of an op's node: its own in ``_LABELS``, else its kind and ``OpEffects.label``."""
+    label = _LABELS.get(type(op))
+    if label is not None:
+        return label(op, kernels, region_name)
+    kind, name = rec.SPEC_OF_TYPE[type(op)].name, effects_of(op, "drawing a graph").label(op, kernels)
+    return kind if name == kind else f"{kind} {name}"
 
 
 # --- structure: control flow and folded repeats -----------------------------------------------------

@@ -5,6 +5,7 @@ is refused with an error naming it."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
@@ -26,7 +27,6 @@ TABLES = [
     ("lower for CUDA replay", cuda_lowering._STEP),
     ("describe (inspect)", inspect_wrp._DESCRIBE),
     ("effects", effects.EFFECTS),
-    ("label (dot)", dot._LABELS),
 ]
 
 
@@ -91,8 +91,19 @@ def test_a_kind_without_effects_is_refused_naming_the_layer():
         dot.effects(Teleport())
 
 
-def test_inspect_has_a_line_for_every_kind():
-    assert set(inspect_wrp._LINES) == {spec.name for spec in rec.OP_SPECS}
+def test_inspect_and_dot_show_every_kind():
+    """A kind with no line or label of its own is shown by its fields (inspect) or its effects' label (DOT)."""
+    assert set(inspect_wrp._LINES) <= {spec.name for spec in rec.OP_SPECS}
+    kernels = [types.SimpleNamespace(key="step", adjoint=False)]
+    for op in _one_of_each():
+        name = rec.SPEC_OF_TYPE[type(op)].name
+        entry = {**inspect_wrp._op(op, kernels), "count": 1, "first": 0}
+        assert entry["kind"] == name
+        line = inspect_wrp._LINES.get(name, inspect_wrp._fields_line)(entry)
+        assert line and "\n" not in line, name
+        assert dot._op_label(op, kernels, lambda region: f"r{region}"), name
+    assert inspect_wrp._fields_line({**inspect_wrp._fields(rec.Jump(3), kernels), "kind": "jump"}) == "jump target=3"
+    assert dot._op_label(rec.Jump(3), kernels, str) == "jump"
 
 
 def test_the_lowerings_refuse_exactly_the_kinds_their_target_cannot_hold():

@@ -186,3 +186,11 @@ def test_an_unknown_opcode_stops_the_replay_naming_it(interpreter):
     assert (status, probe.log) == (-2, [("first", 1, 2)])
     with pytest.raises(ReplayError, match="op-table row 1 holds opcode 99, which the interpreter does not run"):
         raise tbl.stop_error(status, table)
+
+
+def test_every_checked_native_call_is_an_allowed_call_of_the_row_its_opcode_checks():
+    from apic.record import natives
+
+    for (name, arity), spec in tbl.CHECKED_CALLS.items():
+        assert natives.signature(name, arity) is not None, name
+        assert spec.calls == (tbl.OP_CALL_ARGV if arity > tbl.MAX_ARGS else tbl.OP_CALL10), name

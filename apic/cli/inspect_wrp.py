@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import os
 
@@ -49,7 +50,24 @@ def _launch(op: rec.Launch, kernels) -> dict:
     return entry
 
 
+def _plain(value):
+    """A field of an op as plain data: pointers as regions (or handles), blobs by size and relocations."""
+    if isinstance(value, (rec.Ref, rec.HandleRef)):
+        return _ref(value)
+    if isinstance(value, rec.Blob):
+        return _blob(value)
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _fields(op, kernels) -> dict:
+    """Every field of an op, for a kind with no description of its own below."""
+    return {f.name: _plain(getattr(op, f.name)) for f in dataclasses.fields(op)}
+
+
 _DESCRIBE = {  # op type -> (op, kernels) -> what inspect shows of it besides its kind
+    **{spec.type: _fields for spec in rec.OP_SPECS},
     rec.Launch: _launch,
     rec.CudaLaunch: lambda op, kernels: {"kernel": op.kernel, "name": kernels[op.kernel].key, "dim": list(op.dim),
                                          "grid": list(op.grid), "block": list(op.block), "smem": op.smem,
@@ -238,7 +256,12 @@ def _handle_call_line(op: dict) -> str:
     return f"wp_{op['fn']}(handle {op['handle']}{''.join(', ' + str(a) for a in [*op['ints'], *radius])})"
 
 
-_LINES = {  # op kind name -> (what _op made of an op) -> its line in the text view
+def _fields_line(op: dict) -> str:
+    """The line of a kind with no line of its own below: its name and fields."""
+    return " ".join([op["kind"], *(f"{k}={_escape(str(v))}" for k, v in op.items() if k not in ("kind", "count", "first"))])
+
+
+_LINES = {  # op kind name -> (what _op made of an op) -> its line in the text view (else _fields_line)
     "launch": _launch_line,
     "cuda_launch": lambda op: (f"cuda_launch {op['name']} dim={tuple(op['dim'])} grid={tuple(op['grid'])} "
                                f"block={tuple(op['block'])} smem={op['smem']} params={op['params']['bytes']} B "
@@ -312,7 +335,7 @@ def _text(info: dict) -> str:
     counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
     lines.append(f"ops ({info['op_count']}{': ' + counts if counts else ''}; {len(info['ops'])} distinct):")
     for i, op in enumerate(info["ops"]):
-        lines.append(f"  [{i}] x{op['count']} from position {op['first']}: {_LINES[op['kind']](op)}")
+        lines.append(f"  [{i}] x{op['count']} from position {op['first']}: {_LINES.get(op['kind'], _fields_line)(op)}")
     return "\n".join(lines)
 
 

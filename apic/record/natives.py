@@ -20,7 +20,8 @@ its row offsets give: as upstream does, apic keeps those offsets as they are whe
 captured, restores them (a ``memtile`` op) right before the call at replay, and records the call with
 the capacity appended as a trailing argument of its own (``Signature.extra``; not passed to Warp), so
 that the bytes it reaches are known from its arguments; the replay checks the restored offsets
-against that capacity before the call (``apic.replay.table.OP_PADDED_TRANSPOSE``).
+against that capacity before the call (``apic.replay.table.OP_PADDED_TRANSPOSE``, whose entry in
+``table.OPCODES`` names this call).
 
 ``segmented_sort_pairs`` reads its segment bounds from graph memory at replay time; the replay
 checks each range first, as upstream Warp 1.19's does, and stops with a ``RuntimeError`` naming an
@@ -62,10 +63,6 @@ class Signature:
     reach: Callable[[tuple], tuple]  # args -> bytes reached from each PTR argument (None at INT positions)
     multiple: dict  # position of an INT -> the value must be a multiple of this (strides in whole scalars)
     extra: int = 0  # trailing INT arguments apic records that Warp's export does not take (not passed to it)
-    # the replay's check of graph memory before the call (``apic.replay.table.Opcode.check``), and the
-    # positions of the arguments it reads besides the call's own (pointers become addresses)
-    replay_check: str | None = None
-    check_args: tuple[int, ...] = ()
 
     def check(self, args: tuple) -> str | None:
         """Why ``args`` (ints at INT positions) are not valid for this signature, or None."""
@@ -95,11 +92,9 @@ def _elements(count: int, stride_elems: int, length: int) -> int:
 _SIGNATURES: dict[tuple[str, int], Signature] = {}
 
 
-def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None, extra: int = 0,
-         replay_check: str | None = None, check_args: tuple[int, ...] = ()) -> None:
+def _add(name: str, params: str, ranges: dict, reach, multiple: dict | None = None, extra: int = 0) -> None:
     kinds = tuple({"p": PTR, "q": OPT, "i": INT}[c] for c in params)
-    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {}, extra, replay_check,
-                                                check_args)
+    _SIGNATURES[(name, len(kinds))] = Signature(name, kinds, ranges, reach, multiple or {}, extra)
 
 
 _BOOL = (0, 1)
@@ -137,7 +132,7 @@ for _t in ("int", "float", "int64", "uint64"):
 for _t in ("int", "float"):
     # segmented_sort(keys, values, n, segment_starts, segment_ends, num_segments): int32 values
     _add(f"segmented_sort_pairs_{_t}_host", "ppippi", {2: _HALF, 5: _COUNT},
-         lambda a: (2 * a[2] * 4, 2 * a[2] * 4, None, 4 * a[5], 4 * a[5], None), replay_check="segment_ranges")
+         lambda a: (2 * a[2] * 4, 2 * a[2] * 4, None, 4 * a[5], 4 * a[5], None))
 
 # runlength_encode(values, run_values, run_lengths, run_count, n): int32 values
 _add("runlength_encode_int_host", "ppppi", {4: _COUNT}, lambda a: (4 * a[4], 4 * a[4], 4 * a[4], 4, None))
@@ -191,7 +186,7 @@ _add("bsr_transpose_host", "iiipqpp" "ipp" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT
 _add("bsr_transpose_host", "iiipqpp" "ppp" "p" "i", {0: _COUNT, 1: _COUNT, 2: _COUNT, 11: _COUNT},
      lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[0], 4 * a[2], 4 * (a[1] + 1), 4 * a[1], 4 * a[11],
                 4 * max(a[2], a[11]), 4, None),
-     extra=1, replay_check="row_capacity", check_args=(6, 1, 11))  # t_offsets, cols (its rows), the capacity
+     extra=1)
 # up to 1.12: transpose(rows, cols, n, P offsets, P columns, P t_offsets, P t_columns, P block_indices)
 _add("bsr_transpose_host", "iiippppp", {0: _COUNT, 1: _COUNT, 2: _COUNT},
      lambda a: (None, None, None, 4 * (a[0] + 1), 4 * a[2], 4 * (a[1] + 1), 4 * a[2], 4 * a[2]))

@@ -229,8 +229,8 @@ def _lower_launch(op: rec.Launch, low: _Lowering) -> list[int]:
 
 def _lower_native_call(op: rec.NativeCall, low: _Lowering) -> list[int]:
     """A call row; a call with too many arguments for a row passes them in the arena (``OP_CALL_ARGV``); a
-    call whose signature names a check (``natives.Signature.replay_check``) gets that check's opcode
-    (``table.CHECKED_CALLS``): the same call's columns, then the arguments the check reads."""
+    call the opcode table checks first (``table.CHECKED_CALLS``) gets that opcode: the same call's columns,
+    then the arguments its check reads."""
     natives.check_host(op.name, len(op.args))
     fn = _compat.native_address(op.name)
 
@@ -243,15 +243,14 @@ def _lower_native_call(op: rec.NativeCall, low: _Lowering) -> list[int]:
     else:
         passed = op.args[: natives.native_arity(op.name, len(op.args))]  # apic's own trailing arguments are not
         row = _call(fn, *[value(a) for a in passed])
-    signature = natives.signature(op.name, len(op.args))
-    check = tbl.CHECKED_CALLS.get(signature.replay_check) if signature is not None else None
+    check = tbl.CHECKED_CALLS.get((op.name, len(op.args)))
     if check is None:
         return row
     if row[tbl.COL_OPCODE] != check.calls:
         raise ValueError(f"wp_{op.name} lowers to opcode {row[tbl.COL_OPCODE]}, not the {check.calls} its check "
                          f"{check.name!r} calls")
     call_columns = tbl.COL_ARG0 + len(tbl.OPCODES[check.calls].columns)
-    return [check.number, *row[tbl.COL_FN : call_columns], *[value(op.args[k]) for k in signature.check_args]]
+    return [check.number, *row[tbl.COL_FN : call_columns], *[value(op.args[k]) for k in check.check_args]]
 
 
 def _lower_handle_call(op: rec.HandleCall, low: _Lowering) -> list[int]:

@@ -118,7 +118,8 @@ class Opcode:
     stops: Callable | None = None  # it may stop a replay (status -(row + 1)): (row, row index) -> the exception
     jump: str | None = None  # the column holding a row it may continue at (a jump or a branch)
     calls: int | None = None  # for a checked native call: the opcode whose call it makes after its check
-    check: str | None = None  # the ``apic.record.natives.Signature.replay_check`` of the native calls it runs
+    natives: tuple[tuple[str, int], ...] = ()  # (name, recorded arity) of the native calls lowered to it
+    check_args: tuple[int, ...] = ()  # their arguments its check reads, after the call's columns (by position)
     guard: bool = False  # a loaded graph's check of graph memory (``guards.py``), not the row of an op
 
     def column(self, name: str) -> int:
@@ -176,16 +177,18 @@ OPCODES: dict[int, Opcode] = {spec.number: spec for spec in (
     Opcode(OP_CALL5_D2, "call5_d2", _args(5)),
     Opcode(OP_SPLIT, "split", ("control", "items", "count", "chunks")),
     Opcode(OP_SEGMENTED_SORT, "segmented_sort", ("keys", "values", "count", "starts", "ends", "segments"),
-           stops=_segment_stop, calls=OP_CALL10, check="segment_ranges"),
+           stops=_segment_stop, calls=OP_CALL10,
+           natives=(("segmented_sort_pairs_int_host", 6), ("segmented_sort_pairs_float_host", 6))),
+    # the padded transpose's recorded arguments end with apic's own capacity (apic.record.natives)
     Opcode(OP_PADDED_TRANSPOSE, "padded_transpose", ("argv", "offsets", "rows", "capacity"), stops=_capacity_stop,
-           calls=OP_CALL_ARGV, check="row_capacity"),
+           calls=OP_CALL_ARGV, natives=(("bsr_transpose_host", 12),), check_args=(6, 1, 11)),
     Opcode(OP_CHECK_INDICES, "check_indices", ("address", "count", "bound"), guard=True, stops=_loaded_graph_stop(
         "an index outside its array (an indexed array's index buffer, or a Mesh's triangle indices)")),
     Opcode(OP_CHECK_IDS, "check_ids", ("address", "count", "ids", "n"), guard=True, stops=_loaded_graph_stop(
         "an array of handle ids with a value that is not the id of a handle of the kinds its kernel took")),
 )}
 JUMPS: tuple[Opcode, ...] = tuple(spec for spec in OPCODES.values() if spec.jump)
-CHECKED_CALLS: dict[str, Opcode] = {spec.check: spec for spec in OPCODES.values() if spec.check}
+CHECKED_CALLS: dict[tuple[str, int], Opcode] = {call: spec for spec in OPCODES.values() for call in spec.natives}
 assert all(len(spec.columns) <= MAX_ARGS for spec in OPCODES.values())
 assert COL_LOOP == OPCODES[OP_BRANCH_IF_ZERO].column("loop")
 
