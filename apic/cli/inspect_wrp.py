@@ -258,7 +258,8 @@ def _handle_call_line(op: dict) -> str:
 
 def _fields_line(op: dict) -> str:
     """The line of a kind with no line of its own below: its name and fields."""
-    return " ".join([op["kind"], *(f"{k}={_escape(str(v))}" for k, v in op.items() if k not in ("kind", "count", "first"))])
+    fields = (f"{k}={_escape(str(v))}" for k, v in op.items() if k not in ("kind", "count", "first"))
+    return " ".join([op["kind"], *fields])
 
 
 _LINES = {  # op kind name -> (what _op made of an op) -> its line in the text view (else _fields_line)

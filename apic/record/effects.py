@@ -46,16 +46,16 @@ def control_of(op) -> str | None:
 
 
 # --- memory ---------------------------------------------------------------------------------------------------
-def refs(value) -> list:
+def _refs(value) -> list:
     """The memory a pointer, a handle reference, a blob or a list of arguments points into."""
     if isinstance(value, rec.Ref):
         return [value.region]
     if isinstance(value, rec.HandleRef):
         return [("h", value.index)]
     if isinstance(value, rec.Blob):
-        return [found for r in value.relocs for found in refs(r.target)]
+        return [found for r in value.relocs for found in _refs(r.target)]
     if isinstance(value, (tuple, list)):
-        return [found for item in value for found in refs(item)]
+        return [found for item in value for found in _refs(item)]
     return []
 
 
@@ -122,7 +122,7 @@ def _handle_call_reads(op: rec.HandleCall, handles) -> set:
     """A handle method reads the handle's arrays, and a hash grid build its points and groups."""
     index = op.handle.index
     arrays = dict(handles[index].arrays) if 0 <= index < len(handles) else {}
-    return set(refs(op.points)) | set(refs(op.groups)) | {a.start.region for a in arrays.values()}
+    return set(_refs(op.points)) | set(_refs(op.groups)) | {a.start.region for a in arrays.values()}
 
 
 def _kernel_label(op, kernels) -> str:
@@ -144,19 +144,19 @@ def _none(op) -> list:
 
 EFFECTS: dict[type, OpEffects] = {
     rec.Launch: OpEffects(
-        reads=lambda op, handles: set(refs(op.args)) | set(refs(op.adj_args)),
+        reads=lambda op, handles: set(_refs(op.args)) | set(_refs(op.adj_args)),
         writes=lambda op: _written_by_kernel(op.args) | _written_by_kernel(op.adj_args),
         index_buffers=lambda op: _kernel_index_buffers(op.args) + _kernel_index_buffers(op.adj_args),
         label=_kernel_label),
     rec.CudaLaunch: OpEffects(
-        reads=lambda op, handles: set(refs(op.params)), writes=lambda op: set(refs(op.params)),
+        reads=lambda op, handles: set(_refs(op.params)), writes=lambda op: set(_refs(op.params)),
         index_buffers=_none, label=_kernel_label),
-    rec.Memcpy: OpEffects(reads=lambda op, handles: set(refs(op.src)), writes=lambda op: {op.dst.region},
+    rec.Memcpy: OpEffects(reads=lambda op, handles: set(_refs(op.src)), writes=lambda op: {op.dst.region},
                           index_buffers=_none, label=_kind_name),
     rec.Memset: OpEffects(reads=_nothing, writes=lambda op: {op.dst.region}, index_buffers=_none, label=_kind_name),
     rec.Memtile: OpEffects(reads=_nothing, writes=lambda op: {op.dst.region}, index_buffers=_none, label=_kind_name),
     rec.ArrayCopy: OpEffects(
-        reads=lambda op, handles: set(refs(op.src)), writes=lambda op: _descriptor_data(op.dst),
+        reads=lambda op, handles: set(_refs(op.src)), writes=lambda op: _descriptor_data(op.dst),
         index_buffers=lambda op: (_descriptor_index_buffers(op.dst, op.dst_type == cpu.ARRAY_TYPE_INDEXED)
                                   + _descriptor_index_buffers(op.src, op.src_type == cpu.ARRAY_TYPE_INDEXED)),
         label=_kind_name),
@@ -171,7 +171,7 @@ EFFECTS: dict[type, OpEffects] = {
                           label=_kind_name, control=BRANCH),
     rec.Jump: OpEffects(reads=_nothing, writes=_nothing, index_buffers=_none, label=_kind_name, control=JUMP),
     rec.NativeCall: OpEffects(
-        reads=lambda op, handles: set(refs(list(op.args))), writes=lambda op: set(refs(list(op.args))),
+        reads=lambda op, handles: set(_refs(list(op.args))), writes=lambda op: set(_refs(list(op.args))),
         index_buffers=_none, label=lambda op, kernels: f"wp_{op.name}"),
     # a handle method writes only the handle's native memory
     rec.HandleCall: OpEffects(
