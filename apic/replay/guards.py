@@ -59,6 +59,7 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
     targets = {op.target for op in ops if control_of(op)}
     valid: set = set()
     kept = []
+    written_by: dict[int, set] = {}  # id(op) -> what it writes: asked once per distinct op
     for position, op in enumerate(ops):
         if position in targets:
             valid.clear()
@@ -73,7 +74,9 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
         if control_of(op):
             valid.clear()
         else:
-            written = EFFECTS[type(op)].writes(op)
+            written = written_by.get(id(op))
+            if written is None:
+                written = written_by[id(op)] = EFFECTS[type(op)].writes(op)
             if written:
                 valid = {key for key in valid if key[0] not in written}
     return kept
