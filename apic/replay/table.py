@@ -167,7 +167,6 @@ def _args(n: int) -> tuple[str, ...]:
     return tuple(f"arg{k}" for k in range(n))
 
 
-_CALL10_ARGS = _args(10)
 OPCODES: dict[int, Opcode] = {spec.number: spec for spec in (
     Opcode(OP_NOP, "nop", ()),
     *(Opcode(number, f"call{n}", _args(n)) for n, number in CALL_OPCODES.items()),
