@@ -197,3 +197,12 @@ def test_every_checked_native_call_is_an_allowed_call_of_the_row_its_opcode_chec
         passed = natives.native_arity(name, arity)
         call = tbl.CALL_OPCODES[min(n for n in tbl.CALL_OPCODES if n >= passed)] if arity <= tbl.MAX_ARGS else None
         assert spec.calls == (call or tbl.OP_CALL_ARGV), name
+
+
+def test_every_segmented_sort_and_padded_transpose_the_recorder_allows_is_checked():
+    """A native call whose replay reads ranges from graph memory runs only after its opcode's check."""
+    from apic.record import natives
+
+    checked = {(name, arity) for name, arity in natives._SIGNATURES
+               if name.startswith("segmented_sort_pairs_") or (name == natives.PADDED_TRANSPOSE and arity == 12)}
+    assert checked == set(tbl.CHECKED_CALLS)
