@@ -74,7 +74,8 @@ def _op_label(op, kernels, region_name) -> str:
     label = _LABELS.get(type(op))
     if label is not None:
         return label(op, kernels, region_name)
-    kind, name = rec.SPEC_OF_TYPE[type(op)].name, effects_of(op, "drawing a graph").label(op, kernels)
+    name = effects_of(op, "drawing a graph").label(op, kernels)
+    kind = rec.SPEC_OF_TYPE[type(op)].name
     return kind if name == kind else f"{kind} {name}"
 
 
@@ -210,7 +211,8 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
         lines.append(f'  {src} -> {dst} [label="{escape(", ".join(sorted(regions)))}"];')
     legend = ("edges: memory an op reads after another op wrote it (region or binding name)\n"
               "kernel launches and native calls count as reading and writing every array they receive\n"
-              "(the file does not say which)\ndashed boxes: identical ops folded, with their count\n"
+              "(the file does not say which), but an indexed array's index buffer, only read\n"
+              "dashed boxes: identical ops folded, with their count\n"
               "red boxes: capture_if / capture_while bodies")
     lines.append(f'  legend [shape=note, fillcolor="#ffffff", label="{escape(legend)}"];')
     lines.append("}")
