@@ -149,12 +149,11 @@ def capture_load(path, device=None):
 
 def _load(saved, fetch, modules_dir: str, device, names=list):
     """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
-    from apic.replay import cuda as cuda_replay  # lazy: the loaders (see the top of this module)
-    from apic.replay import loader  # lazy, as above
+    from apic import loading  # lazy: the loaders (see the top of this module)
 
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
-        return cuda_replay.load(saved, fetch, f"{modules_dir}", device)
-    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
+        return loading.load_cuda(saved, fetch, f"{modules_dir}", device)
+    return loading.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
 
 
 def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):

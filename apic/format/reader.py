@@ -36,8 +36,8 @@ from apic.format.read_context import Context
 from apic.format.read_ops import read_op
 from apic.format.read_tables import ModuleEntry
 from apic.record import ops as rec
+from apic.record.control_flow import control_flow_problem
 from apic.record.recording import ModuleInfo, Recording
-from apic.replay.lowering import control_flow_problem
 from apic.targets import cpu as cpu_target
 from apic.targets.cpu import KERNEL_ABIS
 from apic.targets.target import CPU, CUDA
