@@ -24,6 +24,7 @@ import re
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import manifest as kernel_manifest
+from apic.record.recording import module_source as recorded_source
 from apic.targets.cpu import module_file_name
 
 SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
@@ -52,29 +53,18 @@ class SourceEntry:
 def module_source(info, why: str = "capture_save(source_fallback=True)") -> tuple[bytes, dict]:
     """The generated C++ of one recorded module and the options it was built with; ``why`` names the
     caller in the error raised when it is not there."""
-    kept = getattr(info.module_exec, "apic_source", None)  # a module of a loaded graph
-    if kept is not None:
-        return kept
-    if info.module_exec is None or hasattr(info.module_exec, "apic_image"):
-        raise CaptureError(
-            f"{why}: Warp module '{info.name}' of this loaded graph has no saved source (the file it was loaded "
-            "from was saved without source_fallback=True)"
-        )
-    binary = _compat.module_binary_path(info.name, info.module_exec)
-    path = _compat.module_source_path(binary)
-    if path is None:
-        raise CaptureError(
-            f"{why}: the generated source of Warp module '{info.name}' is not in the kernel cache next to its "
-            f"binary ({binary}); was the cache cleared after the capture?"
-        )
-    options = _compat.module_build_options(info.name, info.module_exec)
+    try:
+        data, options = recorded_source(info.name, info.module_exec)
+    except FileNotFoundError as error:
+        raise CaptureError(f"{why}: {error}") from None
+    if getattr(info.module_exec, "apic_source", None) is not None:
+        return data, options  # a loaded graph's: its flags were checked when it was read
     try:
         options["extra_flags"] = checked_flags(options["extra_flags"])
     except ValueError as error:
         raise CaptureError(f"{why}: Warp module '{info.name}' was compiled with CPU compiler flags a graph file "
                            f"cannot carry: {error}") from None
-    with open(path, "rb") as f:
-        return f.read(), options
+    return data, options
 
 
 def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:

@@ -206,7 +206,8 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
                 try:
                     loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
                 except IncompatibleGraphError as error:  # rejected by the driver: compiled from source, if saved
-                    self.saved = self._sources.rebuilt_after_rejection(self.saved, index, self._images, self.arch, error)
+                    self.saved = self._sources.rebuilt_after_rejection(self.saved, index, self._images, self.arch,
+                                                                       error)
                     entry = self.saved.modules[index]
                     loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
         smem: dict[int, int] = {}

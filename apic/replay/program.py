@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import LoopLimitError, ReplayError, ReplayIndexError
+from apic.record import natives
 from apic.replay import fanout
 from apic.replay import table as tbl
 
@@ -162,19 +163,18 @@ def _segment_problem(row) -> str:
     """What is wrong with the segment ranges of an ``OP_SEGMENTED_SORT`` row, read from graph memory (the
     replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
     count, starts, ends, segments = (int(v) for v in row[tbl.COL_ARG0 + 2 : tbl.COL_ARG0 + 6])
-    for k in range(segments):
-        start = ctypes.c_int32.from_address(starts + 4 * k).value
-        end = ctypes.c_int32.from_address(ends + 4 * k).value
-        if start < 0 or end < start or end > count:
-            return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
-                    "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
+    found = natives.invalid_segment(count, starts, ends, segments)
+    if found is not None:
+        k, start, end = found
+        return (f"Warp sort error: Invalid segment range at index {k}: [{start}, {end}) for count {count} "
+                "(wp.utils.segmented_sort_pairs; the replay stopped before this sort)")
     return "a segmented sort found an invalid segment range (wp.utils.segmented_sort_pairs)"
 
 
 def _capacity_problem(row) -> str:
     """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
     offsets, rows, capacity = (int(v) for v in row[tbl.COL_ARG0 + 1 : tbl.COL_ARG0 + 4])
-    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+    layout = natives.row_offsets(offsets, rows)
     return (f"the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. {layout[-1]}) are not "
             f"non-decreasing from 0 or more within its recorded capacity of {capacity} blocks (they are restored "
             "from the capture right before it: the file was changed); the replay stopped before the transpose")
