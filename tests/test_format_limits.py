@@ -157,8 +157,7 @@ CASES = [
      r"modules\[0\]\.source\.options\.block_dim: expected an integer in", True),
 ]
 
-# Limits of CUDA files and of kernel manifests, tested where those files are built: the CUDA ones in
-# test_cuda_offline's documents (test_cuda_limits below), the manifest ones at load (test_harden_manifest).
+# Limits of CUDA files, on test_cuda_offline's document (a CUDA graph built without a GPU).
 CUDA_CASES = [
     ("MIN_ARCH", lambda d, n: d["device"].update(arch=n), r"device\.arch: .* is outside"),
     ("MAX_ARCH", lambda d, n: d["device"].update(arch=n), r"device\.arch: .* is outside"),
@@ -169,7 +168,10 @@ CUDA_CASES = [
     ("MAX_BLOCK_THREADS", lambda d, n: d["ops"][0].update(block=[n, 1, 1]), r"ops\[0\]\.block\[0\]: .* is outside"),
     ("MAX_GRID_YZ", lambda d, n: d["ops"][0].update(grid=[1, n, 1]), r"ops\[0\]: grid .* exceed CUDA's limits"),
 ]
-NOT_READ_HERE = {"MAX_ID_WORDS", "MAX_MANIFEST_BYTES", "MAX_TEXT"}  # checked at load, or a default (below)
+# Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests); MAX_TEXT is
+# the default of fields.check_str, and a pattern bounds every field read with it more tightly (tested
+# on its own below).
+NOT_READ_HERE = {"MAX_ID_WORDS", "MAX_MANIFEST_BYTES", "MAX_TEXT"}
 
 
 def _read(doc: dict):
