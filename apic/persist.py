@@ -16,7 +16,7 @@ from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
 from apic.format.module_folder import ModuleFolder, read_regular
 from apic.graph import Graph
-from apic.targets.cpu import CPU_LEVELS
+from apic.targets.cpu import check_cpu_level
 
 # The file format and the loaders are imported by the first save or load, not by ``import apic``
 # (they add about 70 ms, a quarter of it, to a process that only captures and replays).
@@ -76,9 +76,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     """
     from apic.format import untouched, writer  # lazy: the file format (see the top of this module)
 
-    if cpu_target is not None and (not isinstance(cpu_target, str) or cpu_target not in CPU_LEVELS):
-        raise ValueError(f"cpu_target={cpu_target!r} is not a CPU level apic compiles for; use one of "
-                         f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")
+    check_cpu_level(cpu_target)
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
         writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback), cpu_level=cpu_target)
         return
@@ -149,12 +147,11 @@ def capture_load(path, device=None):
 
 def _load(saved, fetch, modules_dir: str, device, names=list):
     """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
-    from apic.replay import cuda as cuda_replay  # lazy: the loaders (see the top of this module)
-    from apic.replay import loader  # lazy, as above
+    from apic import loading  # lazy: the loaders (see the top of this module)
 
     if saved.device is not None:  # a CUDA graph: replayed with cuda-python
-        return cuda_replay.load(saved, fetch, f"{modules_dir}", device)
-    return loader.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
+        return loading.load_cuda(saved, fetch, f"{modules_dir}", device)
+    return loading.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
 
 
 def capture_load_from_bytes(data, modules: Mapping | None = None, device=None):

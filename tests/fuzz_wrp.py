@@ -782,12 +782,12 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
     from apic._compat import quiet_warp
     from apic.cli import main as cli_main
     from apic.record import ops as rec
-    from apic.replay import loader
+    from apic import loading
 
     quiet_warp()
     wp.init()
-    if hasattr(loader, "max_graph_bytes"):
-        loader.max_graph_bytes = graph_limit
+    if hasattr(loading, "max_graph_bytes"):
+        loading.max_graph_bytes = graph_limit
     out = os.fdopen(response_fd, "w", buffering=1)
     modules_cache: dict[str, dict[str, bytes]] = {}
 

@@ -24,7 +24,7 @@ import re
 
 import pytest
 
-from apic import _compat
+from apic import _compat, loading
 from apic.errors import ApicError, CaptureError
 from apic.record import ops as rec
 from apic.replay import cuda as cuda_replay
@@ -174,7 +174,7 @@ def _load(cu, monkeypatch, ptx_text, **fake):
     images = {m.file: ptx_text.encode("latin-1") for m in saved.modules}
     for kernel in saved.recording.kernels:
         device.param_info[kernel.symbol] = tuple(tuple(p) for p in kernel.params)
-    return device, saved, cuda_replay.load(saved, images.get, "the test's modules", "cuda:0")
+    return device, saved, loading.load_cuda(saved, images.get, "the test's modules", "cuda:0")
 
 
 # --- the driver module and its API, as installed -----------------------------------------------------------
@@ -220,7 +220,7 @@ def test_loading_without_a_driver_raises_an_apic_error(cu, ptx):
     saved = _read(_document(ptx)[0])
     images = {m.file: ptx.encode("latin-1") for m in saved.modules}
     with pytest.raises(cuda_replay.CudaReplayError, match="the CUDA driver cannot be initialised"):
-        cuda_replay.load(saved, images.get, "the test's modules", "cuda:0")
+        loading.load_cuda(saved, images.get, "the test's modules", "cuda:0")
 
 
 def test_loading_without_a_device_raises_an_apic_error(cu, ptx, monkeypatch):
@@ -322,7 +322,7 @@ def test_set_param_lands_before_the_next_replay(cu, ptx, monkeypatch):
 
 def test_a_parameter_layout_that_differs_from_the_driver_is_refused(cu, ptx, monkeypatch):
     """The stand-in reports a layout other than the file's: the check must see it (not swallow it)."""
-    real_load = cuda_replay.load
+    real_load = loading.load_cuda
 
     def load_with_other_layout(saved, fetch, origin, where):
         device = _compat.cuda_driver()
@@ -330,7 +330,7 @@ def test_a_parameter_layout_that_differs_from_the_driver_is_refused(cu, ptx, mon
             device.param_info[symbol] = ((params[0][0], params[0][1]),) + tuple((o + 8, n) for o, n in params[1:])
         return real_load(saved, fetch, origin, where)
 
-    monkeypatch.setattr(cuda_replay, "load", load_with_other_layout)
+    monkeypatch.setattr(loading, "load_cuda", load_with_other_layout)
     if not hasattr(cu, "cuFuncGetParamInfo"):
         pytest.skip("cuda-python before 12.4 has no cuFuncGetParamInfo: there is no layout check to test")
     with pytest.raises(cuda_replay.IncompatibleGraphError, match=r"parameter 1 is \[offset \d+"):

@@ -18,7 +18,7 @@ import warp as wp
 import warp.sparse as wps
 
 import apic
-from apic.replay import loader
+from apic import loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -135,14 +135,14 @@ def test_failed_loads_are_runtime_errors(tmp_path):
     with pytest.raises(RuntimeError, match="corrupt|truncated"):
         wp.capture_load_from_bytes(data[:-3], modules)
     # more memory than a loaded graph may use
-    saved_limit = loader.max_graph_bytes
-    loader.max_graph_bytes = 8
+    saved_limit = loading.max_graph_bytes
+    loading.max_graph_bytes = 8
     try:
         with pytest.raises(RuntimeError, match="bytes") as raised:
             wp.capture_load(path)
         assert isinstance(raised.value, (apic.GraphMemoryError, MemoryError))
     finally:
-        loader.max_graph_bytes = saved_limit
+        loading.max_graph_bytes = saved_limit
 
 
 def test_binding_errors_are_runtime_errors(tmp_path):

@@ -12,9 +12,9 @@ import pytest
 import warp as wp
 
 import apic
+from apic import loading
 from apic.format import schema, writer
 from apic.record import ops as rec
-from apic.replay import loader
 from test_handles import _modules, _saved_doc
 
 
@@ -23,7 +23,7 @@ def load(doc, folder):
 
 
 def test_default_budget_is_a_gigabyte():
-    assert loader.max_graph_bytes == loader.DEFAULT_MAX_GRAPH_BYTES == 1 << 30
+    assert loading.max_graph_bytes == loading.DEFAULT_MAX_GRAPH_BYTES == 1 << 30
 
 
 def test_unedited_grid_graph_loads(tmp_path):
@@ -36,7 +36,7 @@ def test_hash_grid_cells_count_against_the_budget(tmp_path):
     doc["handles"][0]["options"].update(dim_x=512, dim_y=512, dim_z=512)  # 2**27 cells: 1 GiB of cell tables
     data = writer.encode(doc)
     assert len(data) < 64 << 10
-    with pytest.raises(apic.GraphMemoryError, match=r"native handles.*apic\.replay\.loader\.max_graph_bytes"):
+    with pytest.raises(apic.GraphMemoryError, match=r"native handles.*apic\.loading\.max_graph_bytes"):
         wp.capture_load_from_bytes(data, _modules(tmp_path / "hash_grid_modules"))
 
 
@@ -52,7 +52,7 @@ def test_a_reserve_at_replay_counts_against_the_budget(tmp_path):
 def test_owned_memory_counts_against_the_budget(tmp_path):
     doc = _saved_doc(tmp_path, "hash_grid")
     doc["regions"].append({"nbytes": 2 << 30, "owned": True, "contents": None})
-    with pytest.raises(apic.GraphMemoryError, match=r"memory regions.*set apic\.replay\.loader\.max_graph_bytes"):
+    with pytest.raises(apic.GraphMemoryError, match=r"memory regions.*set apic\.loading\.max_graph_bytes"):
         load(doc, tmp_path / "hash_grid_modules")
 
 
@@ -61,7 +61,7 @@ def test_the_replay_program_counts_against_the_budget(tmp_path, monkeypatch):
     doc = _saved_doc(tmp_path, "hash_grid")
     first = struct.unpack_from("<I", doc["sequence"])[0]
     doc["sequence"] = struct.pack("<I", first) * 400_000  # a 1.6 MB sequence: about 40 MB of table
-    monkeypatch.setattr(loader, "max_graph_bytes", 32 << 20)
+    monkeypatch.setattr(loading, "max_graph_bytes", 32 << 20)
     with pytest.raises(apic.GraphMemoryError, match="replay program"):
         load(doc, tmp_path / "hash_grid_modules")
 
@@ -69,8 +69,8 @@ def test_the_replay_program_counts_against_the_budget(tmp_path, monkeypatch):
 def test_raising_the_budget_lets_the_same_graph_load(tmp_path, monkeypatch):
     doc = _saved_doc(tmp_path, "hash_grid")
     doc["handles"][0]["options"].update(dim_x=64, dim_y=64, dim_z=64)  # 2 MiB of cells
-    monkeypatch.setattr(loader, "max_graph_bytes", 1 << 20)
+    monkeypatch.setattr(loading, "max_graph_bytes", 1 << 20)
     with pytest.raises(apic.GraphMemoryError):
         load(doc, tmp_path / "hash_grid_modules")
-    monkeypatch.setattr(loader, "max_graph_bytes", 64 << 20)
+    monkeypatch.setattr(loading, "max_graph_bytes", 64 << 20)
     assert load(doc, tmp_path / "hash_grid_modules").is_loaded

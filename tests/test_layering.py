@@ -5,7 +5,9 @@ The graph comes from ``scripts/import_graph.py`` (stdlib ``ast``; no import of a
 1. no cycle among module-level imports;
 2. no cycle even when function-local imports count as edges (a cycle closed by an import inside a
    function is still a cycle), except the ones listed in ``KNOWN_CYCLES``;
-3. every import goes down (or sideways) the layer order ``LAYERS``, except ``KNOWN_INVERSIONS``;
+3. every import goes down (or sideways) the layer order ``LAYERS``, except ``KNOWN_INVERSIONS``; the file
+   format and replay share a layer and do not import each other (``SEPARATE``): loading, above both,
+   joins them;
 4. an import inside a function is a lazy optional dependency (``LAZY``: numba and the apic modules that
    import it, cuda-python, matplotlib) or kept out of ``import apic`` for start-up time
    (``LAZY_FOR_STARTUP``), on a line with a comment saying so, or is listed in ``KNOWN_LOCAL`` (what is
@@ -41,9 +43,11 @@ LAYERS = (
     # the values a recording holds besides its ops: named scalar parameters (apic.param, noted per launch
     # by the shims) and the type facts of named array bindings, which the parameters share
     ("record", ("apic.record", "apic.record.*", "apic.params", "apic.bindings")),
-    # the graph types sit with replay: a graph is a recording and what replays it, and loading makes one
+    # the graph types sit with replay: a graph is a recording and what replays it
     ("format, replay and graph types", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*",
                                         "apic.graph", "apic.cuda_graph")),
+    # a file read by the format, checked and made into a replayable graph
+    ("loading", ("apic.loading",)),
     ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.demo")),
     ("installation", ("apic.installation", "apic")),
     ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
@@ -66,9 +70,12 @@ LAZY_FOR_STARTUP = {
     # the pure-Python reference interpreter: imported only when APIC_REPLAY=reference selects it
     "apic.replay.program": {"apic.replay.reference"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
-    "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.replay.cuda",
-                     "apic.replay.loader"},
+    "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.loading"},
 }
+
+# Packages of one layer that import nothing of each other, either way: the reader never sees replay, and
+# replay never sees the file.
+SEPARATE = (("apic.format", "apic.replay"),)
 
 # (importer, imported) module-level or local edges that go up the layers, and why they remain.
 KNOWN_INVERSIONS: set = set()
@@ -114,6 +121,19 @@ def test_imports_go_down_the_layers(graph):
     upward = {(m, t) for m, t in edges if _layer(t) > _layer(m)}
     assert upward - KNOWN_INVERSIONS == set(), "imports that go up the layers"
     assert KNOWN_INVERSIONS - upward == set(), "fixed: remove them from KNOWN_INVERSIONS"
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_separate_packages_do_not_import_each_other(graph):
+    edges = {(m, t) for m, targets in graph.edges.items() for t in targets}
+    edges |= {(i.module, i.target) for i in graph.local}
+    for first, second in SEPARATE:
+        across = sorted((m, t) for m, t in edges
+                        if (_in(m, first) and _in(t, second)) or (_in(m, second) and _in(t, first)))
+        assert across == [], f"{first} and {second} import each other"
 
 
 def _lazy(target: str) -> bool:

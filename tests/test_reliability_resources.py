@@ -26,8 +26,8 @@ import warp as wp
 import apic
 import fuzz_wrp
 import persist_kernels as pk
+from apic import loading
 from apic.format import manifest
-from apic.replay import loader
 from conftest import CPU
 from persist_helpers import run_cli
 
@@ -72,15 +72,15 @@ def _handles(graph) -> set[str]:
 # --- load / replay / drop ---------------------------------------------------------------------------
 def test_load_replay_drop_1000_times(saved):
     path, data, modules = saved["sim"]
-    baseline = loader.loaded_modules()
+    baseline = loading.loaded_modules()
 
     def cycle(from_file: bool) -> None:
         graph = wp.capture_load(path) if from_file else wp.capture_load_from_bytes(data, modules)
         handles = _handles(graph)
-        assert handles and handles <= loader.loaded_modules()
+        assert handles and handles <= loading.loaded_modules()
         wp.capture_launch(graph)
         del graph  # freed by reference counting: its modules go at once, no gc.collect() needed
-        assert not handles & loader.loaded_modules(), "a dropped graph's module is still loaded"
+        assert not handles & loading.loaded_modules(), "a dropped graph's module is still loaded"
 
     gc.disable()  # a graph's modules go when it is freed, not at the next cycle collection
     try:
@@ -96,7 +96,7 @@ def test_load_replay_drop_1000_times(saved):
         cycle(i % 4 == 0)
     gc.collect()
     grown, seconds = rss() - before, time.perf_counter() - started
-    assert loader.loaded_modules() == baseline
+    assert loading.loaded_modules() == baseline
     print(f"1000 load/replay/drop cycles: RSS grew {grown / 1e6:.2f} MB in {seconds:.1f} s")
     assert grown < RSS_BOUND, f"1000 load/replay/drop cycles grew RSS by {grown / 1e6:.1f} MB"
 
@@ -106,7 +106,7 @@ def test_modules_unloaded_with_their_graph_and_never_looked_up_after(saved):
     first = wp.capture_load_from_bytes(data, modules)
     second = wp.capture_load(path)  # the same file loaded twice: two separate module loads
     handles_1, handles_2 = _handles(first), _handles(second)
-    assert handles_1.isdisjoint(handles_2) and (handles_1 | handles_2) <= loader.loaded_modules()
+    assert handles_1.isdisjoint(handles_2) and (handles_1 | handles_2) <= loading.loaded_modules()
     module = first.recording.modules[0].module_exec
     symbol = first.recording.kernels[0].symbol
     assert module.lookup(symbol) == first.recording.kernels[0].address
@@ -114,15 +114,15 @@ def test_modules_unloaded_with_their_graph_and_never_looked_up_after(saved):
     ref = weakref.ref(first)
     del first
     assert ref() is None
-    assert handles_1 <= loader.loaded_modules(), "a module still referenced was unloaded"
+    assert handles_1 <= loading.loaded_modules(), "a module still referenced was unloaded"
     del module  # the last reference: now it goes
-    assert not handles_1 & loader.loaded_modules()
-    assert handles_2 <= loader.loaded_modules()  # the other graph's are untouched
+    assert not handles_1 & loading.loaded_modules()
+    assert handles_2 <= loading.loaded_modules()  # the other graph's are untouched
     wp.capture_launch(second)
 
     stale = second.recording.modules[0].module_exec
     stale._unload()  # unloaded while something still holds it: a lookup must not reach Warp
-    assert not handles_2 & loader.loaded_modules()
+    assert not handles_2 & loading.loaded_modules()
     with pytest.raises(RuntimeError, match="unloaded"):
         stale.lookup(symbol)
     stale._unload()  # a second unload is a no-op
@@ -138,10 +138,10 @@ def test_failed_load_unloads_what_it_loaded(saved):
     for module in doc["modules"]:
         module.update(sha256=hashlib.sha256(bare[module["file"]]).hexdigest(), size=len(bare[module["file"]]))
     modules = bare
-    baseline = loader.loaded_modules()
+    baseline = loading.loaded_modules()
     with pytest.raises(apic.FormatError, match="not in module file"):
         wp.capture_load_from_bytes(fuzz_wrp.encode(doc), modules)
-    assert loader.loaded_modules() == baseline
+    assert loading.loaded_modules() == baseline
 
 
 def test_captured_graph_releases_warp_module(tmp_path):
@@ -219,10 +219,10 @@ def test_regions_beyond_the_memory_limit_are_refused_before_allocating(saved, mo
         wp.capture_load_from_bytes(huge)
 
     doc["regions"][-1]["nbytes"] = 8 << 20
-    monkeypatch.setattr(loader, "max_graph_bytes", 4 << 20)
+    monkeypatch.setattr(loading, "max_graph_bytes", 4 << 20)
     with pytest.raises(apic.GraphMemoryError, match="max_graph_bytes"):
         wp.capture_load_from_bytes(fuzz_wrp.encode(doc))
-    monkeypatch.setattr(loader, "max_graph_bytes", 16 << 20)
+    monkeypatch.setattr(loading, "max_graph_bytes", 16 << 20)
     wp.capture_load_from_bytes(fuzz_wrp.encode(doc))
 
 

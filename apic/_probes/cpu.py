@@ -16,6 +16,7 @@ import warp as wp
 
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS, TEST_HOST_CPUS
+from apic.targets.cpu import check_cpu_level
 from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
 # Builds and loads below make temporary files. Python resolves its temporary folder on first use while
@@ -311,9 +312,7 @@ def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -
         raise ValueError(f"CPU level {level} is an x86-64 level; this machine is {platform.machine()}")
     if level is None:
         return _build_cpu(source, options, flags)
-    if level not in CPU_LEVELS:
-        raise ValueError(f"cpu_target={level!r} is not a CPU level apic compiles for; use one of "
-                         f"{', '.join(CPU_LEVELS)} (or None for the objects Warp built for this CPU)")
+    check_cpu_level(level)
     prefix = ('#pragma clang diagnostic error "-Wignored-attributes"\n'
               f'#pragma clang attribute push(__attribute__((target("arch={level}"))), apply_to = function)\n')
     image = _build_cpu(prefix.encode() + source + b"\n#pragma clang attribute pop\n", options,

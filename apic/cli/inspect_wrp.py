@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 import os
 
-from apic import _compat, dot
+from apic import _compat, dot, loading
 from apic.cli import UserError, check_graph_path, check_output_path
 from apic._text import escape as _escape
 from apic._text import json_text
@@ -16,7 +16,6 @@ from apic.format import reader, writer
 from apic.format.module_folder import ModuleFolder, read_regular
 from apic.params import unpack
 from apic.record import ops as rec
-from apic.replay import loader
 from apic.replay.cuda import unavailable_reason
 
 
@@ -115,11 +114,11 @@ def _cpu_loads_here(saved, modules_dir: str) -> str | None:
     """What a load of this CPU graph checks before it runs anything from the file, raising what it would
     raise: None when the saved objects load, else why they cannot (the load then compiles the modules'
     saved source, and so does this: it is the only way to know that the source compiles here)."""
-    refused = loader.objects_refused(saved)
-    loader.check_memory(saved)
+    refused = loading.objects_refused(saved)
+    loading.check_memory(saved)
     folder = ModuleFolder.of(modules_dir, saved)
     try:
-        loader.checked_images(saved, folder.fetch, folder.names, modules_dir, refused)
+        loading.checked_images(saved, folder.fetch, folder.names, modules_dir, refused)
     finally:
         folder.close()
     return None if refused is None else str(refused)

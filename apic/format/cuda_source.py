@@ -31,10 +31,11 @@ import warp as wp
 
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
+from apic.format import schema
 from apic.format import source as source_format
 from apic.targets import cuda as cuda_target
 
-SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cu")
+SOURCE_FILE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{schema.MAX_FILE_STEM - 1}}}\.cu")
 _BINARY_SUFFIX = re.compile(r"\.sm\d+[a-z]?\.(cubin|ptx)$")
 _DIGEST_SUFFIX = re.compile(r"\.[0-9a-f]{16}\.cu$")
 # what marks a module whose binary links LTO-IR or fatbin inputs: Warp 1.19's marker, or (earlier

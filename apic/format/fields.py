@@ -50,7 +50,7 @@ def check_ints(value, where: str, lo: int = 0, hi: int = schema.MAX_INT, max_len
     return tuple(check_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(check_list(value, where, max_len)))
 
 
-def check_str(value, where: str, pattern: re.Pattern | None = None, max_len: int = 4096) -> str:
+def check_str(value, where: str, pattern: re.Pattern | None = None, max_len: int = schema.MAX_TEXT) -> str:
     """``value`` as a string of at most ``max_len`` characters that matches ``pattern`` (if given)."""
     if not isinstance(value, str):
         fail(where, f"expected a string, found {type(value).__name__}")

@@ -20,7 +20,7 @@ import struct
 import numpy as np
 
 from apic.errors import FormatError
-from apic.format import fields
+from apic.format import fields, schema
 from apic.record import handles as rec_handles
 from apic.record import ops as rec
 from apic.record import words as rec_words
@@ -29,7 +29,6 @@ from apic.record import words as rec_words
 _NANOVDB_MAGICS = (b"NanoVDB0", b"NanoVDB1", b"NanoVDB2")
 _NANOVDB_SIZE = struct.Struct("<Q")
 _CONSTRUCTORS = ("sah", "median", "lbvh", "cubql")
-MAX_GRID_CELLS = 1 << 28  # a hash grid allocates per cell: bound what a file can ask for
 
 
 def _fail(where: str, message: str):
@@ -78,9 +77,9 @@ def _check_option(kind: str, name: str, value, where: str):
         ok = isinstance(value, str) and value in _CONSTRUCTORS
     elif name in ("bvh_leaf_size", "leaf_size"):
         least = 0 if name == "bvh_leaf_size" else 1  # a Mesh's 0 asks cuBQL to choose; a Bvh's must be >= 1
-        ok = type(value) is int and least <= value <= 1 << 16
+        ok = type(value) is int and least <= value <= schema.MAX_LEAF_SIZE
     elif name in ("dim_x", "dim_y", "dim_z"):
-        ok = type(value) is int and 1 <= value <= MAX_GRID_CELLS
+        ok = type(value) is int and 1 <= value <= schema.MAX_GRID_CELLS
     elif name == "dtype":
         ok = isinstance(value, str) and value in rec_handles.SCALARS  # a list or map is unhashable
     else:  # radius
@@ -96,28 +95,28 @@ _REQUIRED = {"Mesh": ("points", "indices"), "Bvh": ("lowers", "uppers"), "HashGr
 def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | None]:
     """One handle map, checked: its arrays lie inside their regions, its options are in range."""
     entry = fields.check_map(entry, where, ("kind", "arrays", "options"))
-    kind = fields.check_str(entry["kind"], f"{where}.kind", max_len=16)
+    kind = fields.check_str(entry["kind"], f"{where}.kind", max_len=schema.MAX_TAG)
     if kind not in rec_handles.KINDS:
         _fail(f"{where}.kind", f"{kind!r} is not one of {rec_handles.KINDS}")
     arrays = {}
-    for i, item in enumerate(fields.check_list(entry["arrays"], f"{where}.arrays", 8)):
+    for i, item in enumerate(fields.check_list(entry["arrays"], f"{where}.arrays", schema.MAX_HANDLE_ARRAYS)):
         w = f"{where}.arrays[{i}]"
         item = fields.check_list(item, w, 5)
         if len(item) != 5:
             _fail(w, "expected [name, region, offset, dtype, length]")
-        name = fields.check_str(item[0], f"{w}[0]", max_len=32)
-        dtype = fields.check_str(item[3], f"{w}[3]", max_len=16)
+        name = fields.check_str(item[0], f"{w}[0]", max_len=schema.MAX_HANDLE_ARRAY_NAME)
+        dtype = fields.check_str(item[3], f"{w}[3]", max_len=schema.MAX_TAG)
         if name not in rec_handles.ARRAYS[kind] or name in arrays:
             _fail(w, f"a wp.{kind} has no array {name!r} (or it is listed twice)")
         if dtype not in rec_handles.DTYPES:
             _fail(w, f"unknown handle array dtype {dtype!r}")
-        length = fields.check_int(item[4], f"{w}[4]", 0, (1 << 31) - 1)
+        length = fields.check_int(item[4], f"{w}[4]", 0, schema.MAX_INT32)
         nbytes = length * rec_handles.DTYPE_SIZES[dtype]
         arrays[name] = rec_handles.HandleArray(ctx.ref(item[1:3], w, nbytes), dtype, length)
     options = {}
     raw_options = entry["options"]
-    if not isinstance(raw_options, dict) or len(raw_options) > 8:
-        _fail(f"{where}.options", "expected a map of at most 8 options")
+    if not isinstance(raw_options, dict) or len(raw_options) > schema.MAX_HANDLE_OPTIONS:
+        _fail(f"{where}.options", f"expected a map of at most {schema.MAX_HANDLE_OPTIONS} options")
     for name, value in raw_options.items():
         options[name] = _check_option(kind, name, value, f"{where}.options.{name}")
     missing = [n for n in _REQUIRED[kind] if n not in arrays]
@@ -125,8 +124,8 @@ def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | Non
         missing += [n for n in ("dim_x", "dim_y", "dim_z") if n not in options]
         if "radius" in options and "points" not in arrays:
             missing.append("points")
-        if math.prod(options.get(n, 1) for n in ("dim_x", "dim_y", "dim_z")) > MAX_GRID_CELLS:
-            _fail(f"{where}.options", f"a hash grid of more than {MAX_GRID_CELLS} cells")
+        if math.prod(options.get(n, 1) for n in ("dim_x", "dim_y", "dim_z")) > schema.MAX_GRID_CELLS:
+            _fail(f"{where}.options", f"a hash grid of more than {schema.MAX_GRID_CELLS} cells")
     if missing:
         _fail(where, f"a wp.{kind} without {', '.join(missing)}")
     data = None

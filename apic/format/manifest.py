@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import msgpack
 
 from apic.errors import FormatError
+from apic.format import schema
 from apic.format.module_folder import fetch_verified
 from apic.record import ops as rec
 from apic.targets import cpu
@@ -53,10 +54,9 @@ VERSION = 1
 FLAG_NONE = 1  # some launch passed None (an all-zero descriptor) for this array
 FLAG_MESH_INDICES = 2  # some launch's array lay in a Mesh's indices
 FLAG_HANDLE_IDS = 4  # every launch passed a contiguous array of uint64 whose every element held a handle's id
-_MAX_ID_WORDS = 1 << 20  # an array of ids longer than this is not recorded as one
-FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
+FILE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{schema.MAX_FILE_STEM - 1}}}"
+                  r"\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_MAX_BYTES = 1 << 24  # a manifest lists at most a few thousand kernels
 _TRAILER = struct.Struct("<Q8s")  # behind a manifest carried in a module's object or source file: its size, magic
 _TRAILER_MAGIC = b"apicKRN1"
 
@@ -110,7 +110,7 @@ def _id_kinds(blob: rec.Blob, slot, slot_kinds: dict) -> set | None:
         return None
     data = next((r.target for r in blob.relocs if r.at == slot.at and isinstance(r.target, rec.Ref)), None)
     count = None if data is None else contiguous_words(blob.data, slot.at)
-    if not count or count > _MAX_ID_WORDS:
+    if not count or count > schema.MAX_ID_WORDS:
         return None
     kinds = set()
     for k in range(count):
@@ -199,7 +199,7 @@ def carried(contents: bytes, what: str) -> tuple[bytes, bytes | None]:
     if magic != _TRAILER_MAGIC:
         return contents, None
     end = len(contents) - _TRAILER.size
-    if size > min(end, _MAX_BYTES):
+    if size > min(end, schema.MAX_MANIFEST_BYTES):
         raise FormatError(f"invalid apic graph file: {what} ends in a kernel manifest trailer of {size} bytes, "
                           "more than the file holds")
     return contents[: end - size], contents[end - size : end]
@@ -243,7 +243,7 @@ def read_entry(value, where: str, module_file: str) -> ManifestEntry | None:
         _fail(f"{where}.file", f"{file!r} is not the manifest file name of module file {module_file!r}")
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest) or not digest.startswith(match.group(1)):
         _fail(f"{where}.sha256", "expected the 64 lowercase hex digits whose first 16 are in the file name")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= _MAX_BYTES:
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= schema.MAX_MANIFEST_BYTES:
         _fail(f"{where}.size", f"{size!r} is not a manifest size")
     return ManifestEntry(file, digest, size)
 

@@ -95,7 +95,7 @@ class Context:
             if at % 8 or at + size > len(blob.data) or not claimed.isdisjoint(range(at, at + size)):
                 _fail(w, f"a {size}-byte descriptor at byte {at} is misaligned, overlaps another or does not fit")
             claimed.update(range(at, at + size))
-            slot = rec.ArraySlot(at, _int(triple[1], f"{w}[1]", 1, 1 << 20), indexed)
+            slot = rec.ArraySlot(at, _int(triple[1], f"{w}[1]", 1, schema.MAX_ELEM_BYTES), indexed)
             inner = tuple(rec.Reloc(r.at - at, r.target) for r in blob.relocs if at <= r.at < at + size)
             data = bytearray(blob.data[at : at + size])
             data[cpu.ARRAY_T_FLAGS] = bytes(6)  # warp 1.13+ int16 flags (and padding) after the int16 ndim

@@ -26,7 +26,7 @@ from apic.targets.cuda import MAX_SMEM
 def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
     """The op of map ``entry`` (``ops[i]``) of a graph of ``target`` (its kernel ABI ``abi``), checked."""
     entry = _map(entry, where, ("kind",))
-    kind_value = _int(entry["kind"], f"{where}.kind", 0, 1 << 16)
+    kind_value = _int(entry["kind"], f"{where}.kind", 0, schema.MAX_OP_KIND)
     try:
         kind = schema.WireOp(kind_value)
     except ValueError:
@@ -51,7 +51,7 @@ def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
     kernel = _kernel_index(entry, where, kernels)
     # Unsigned extents: Warp launches a kernel that never reads wp.tid() over more than 2^31 threads
     # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
-    dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 32) - 1)
+    dim = _ints(entry["dim"], f"{where}.dim", 0, schema.MAX_UINT32)
     bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
     sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if ctx.legacy_bounds else cpu_target.BOUNDS_SIZES
     if len(bounds.data) not in sizes:
@@ -72,16 +72,16 @@ def _cuda_launch(entry: dict, where: str, ctx: Context, kernels) -> rec.CudaLaun
     """A kernel of this file, its param blob (as its ``params`` say), grid, block, smem."""
     index = _kernel_index(entry, where, kernels)
     kernel = kernels[index]
-    dim = _ints(entry["dim"], f"{where}.dim", 0, (1 << 31) - 1)
+    dim = _ints(entry["dim"], f"{where}.dim", 0, schema.MAX_INT32)
     params = ctx.kernel_args(entry["params"], f"{where}.params")
     end = kernel.params[-1][0] + kernel.params[-1][1]
     if len(params.data) != end:
         _fail(f"{where}.params", f"{len(params.data)} bytes for a kernel whose parameters take {end}")
-    grid = _ints(entry["grid"], f"{where}.grid", 1, (1 << 31) - 1, 3)
-    block = _ints(entry["block"], f"{where}.block", 1, 1024, 3)
+    grid = _ints(entry["grid"], f"{where}.grid", 1, schema.MAX_INT32, 3)
+    block = _ints(entry["block"], f"{where}.block", 1, schema.MAX_BLOCK_THREADS, 3)
     if len(grid) != 3 or len(block) != 3:
         _fail(where, "grid and block are [x, y, z]")
-    if grid[1] > 65535 or grid[2] > 65535 or block[0] * block[1] * block[2] > 1024:
+    if max(grid[1:]) > schema.MAX_GRID_YZ or math.prod(block) > schema.MAX_BLOCK_THREADS:
         _fail(where, f"grid {grid} / block {block} exceed CUDA's limits")
     smem = _int(entry["smem"], f"{where}.smem", 0, MAX_SMEM)
     return rec.CudaLaunch(kernel=index, dim=dim, params=params, grid=grid, block=block, smem=smem)
@@ -110,7 +110,7 @@ def _memtile(entry: dict, where: str, ctx: Context, kernels) -> rec.Memtile:
 def _array_copy(entry: dict, where: str, ctx: Context, kernels) -> rec.ArrayCopy:
     dst_type = _int(entry["dst_type"], f"{where}.dst_type", 0, 1)
     src_type = _int(entry["src_type"], f"{where}.src_type", 0, 1)
-    elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, 1 << 20)
+    elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, schema.MAX_ELEM_BYTES)
     dst = ctx.blob(entry["dst"], f"{where}.dst")
     src = ctx.blob(entry["src"], f"{where}.src")
     dst_shape = ctx.descriptor(dst, dst_type, elem_size, f"{where}.dst")
@@ -123,7 +123,7 @@ def _array_copy(entry: dict, where: str, ctx: Context, kernels) -> rec.ArrayCopy
 def _array_fill(entry: dict, where: str, ctx: Context, kernels) -> rec.ArrayFill:
     array_type = _int(entry["array_type"], f"{where}.array_type", 0, 1)
     value = ctx.blob(entry["value"], f"{where}.value", relocatable=False)
-    if not 1 <= len(value.data) <= 1 << 20:
+    if not 1 <= len(value.data) <= schema.MAX_ELEM_BYTES:
         _fail(f"{where}.value", f"a fill value of {len(value.data)} bytes")
     dst = ctx.blob(entry["dst"], f"{where}.dst")
     ctx.descriptor(dst, array_type, len(value.data), f"{where}.dst")
@@ -170,7 +170,7 @@ def _check_bounds(data: bytes, dim: tuple, legacy: bool, where: str) -> None:
     def block(rank: int) -> tuple:  # the block size a coord_mult beyond dim's own folded dimensions says
         folded = math.prod(dim[rank:])
         extra = coord_mult // folded if folded and coord_mult % folded == 0 else 1
-        return (extra,) if 1 < extra <= 1024 else ()
+        return (extra,) if 1 < extra <= schema.MAX_BLOCK_THREADS else ()
 
     if not any(data == _templated_bounds(tuple(dim) + (1,) * max(0, rank - len(dim)) + block(rank), rank)
                for rank in ranks):
@@ -216,7 +216,7 @@ def _check_args_layout(ctx: Context, kernel: int, args: rec.Blob, adj_args, wher
 
 def _native_call(entry: dict, where: str, ctx: Context, kernels=None) -> rec.NativeCall:
     """A call of an allowed native utility whose every pointer stays inside its region."""
-    name = _str(entry["fn"], f"{where}.fn", max_len=64)
+    name = _str(entry["fn"], f"{where}.fn", max_len=schema.MAX_WORD)
     args = _list(entry["args"], f"{where}.args", natives.MAX_ARGS)
     sig = natives.signature(name, len(args))
     if sig is None:
@@ -241,7 +241,7 @@ _HANDLE_CALLS = {
     "mesh_refit_host": (),
     "bvh_refit_host": (),
     "bvh_rebuild_host": ((0, 3),),  # the BVH constructor
-    "hash_grid_reserve_host": ((0, 2), (0, (1 << 31) - 1), (0, 1)),  # type, point count[, with groups]
+    "hash_grid_reserve_host": ((0, 2), (0, schema.MAX_INT32), (0, 1)),  # type, point count[, with groups]
     cpu_target.HASH_GRID_BUILD: ((0, 2),),  # type; then radius, points and groups
 }
 
@@ -251,7 +251,7 @@ _HANDLE_CALL_KINDS = {"mesh": "Mesh", "bvh": "Bvh", "hash": "HashGrid"}
 
 def _handle_call(entry: dict, where: str, ctx: Context, kernels=None) -> rec.HandleCall:
     """A native method of a handle: a known export, its integers in range, a hash grid's points inside a region."""
-    name = _str(entry["fn"], f"{where}.fn", max_len=64)
+    name = _str(entry["fn"], f"{where}.fn", max_len=schema.MAX_WORD)
     ranges = _HANDLE_CALLS.get(name)
     if ranges is None:
         _fail(f"{where}.fn", f"wp_{name} is not a native handle method apic calls")

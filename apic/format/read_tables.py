@@ -35,7 +35,7 @@ from apic.targets.cuda import ABI as CUDA_ABI
 from apic.targets.cuda import ARCH_SUFFIXES, BOUNDS_SIZES, MAX_PARAM_BYTES
 from apic.targets.target import CPU, CUDA, Target
 
-_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,1023}")
+_SYMBOL = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{schema.MAX_NAME - 1}}}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # A NumPy scalar type as ``dtype.str`` writes it ("<f4", "|b1"); checked before NumPy parses it, whose
 # parser for other strings (comma lists, sub-array shapes) raises SyntaxError and more.
@@ -63,7 +63,7 @@ def args_sizes(entries: list) -> dict:
     sizes = {}
     for i, entry in enumerate(entries):
         sizes[i] = tuple(
-            None if entry.get(key) is None else _int(entry[key], f"kernels[{i}].{key}", 0, 1 << 24)
+            None if entry.get(key) is None else _int(entry[key], f"kernels[{i}].{key}", 0, schema.MAX_ARGS_BYTES)
             for key in ("args_size", "adj_args_size")
         )
     return sizes
@@ -99,7 +99,7 @@ def regions(value) -> tuple[list[Region], list]:
         if entry.get("array") is not None:
             info = _map(entry["array"], f"{where}.array", ("dtype", "shape", "strides"))
             array = ArrayInfo(
-                _str(info["dtype"], f"{where}.array.dtype", max_len=256),
+                _str(info["dtype"], f"{where}.array.dtype", max_len=schema.MAX_LABEL),
                 _ints(info["shape"], f"{where}.array.shape"),
                 _ints(info["strides"], f"{where}.array.strides", -schema.MAX_INT, schema.MAX_INT),
             )
@@ -115,15 +115,15 @@ def read_device(value, abi: str) -> dict | None:
             _fail("device", f"a graph with kernel ABI {abi!r} must say its device")
         return None
     device = _map(value, "device", ("kind", "arch"))
-    kind = _str(device["kind"], "device.kind", max_len=16)
+    kind = _str(device["kind"], "device.kind", max_len=schema.MAX_TAG)
     if kind != CUDA.device_kind:
         _fail("device.kind", f"unknown device kind {kind!r} (this apic knows {CUDA.device_kind!r})")
     if abi != CUDA_ABI:
         _fail("abi", f"a CUDA graph's kernels use ABI {CUDA_ABI!r}, not {abi!r}")
     return {
         "kind": kind,
-        "arch": _int(device["arch"], "device.arch", 10, 10_000),
-        "name": _str(device.get("name", ""), "device.name", max_len=256),
+        "arch": _int(device["arch"], "device.arch", schema.MIN_ARCH, schema.MAX_ARCH),
+        "name": _str(device.get("name", ""), "device.name", max_len=schema.MAX_LABEL),
     }
 
 
@@ -136,8 +136,8 @@ def _cpu_module(entry: dict, where: str, module: ModuleEntry) -> ModuleEntry:
 
 def _cuda_module(entry: dict, where: str, module: ModuleEntry) -> ModuleEntry:
     """A CUDA module's fields: the ``arch`` (and ``arch_suffix``) it was compiled for, and its optional source."""
-    arch = _int(entry.get("arch"), f"{where}.arch", 10, 10_000)
-    suffix = _str(entry.get("arch_suffix", ""), f"{where}.arch_suffix", max_len=1)
+    arch = _int(entry.get("arch"), f"{where}.arch", schema.MIN_ARCH, schema.MAX_ARCH)
+    suffix = _str(entry.get("arch_suffix", ""), f"{where}.arch_suffix", max_len=schema.MAX_ARCH_SUFFIX)
     if suffix not in ARCH_SUFFIXES:
         _fail(f"{where}.arch_suffix", f"{suffix!r} is not one of {ARCH_SUFFIXES}")
     source = cuda_source.read_entry(entry.get("source"), f"{where}.source")
@@ -147,7 +147,7 @@ def _cuda_module(entry: dict, where: str, module: ModuleEntry) -> ModuleEntry:
 def _kernel_params(value, where: str) -> tuple[tuple[int, int], ...]:
     """A kernel's param layout: ``[[offset, size], ...]``, bounds first, in order, not overlapping."""
     params, end = [], 0
-    for i, entry in enumerate(_list(value, where, 4096)):
+    for i, entry in enumerate(_list(value, where, schema.MAX_KERNEL_PARAMS)):
         pair = _list(entry, f"{where}[{i}]", 2)
         if len(pair) != 2:
             _fail(f"{where}[{i}]", "expected [offset, size]")
@@ -173,13 +173,14 @@ def modules(value, target: Target) -> tuple[ModuleEntry, ...]:
         where = f"modules[{i}]"
         entry = _map(entry, where, ("name", "file", "sha256", "size"))
         module = ModuleEntry(
-            name=_str(entry["name"], f"{where}.name", max_len=1024),
+            name=_str(entry["name"], f"{where}.name", max_len=schema.MAX_NAME),
             file=_str(entry["file"], f"{where}.file", target.module_file),
             sha256=_str(entry["sha256"], f"{where}.sha256", _SHA256),
             size=_int(entry["size"], f"{where}.size"),
             native_types=tuple(
-                _str(t, f"{where}.native_types[{j}]", max_len=64)
-                for j, t in enumerate(_list(entry.get("native_types", []), f"{where}.native_types", 64))
+                _str(t, f"{where}.native_types[{j}]", max_len=schema.MAX_WORD)
+                for j, t in enumerate(_list(entry.get("native_types", []), f"{where}.native_types",
+                                            schema.MAX_NATIVE_TYPES))
             ),
         )
         if module.file in (".", "..") or module.file.startswith("."):
@@ -207,7 +208,7 @@ def kernels(value, module_count: int, target: Target) -> tuple[KernelInfo, ...]:
                                      f"{'backward' if adjoint else 'forward'} kernel (<name>{suffix})")
         kernels.append(KernelInfo(
             module=_int(entry["module"], f"{where}.module", 0, module_count - 1),
-            key=_str(entry["key"], f"{where}.key", max_len=1024),
+            key=_str(entry["key"], f"{where}.key", max_len=schema.MAX_NAME),
             symbol=symbol,
             adjoint=adjoint,
             cpu_blocks=_bool(entry.get("cpu_blocks", False), f"{where}.cpu_blocks"),
@@ -227,7 +228,7 @@ def _split_writes(value, where: str, refused: bool) -> tuple[int, ...] | None:
         return None
     if refused:
         _fail(where, "only a CPU forward kernel may be split")
-    offsets = _ints(value, where, 0, 1 << 24, max_len=4096)
+    offsets = _ints(value, where, 0, schema.MAX_ARGS_BYTES, max_len=schema.MAX_SPLIT_WRITES)
     if any(b <= a for a, b in zip(offsets, offsets[1:])):
         _fail(where, "offsets must be strictly increasing")
     return offsets
@@ -235,7 +236,7 @@ def _split_writes(value, where: str, refused: bool) -> tuple[int, ...] | None:
 
 def _np_dtype(value, elem_shape: tuple, elem_size: int, where: str) -> str:
     """A NumPy scalar type of numbers (``dtype.str``) whose ``elem_shape`` components make ``elem_size`` bytes."""
-    np_dtype = _str(value, where, max_len=16)
+    np_dtype = _str(value, where, max_len=schema.MAX_TAG)
     if not _NP_DTYPE.fullmatch(np_dtype):
         _fail(where, f"{np_dtype!r} is not a NumPy dtype of numbers (as '<f4', '|b1')")
     try:
@@ -250,8 +251,9 @@ def _np_dtype(value, elem_shape: tuple, elem_size: int, where: str) -> str:
 def _scalar_binding(entry: dict, where: str):
     """A named scalar parameter (format 3): a Warp value type of numbers and its current value."""
     entry = _map(entry, where, ("name", "kind", "dtype", "nbytes", "np_dtype", "elem_shape", "value"))
-    nbytes = _int(entry["nbytes"], f"{where}.nbytes", 1, 1 << 12)
-    elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 8, max_len=2)
+    nbytes = _int(entry["nbytes"], f"{where}.nbytes", 1, schema.MAX_SCALAR_BYTES)
+    elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, schema.MAX_SCALAR_ELEM_DIM,
+                        max_len=schema.MAX_SCALAR_RANK)
     np_dtype = _np_dtype(entry["np_dtype"], elem_shape, nbytes, f"{where}.np_dtype")
     parsed = np.dtype(np_dtype)
     if parsed.itemsize not in PARAM_COMPONENT_SIZES.get(parsed.kind, ()) or parsed.byteorder == ">":
@@ -260,8 +262,9 @@ def _scalar_binding(entry: dict, where: str):
     value = _bin(entry["value"], f"{where}.value")
     if len(value) != nbytes:
         _fail(f"{where}.value", f"{len(value)} bytes for a {nbytes}-byte parameter")
-    return ScalarParam(_str(entry["name"], f"{where}.name", max_len=1024), _str(entry["dtype"], f"{where}.dtype",
-                       max_len=256), np.dtype(np_dtype).str, elem_shape, value)
+    return ScalarParam(_str(entry["name"], f"{where}.name", max_len=schema.MAX_NAME),
+                       _str(entry["dtype"], f"{where}.dtype", max_len=schema.MAX_LABEL), np.dtype(np_dtype).str,
+                       elem_shape, value)
 
 
 def bindings(value, ctx: Context, version: int, target: Target) -> tuple[tuple[Binding, ...], dict]:
@@ -270,11 +273,11 @@ def bindings(value, ctx: Context, version: int, target: Target) -> tuple[tuple[B
     for i, entry in enumerate(_list(value, "bindings")):
         where = f"bindings[{i}]"
         entry = _map(entry, where, ("name", "kind"))
-        name = _str(entry["name"], f"{where}.name", max_len=1024)
+        name = _str(entry["name"], f"{where}.name", max_len=schema.MAX_NAME)
         if not name or name in names:
             _fail(f"{where}.name", f"{name!r} is empty or used twice")
         names.add(name)
-        kind = _str(entry["kind"], f"{where}.kind", max_len=16)
+        kind = _str(entry["kind"], f"{where}.kind", max_len=schema.MAX_TAG)
         if kind == schema.SCALAR_KIND:
             if version < schema.PARAMS_VERSION or target is not CPU:
                 _fail(f"{where}.kind", f"a named scalar parameter in a {'' if target is CPU else target.name.upper() + ' graph'} format version "
@@ -287,24 +290,24 @@ def bindings(value, ctx: Context, version: int, target: Target) -> tuple[tuple[B
                                     "elem_size", "np_dtype", "elem_shape"))
         region = ctx.region(entry["region"], f"{where}.region")
         offset = _int(entry["offset"], f"{where}.offset")
-        shape = _ints(entry["shape"], f"{where}.shape", 0, (1 << 31) - 1)
-        strides = _ints(entry["strides"], f"{where}.strides", -(1 << 31), (1 << 31) - 1)
+        shape = _ints(entry["shape"], f"{where}.shape", 0, schema.MAX_INT32)
+        strides = _ints(entry["strides"], f"{where}.strides", -schema.MAX_INT32 - 1, schema.MAX_INT32)
         if len(strides) != len(shape):
             _fail(where, f"shape {shape} and strides {strides} differ in length")
-        elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, 1 << 20)
+        elem_size = _int(entry["elem_size"], f"{where}.elem_size", 1, schema.MAX_ELEM_BYTES)
         nbytes = _int(entry["nbytes"], f"{where}.nbytes")
         if nbytes != math.prod(shape) * elem_size:
             _fail(f"{where}.nbytes", f"{nbytes} is not the size of shape {shape} of {elem_size}-byte elements")
         lo, hi = extent(offset, elem_size, shape, strides)
         if nbytes and (lo < 0 or hi > region.nbytes):
             _fail(where, f"the view reaches bytes [{lo}, {hi}) of region {region.id} ({region.nbytes} bytes)")
-        elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, 1 << 16)
+        elem_shape = _ints(entry["elem_shape"], f"{where}.elem_shape", 1, schema.MAX_ELEM_DIM)
         np_dtype = entry["np_dtype"]
         if np_dtype is not None:
             np_dtype = _np_dtype(np_dtype, elem_shape, elem_size, f"{where}.np_dtype")
         bindings.append(Binding(
             name=name, kind=kind, region=region.id, offset=offset, nbytes=nbytes,
-            dtype=_str(entry["dtype"], f"{where}.dtype", max_len=256), shape=shape, strides=strides,
+            dtype=_str(entry["dtype"], f"{where}.dtype", max_len=schema.MAX_LABEL), shape=shape, strides=strides,
             elem_size=elem_size, np_dtype=np_dtype, elem_shape=elem_shape,
         ))
     return tuple(bindings), scalars

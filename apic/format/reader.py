@@ -35,9 +35,9 @@ from apic.format.fields import fail as _fail
 from apic.format.read_context import Context
 from apic.format.read_ops import read_op
 from apic.format.read_tables import ModuleEntry
+from apic.record.control_flow import control_flow_problem
 from apic.record.effects import control_of
 from apic.record.recording import ModuleInfo, Recording
-from apic.replay.lowering import control_flow_problem
 from apic.targets import cpu as cpu_target
 from apic.targets.cpu import KERNEL_ABIS
 from apic.targets.target import CPU, CUDA
@@ -158,15 +158,18 @@ def read(data) -> SavedGraph:
 
     # writer and target keep only the keys this apic knows, checked (they reach error messages and inspect)
     writer = _map(doc["writer"], "writer", ("apic", "warp"))
-    writer = {key: _str(writer[key], f"writer.{key}", max_len=64) for key in ("apic", "warp", "numpy") if key in writer}
+    writer = {key: _str(writer[key], f"writer.{key}", max_len=schema.MAX_WORD)
+              for key in ("apic", "warp", "numpy") if key in writer}
     target = _map(doc["target"], "target", ("system", "machine", "cpu", "features", "byteorder", "pointer_bits"))
     target = {
-        **{key: _str(target[key], f"target.{key}", max_len=256) for key in ("system", "machine", "cpu", "byteorder")},
-        "features": [_str(feature, f"target.features[{i}]", max_len=256)
-                     for i, feature in enumerate(_list(target["features"], "target.features", 4096))],
-        "pointer_bits": _int(target["pointer_bits"], "target.pointer_bits", 8, 128),
+        **{key: _str(target[key], f"target.{key}", max_len=schema.MAX_LABEL)
+           for key in ("system", "machine", "cpu", "byteorder")},
+        "features": [_str(feature, f"target.features[{i}]", max_len=schema.MAX_LABEL)
+                     for i, feature in enumerate(_list(target["features"], "target.features", schema.MAX_FEATURES))],
+        "pointer_bits": _int(target["pointer_bits"], "target.pointer_bits", schema.MIN_POINTER_BITS,
+                             schema.MAX_POINTER_BITS),
     }
-    abi = _str(doc["abi"], "abi", max_len=64)
+    abi = _str(doc["abi"], "abi", max_len=schema.MAX_WORD)
     device = tables.read_device(doc.get("device"), abi)  # None for a CPU graph
     if device is None and abi not in KERNEL_ABIS:
         _fail("abi", f"unknown kernel ABI {abi!r} (this apic calls {', '.join(KERNEL_ABIS)})")
@@ -177,7 +180,7 @@ def read(data) -> SavedGraph:
     if version < schema.HANDLES_VERSION and ("handles" in doc or "handle_slots" in doc):
         _fail("handles", f"native handles in a format version {version} file (they need version {schema.HANDLES_VERSION})")
     handles, volume_data = [], []
-    for i, entry in enumerate(_list(doc.get("handles", []), "handles", 1 << 16)):
+    for i, entry in enumerate(_list(doc.get("handles", []), "handles", schema.MAX_HANDLES)):
         handle, data = wire_handles.read_handle(entry, f"handles[{i}]", ctx)
         handles.append(handle)
         volume_data.append(data)

@@ -106,8 +106,9 @@ OP_FIELDS: dict[WireOp, dict[str, str]] = {
     WireOp.BRANCH: {"cond": "ref", "target": "int"},
     WireOp.JUMP: {"target": "int"},
     WireOp.NATIVE_CALL: {"fn": "str", "args": "list"},
+    # ``groups``: an array_t descriptor blob, as docs/FORMAT.md's table says; a ref there is refused
     WireOp.HANDLE_CALL: {"fn": "str", "handle": "int", "ints": "list", "radius": "float?", "points": "blob?",
-                         "groups": "ref?"},
+                         "groups": "blob?"},
     WireOp.CUDA_LAUNCH: {"kernel": "int", "dim": "ints", "params": "blob", "grid": "ints", "block": "ints", "smem": "int"},
 }
 
@@ -119,7 +120,52 @@ from apic.targets.cpu import INDEXEDARRAY_T_POINTER_SLOTS, INDEXEDARRAY_T_SIZE  
 BINDING_KINDS = ("input", "output")
 SCALAR_KIND = "scalar"
 
-# Limits a reader enforces (a file beyond them is refused, not attempted).
-MAX_REGION_BYTES = 1 << 46
-MAX_INT = (1 << 63) - 1
-MAX_DIMS = 4
+# Limits a reader enforces: a file beyond one is refused, not attempted. Each is read from here, and
+# tests/test_format_limits.py reads a file at each (accepted) and one past it (refused).
+# integers and shapes
+MAX_INT = (1 << 63) - 1  # int64: what the op table and NumPy hold
+MAX_INT32 = (1 << 31) - 1  # Warp's shapes, strides and counts are C ints in native code
+MAX_UINT32 = (1 << 32) - 1  # an extent of a CPU launch's dim (32 bits in the launch bounds)
+MAX_DIMS = 4  # Warp's arrays and launches have at most 4 dimensions
+MAX_REGION_BYTES = 1 << 46  # 64 TiB: more than any address space a region is allocated in
+MAX_ELEM_BYTES = 1 << 20  # an array element (a copy's, a fill's, a binding's): far above Warp's largest dtype
+MAX_ELEM_DIM = 1 << 16  # an extent of a binding's element shape (vector and matrix dtypes)
+MAX_ARGS_BYTES = 1 << 24  # a kernel's packed argument struct, and so a written array's offset in it
+MAX_SCALAR_BYTES = 1 << 12  # a named scalar parameter's value
+MAX_SCALAR_ELEM_DIM = 1 << 8  # an extent of a named scalar parameter's element shape
+MAX_SCALAR_RANK = 2  # a named scalar parameter is a scalar, vector or matrix
+# strings (characters)
+MAX_TAG = 16  # a word from a short list: device kind, binding kind, handle kind and array dtype, NumPy dtype
+MAX_HANDLE_ARRAY_NAME = 32  # the name of a native handle's array (points, indices, ...)
+MAX_WORD = 64  # versions in writer, the ABI tag, a native function's name, a native type's name
+MAX_LABEL = 256  # target and device descriptions, CPU features, Warp dtype names
+MAX_NAME = 1024  # module names, kernel keys and symbols, binding names
+MAX_TEXT = 4096  # any other string
+MAX_FILE_STEM = 200  # the name part of a module's source file, before its digest and extension
+# list lengths
+MAX_FEATURES = 4096  # CPU features named in target.features
+MAX_HANDLES = 1 << 16  # native handles of one graph
+MAX_HANDLE_ARRAYS = 8  # arrays of one native handle (a Mesh has the most)
+MAX_HANDLE_OPTIONS = 8  # options of one native handle
+MAX_NATIVE_TYPES = 64  # native Warp struct types one module reads
+MAX_SPLIT_WRITES = 4096  # written arrays of a kernel proved splittable
+MAX_KERNEL_PARAMS = 4096  # parameters of a CUDA kernel (its [offset, size] pairs)
+MAX_OP_KIND = 1 << 16  # an op's kind number, read before it is looked up
+MAX_SOURCE_FLAGS = 16  # compiler flags of a module's saved source (Warp's defaults are fewer)
+# handles
+MAX_GRID_CELLS = 1 << 28  # a hash grid allocates per cell: bound what a file can ask for
+MAX_LEAF_SIZE = 1 << 16  # a Mesh's or Bvh's BVH leaf size
+# CPU target and CUDA devices
+MIN_POINTER_BITS = 8  # target.pointer_bits: any machine's
+MAX_POINTER_BITS = 128
+MIN_ARCH = 10  # sm_10 .. sm_999x: the architecture number 10 * major + minor
+MAX_ARCH = 10_000
+MAX_ARCH_SUFFIX = 1  # "a" or "f" (or none)
+MAX_BLOCK_THREADS = 1024  # CUDA's, and Warp's largest block (also a CPU block launch's folded block size)
+MAX_GRID_YZ = 65535  # CUDA's grid extent in y and z
+MAX_BLOCK_DIM = 1 << 16  # a saved source's block_dim option
+MAX_SOURCE_BYTES = MAX_INT32  # a module's saved source file
+MAX_OPTIMIZATION_LEVEL = 3  # a saved source's optimization_level option (clang's -O0 .. -O3)
+# kernel manifests (checked at load)
+MAX_ID_WORDS = 1 << 20  # handle ids in one array argument: an array of more is not recorded as one
+MAX_MANIFEST_BYTES = 1 << 24  # a manifest lists at most a few thousand kernels

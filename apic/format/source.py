@@ -24,9 +24,11 @@ import re
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import manifest as kernel_manifest
+from apic.format import schema
+from apic.record.recording import module_source as recorded_source
 from apic.targets.cpu import module_file_name
 
-SOURCE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.cpp")
+SOURCE_FILE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{schema.MAX_FILE_STEM - 1}}}\.cpp")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # What build options a file may ask for: Warp's own values only. Compiler flags are the ones Warp's default
 # (``wp.config.cpu_compiler_flags``) holds, token by token: a file's string never reaches the compiler as
@@ -34,7 +36,6 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 MODES = ("release", "debug")
 _FLAG_TOKEN = re.compile(r"-march=native|-mllvm=-(?:inline-threshold|inline-cold-callsite-threshold|"
                          r"slp-recursion-max-depth)=[0-9]{1,6}")
-_MAX_FLAGS = 16
 _BOOL_OPTIONS = ("fast_math", "fuse_fp", "verify_fp", "enable_tiles_in_stack_memory")
 
 
@@ -52,29 +53,18 @@ class SourceEntry:
 def module_source(info, why: str = "capture_save(source_fallback=True)") -> tuple[bytes, dict]:
     """The generated C++ of one recorded module and the options it was built with; ``why`` names the
     caller in the error raised when it is not there."""
-    kept = getattr(info.module_exec, "apic_source", None)  # a module of a loaded graph
-    if kept is not None:
-        return kept
-    if info.module_exec is None or hasattr(info.module_exec, "apic_image"):
-        raise CaptureError(
-            f"{why}: Warp module '{info.name}' of this loaded graph has no saved source (the file it was loaded "
-            "from was saved without source_fallback=True)"
-        )
-    binary = _compat.module_binary_path(info.name, info.module_exec)
-    path = _compat.module_source_path(binary)
-    if path is None:
-        raise CaptureError(
-            f"{why}: the generated source of Warp module '{info.name}' is not in the kernel cache next to its "
-            f"binary ({binary}); was the cache cleared after the capture?"
-        )
-    options = _compat.module_build_options(info.name, info.module_exec)
+    try:
+        data, options = recorded_source(info.name, info.module_exec)
+    except FileNotFoundError as error:
+        raise CaptureError(f"{why}: {error}") from None
+    if getattr(info.module_exec, "apic_source", None) is not None:
+        return data, options  # a loaded graph's: its flags were checked when it was read
     try:
         options["extra_flags"] = checked_flags(options["extra_flags"])
     except ValueError as error:
         raise CaptureError(f"{why}: Warp module '{info.name}' was compiled with CPU compiler flags a graph file "
                            f"cannot carry: {error}") from None
-    with open(path, "rb") as f:
-        return f.read(), options
+    return data, options
 
 
 def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
@@ -112,7 +102,7 @@ def read_fields(value, where: str, file_name: re.Pattern, read_options) -> Sourc
         fail(f"{where}.file", f"{file!r} is not a valid source file name")
     if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
         fail(f"{where}.sha256", "expected 64 lowercase hex digits")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size < 1 << 31:
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= schema.MAX_SOURCE_BYTES:
         fail(f"{where}.size", f"{size!r} is not a size in bytes")
     if not isinstance(options, dict):
         fail(f"{where}.options", f"expected a map, found {type(options).__name__}")
@@ -129,7 +119,8 @@ def _cpu_options(options: dict, where: str) -> dict:
         if not isinstance(options.get(key), bool):
             fail(f"{where}.{key}", "expected a boolean")
         checked[key] = options[key]
-    for key, low, high in (("optimization_level", 0, 3), ("block_dim", 1, 1 << 16)):
+    for key, low, high in (("optimization_level", 0, schema.MAX_OPTIMIZATION_LEVEL),
+                            ("block_dim", 1, schema.MAX_BLOCK_DIM)):
         number = options.get(key)
         if not isinstance(number, int) or isinstance(number, bool) or not low <= number <= high:
             fail(f"{where}.{key}", f"expected an integer in [{low}, {high}]")
@@ -148,8 +139,8 @@ def checked_flags(flags) -> str:
         raise ValueError(f"expected a string of compiler flags, found {type(flags).__name__}")
     tokens = flags.split()
     unknown = [token for token in tokens if not _FLAG_TOKEN.fullmatch(token)]
-    if unknown or len(tokens) > _MAX_FLAGS:
-        shown = repr(unknown[0][:64]) if unknown else f"more than {_MAX_FLAGS} flags"
+    if unknown or len(tokens) > schema.MAX_SOURCE_FLAGS:
+        shown = repr(unknown[0][:64]) if unknown else f"more than {schema.MAX_SOURCE_FLAGS} flags"
         raise ValueError(f"{shown} is not a compiler flag apic carries in a graph file (it accepts Warp's default "
                          "CPU flags only: -march=native and its -mllvm= inlining and vectorizer limits)")
     return " ".join(tokens)

@@ -1,7 +1,8 @@
 """Control flow in a CPU capture: ``wp.capture_if`` / ``wp.capture_while`` bodies recorded inline, and a
 finished graph launched inside a capture (its ops, inline, as a CUDA child graph).
 
-A mixin of ``apic.record.recorder.Recorder``: it uses the recorder's op list, noting and interning.
+A mixin of ``apic.record.recorder.Recorder``: it uses the recorder's op list, noting and interning; and
+``control_flow_problem``, the rule every op sequence keeps (the reader checks a file's, lowering its own).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import dataclasses
 
 from apic import _compat
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record.effects import control_of
+from apic.record.effects import BRANCH, JUMP, control_of
 from apic.record.ops import Branch, Jump, Launch, RawPtr, intern_op, unresolve_op
 from apic.record.recording import ModuleInfo
 
@@ -106,3 +107,23 @@ class ControlFlowRecording:
         module = recording.modules[info.module]
         return self._intern_kernel(module.module_exec, info.symbol, lambda: ModuleInfo(module.name, module.module_exec),
                                    lambda index: dataclasses.replace(info, module=index))
+
+
+def control_flow_problem(ops) -> str | None:
+    """Why the branches and jumps of an op sequence could loop without a loop head, or None.
+
+    Every loop must pass a branch that counts it (a loop head): a branch only goes forward, and a
+    jump goes forward or back to a branch whose forward target lies past the jump (the jump is
+    inside the code that branch skips), as ``capture_while`` writes ``L0: branch(-> L2); body;
+    jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
+    """
+    for position, op in enumerate(ops):
+        control = control_of(op)
+        if control == BRANCH and op.target <= position:
+            return f"the branch at position {position} goes back to position {op.target} (branches only go forward)"
+        if control == JUMP and op.target <= position:
+            head = ops[op.target]
+            if control_of(head) != BRANCH or head.target <= position:
+                return (f"the jump at position {position} goes back to position {op.target}, which is not the "
+                        f"branch that ends a loop around it: it could loop forever without a condition")
+    return None

@@ -71,17 +71,11 @@ def note_arguments(recorder, name: str, args: tuple) -> None:
     Raises ``UnsupportedOperationError`` naming the native if a pointer argument is not inside the
     memory of a live Warp CPU array (with all the bytes the call reaches from it).
     """
-    args = natives.signed64(tuple(int(a) for a in args))
-    layout = natives.padded_transpose_layout(name, args)
-    if layout is not None:
-        args = (*args, layout[-1])  # as record_native_call records it: the capacity appended
-    sig = natives.signature(name, len(args))
-    if sig is None or sig.check(args) is not None:
-        return  # record_native_call refuses it with the reason
+    args, sig, _ = natives.recorded_call(name, args)  # refuses what record_native_call would refuse
     reached = [
         (position, value, nbytes or 0)
         for position, (kind, value, nbytes) in enumerate(zip(sig.params, args, sig.reach(args)))
-        if kind != natives.INT and value  # a null required pointer: record_native_call refuses it
+        if kind != natives.INT and value  # an optional pointer left null reaches nothing
     ]
     _note_ranges(recorder, name, reached)
 

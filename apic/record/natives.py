@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from apic import _compat
-from apic.errors import IncompatibleGraphError
+from apic.errors import IncompatibleGraphError, UnsupportedOperationError
 
 _INT_MAX = (1 << 31) - 1
 PTR = "ptr"
@@ -251,7 +251,53 @@ def padded_transpose_layout(name: str, args: tuple) -> tuple | None:
     Warp's native reads them at replay as the rows' capacities and never writes them."""
     if name != PADDED_TRANSPOSE or len(args) != 11 or not args[7] or not args[6] or not 0 <= args[1] < _INT_MAX:
         return None
-    return tuple((ctypes.c_int32 * (args[1] + 1)).from_address(args[6]))
+    return row_offsets(args[6], args[1])
+
+
+def row_offsets(address: int, rows: int) -> tuple:
+    """The ``rows + 1`` int32 row offsets of a BSR matrix at ``address``."""
+    return tuple((ctypes.c_int32 * (rows + 1)).from_address(address))
+
+
+def is_capacity_layout(layout, capacity: int | None = None) -> bool:
+    """Whether row offsets are a row-capacity layout: non-decreasing from 0 or more (up to ``capacity``).
+    A padded transpose's destination must be one when captured, and its recorded one at replay."""
+    return layout[0] >= 0 and all(a <= b for a, b in zip(layout, layout[1:])) and (
+        capacity is None or layout[-1] <= capacity)
+
+
+def invalid_segment(count: int, starts: int, ends: int, segments: int) -> tuple[int, int, int] | None:
+    """The first ``(index, start, end)`` of a segmented sort's int32 segment bounds (at addresses ``starts``
+    and ``ends``) that is not a range within ``[0, count)``, on which Warp's native fails; or None."""
+    for k in range(segments):
+        start = ctypes.c_int32.from_address(starts + 4 * k).value
+        end = ctypes.c_int32.from_address(ends + 4 * k).value
+        if start < 0 or end < start or end > count:
+            return k, start, end
+    return None
+
+
+def recorded_call(name: str, args: tuple) -> tuple[tuple, Signature, tuple | None]:
+    """``(args, signature, layout)``: a call of ``wp_<name>(*args)`` as apic records it, its arguments as
+    the int64 the op table holds (for a padded transpose, apic's own trailing capacity appended;
+    ``layout``: the destination's row offsets, else None). Raises ``UnsupportedOperationError`` naming
+    the native when apic cannot record the call."""
+    args = signed64(tuple(int(a) for a in args))  # a C bool arrives as a Python bool
+    layout = padded_transpose_layout(name, args)
+    if layout is not None:
+        if not is_capacity_layout(layout):
+            raise UnsupportedOperationError(
+                "warp.sparse.bsr_set_transpose(topology='padded')",
+                "the destination's row offsets are not a row-capacity layout (non-decreasing, from 0 or more)",
+            )
+        args = (*args, layout[-1])  # apic's own trailing argument: the capacity (Signature.extra)
+    sig = signature(name, len(args))
+    problem = "apic does not know this argument list" if sig is None else sig.check(args)
+    if problem is None and any(kind == PTR and not value for kind, value in zip(sig.params, args)):
+        problem = "a null pointer argument"
+    if problem is not None:
+        raise UnsupportedOperationError(f"wp_{name} (native)", problem)
+    return args, sig, layout
 
 
 def check_host(name: str, arity: int) -> None:

@@ -280,19 +280,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
 
     def record_native_call(self, name: str, args: tuple) -> None:
         """A call of one of Warp's native host utilities (``wp_<name>``, see ``natives``)."""
-        args = natives.signed64(tuple(int(a) for a in args))  # a C bool arrives as a Python bool
-        layout = natives.padded_transpose_layout(name, args)
-        if layout is not None:
-            if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])):
-                raise UnsupportedOperationError(
-                    "warp.sparse.bsr_set_transpose(topology='padded')",
-                    "the destination's row offsets are not a row-capacity layout (non-decreasing, from 0 or more)",
-                )
-            args = (*args, layout[-1])  # apic's own trailing argument: the capacity (natives.Signature.extra)
-        sig = natives.signature(name, len(args))
-        problem = "apic does not know this argument list" if sig is None else sig.check(args)
-        if problem is not None:
-            raise UnsupportedOperationError(f"wp_{name} (native)", problem)
+        args, sig, layout = natives.recorded_call(name, args)
         if layout is not None:
             # As upstream: the capacity layout as captured is restored before the transpose at replay, so
             # that a destination whose offsets were reset in between is rebuilt, within the recorded capacity.
@@ -302,8 +290,6 @@ class Recorder(ControlFlowRecording, RecorderBase):
             if kind == natives.OPT and not value:
                 value = 0  # an optional pointer left null: recorded as the integer 0
             elif kind != natives.INT:
-                if not value:
-                    raise UnsupportedOperationError(f"wp_{name} (native)", "a null pointer argument")
                 value = RawPtr(value, value, value + nbytes)
             values.append(value)
         self._append(NativeCall(name, tuple(values)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from apic import _compat
 from apic.record.ops import Op
 from apic.record.regions import Region
 
@@ -55,3 +56,29 @@ class Recording:
     invalid_handles: tuple[str, ...] = ()  # wp.handle arguments that held no live object's id (refused at save)
     # named scalar parameters (apic.params.ScalarParam, with their values) whose slots the launch blobs list
     params: tuple = ()
+
+
+def module_source(module_name: str, module_exec) -> tuple[bytes, dict]:
+    """The generated C++ of a recorded module and the options it was compiled with.
+
+    A live module's come from Warp's kernel cache (next to its binary); a loaded graph's module keeps
+    them (``apic_source``) when the graph was saved with ``source_fallback=True``. Raises
+    ``FileNotFoundError`` saying which is missing.
+    """
+    kept = getattr(module_exec, "apic_source", None)
+    if kept is not None:
+        return bytes(kept[0]), dict(kept[1])
+    if module_exec is None or hasattr(module_exec, "apic_image"):
+        raise FileNotFoundError(
+            f"Warp module '{module_name}' of this loaded graph has no saved source (the file it was loaded "
+            "from was saved without source_fallback=True)"
+        )
+    binary = _compat.module_binary_path(module_name, module_exec)
+    path = _compat.module_source_path(binary)
+    if path is None:
+        raise FileNotFoundError(
+            f"the generated source of Warp module '{module_name}' is not in the kernel cache next to its "
+            f"binary ({binary}); was the cache cleared after the capture?"
+        )
+    with open(path, "rb") as f:
+        return f.read(), _compat.module_build_options(module_name, module_exec)

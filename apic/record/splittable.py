@@ -346,12 +346,12 @@ def graph_launch_refusal(data: bytes, blob, writes: tuple[int, ...], region_span
     return None
 
 
+def spans_overlap(first, second) -> bool:
+    """True when a nonempty ``(address, nbytes)`` span of ``first`` overlaps one of ``second``."""
+    return any(a < b + m and b < a + n for a, n in first for b, m in second if n and m)
+
+
 def launch_arrays_disjoint(written: list[tuple[int, int]], others: list[tuple[int, int]]) -> bool:
     """True when no written ``(address, nbytes)`` range overlaps another array argument's range."""
-    for i, (wa, wn) in enumerate(written):
-        for j, (oa, on) in enumerate(written + others):
-            if j == i or wn == 0 or on == 0:
-                continue
-            if wa < oa + on and oa < wa + wn:
-                return False
-    return True
+    return not (spans_overlap(written, others)
+                or any(spans_overlap(written[:i], written[i : i + 1]) for i in range(1, len(written))))

@@ -1,6 +1,6 @@
 """What loading a saved graph allocates, added up before anything is allocated.
 
-One budget (``apic.replay.loader.max_graph_bytes``) covers everything a load makes a file's numbers
+One budget (``apic.loading.max_graph_bytes``) covers everything a load makes a file's numbers
 turn into memory: the regions (graph-owned ones are not in the file, so a small file can ask for any
 amount), the native memory of its handles (a hash grid's cells, the points it reserves for, now or at
 replay, a BVH's nodes, a Volume's buffer) and the replay program itself (one table row per op of the

@@ -1,6 +1,7 @@
 """Loading and replaying a saved CUDA graph with cuda-python alone (no Warp kernels, no Warp runtime calls).
 
-Loading (``capture_load`` of a file whose ``device`` is CUDA) does, in order:
+Loading (``capture_load`` of a file whose ``device`` is CUDA; ``apic.loading.load_cuda`` checks the
+module images and hands them here) does, in order:
 
 1. check that the GPU can run the modules (a ``.cubin`` on its major version with an equal or higher
    minor version; a ``.ptx`` on its architecture or a newer one, which the driver JIT-compiles), and
@@ -37,12 +38,10 @@ import warp as wp
 from apic import bindings as b
 from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphMemoryError, IncompatibleGraphError
-from apic.format import cuda_source
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
 from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
-from apic.replay.loader import verified_images
 from apic.replay.named_params import NamedParams
 from apic.targets import cuda as cuda_target
 from apic.targets.cuda import DEFAULT_SMEM
@@ -68,13 +67,6 @@ def check_arch(saved, arch: int) -> None:
             f"module '{module.name}' is PTX for {built}, which this GPU (sm_{arch}) cannot run: {problem}. "
             "Capture and save the graph again on this kind of GPU"
         )
-
-
-def load(saved, fetch, origin: str, device):
-    """Check and build a :class:`LoadedCudaGraph`: ``fetch(file name)`` returns a module's bytes or None."""
-    ordinal = device_ordinal(device)
-    images = cuda_source.images(saved, fetch, origin, verified_images)  # verified_images unless sources can stand in
-    return LoadedCudaGraph(saved, images, ordinal)
 
 
 class _Resources:
@@ -122,8 +114,12 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
     arrays (CPU or CUDA) and the graph's device memory, synchronously.
     """
 
-    def __init__(self, saved, images: dict[str, bytes], ordinal: int) -> None:
+    def __init__(self, saved, images: dict[str, bytes], ordinal: int, sources) -> None:
+        """``sources``: what compiles a module's saved source for this GPU (``apic.format.cuda_source``:
+        ``for_device``, ``rebuilt_after_rejection``, ``kept_source``), given by the loader so that
+        replay does not import the file format."""
         self._cu = cu = Driver()
+        self._sources = sources
         self.saved = saved
         self.recording = saved.recording
         self.apic = True
@@ -152,7 +148,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         self.device_name = (name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name))
         self.device = _warp_device(ordinal)
         # modules this GPU cannot run, or whose object is missing, are compiled from a saved source (if any)
-        self.saved, self._images = cuda_source.for_device(saved, images, self.arch, check_arch)
+        self.saved, self._images = self._sources.for_device(saved, images, self.arch, check_arch)
         res.context = cu("cuDevicePrimaryCtxRetain", res.device)
         with self._current():
             self._check_memory()
@@ -210,7 +206,8 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
                 try:
                     loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
                 except IncompatibleGraphError as error:  # rejected by the driver: compiled from source, if saved
-                    self.saved = cuda_source.rebuilt_after_rejection(self.saved, index, self._images, self.arch, error)
+                    self.saved = self._sources.rebuilt_after_rejection(self.saved, index, self._images, self.arch,
+                                                                       error)
                     entry = self.saved.modules[index]
                     loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
         smem: dict[int, int] = {}
@@ -430,7 +427,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
 
     def module_source(self, index: int):
         """``(source, options, name)`` module ``index`` was saved with (``source_fallback=True``), or None."""
-        return cuda_source.kept_source(self.saved.modules[index], self._images)
+        return self._sources.kept_source(self.saved.modules[index], self._images)
 
     def module_image(self, index: int):
         entry = self.saved.modules[index]

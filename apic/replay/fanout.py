@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.record.ops import HandleRef
+from apic.record.splittable import spans_overlap
 from apic.replay import table as tbl
 
 CHUNKS_PER_THREAD = 4  # more chunks than threads: a thread the OS runs late leaves its share to the others
@@ -46,12 +47,8 @@ def launch_spans(blob, split_writes: tuple[int, ...], region_span) -> tuple[tupl
     return tuple(writes), tuple(reach)
 
 
-def _overlap(spans_a, spans_b) -> bool:
-    return any(a < b + m and b < a + n for a, n in spans_a for b, m in spans_b if n and m)
-
-
 def _independent(a, b) -> bool:
-    return not (_overlap(a.writes, b.reach) or _overlap(b.writes, a.reach))
+    return not (spans_overlap(a.writes, b.reach) or spans_overlap(b.writes, a.reach))
 
 
 def jump_targets(table: np.ndarray) -> set[int]:

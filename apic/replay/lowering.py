@@ -15,7 +15,8 @@ import numpy as np
 from apic import _compat
 from apic.record import natives
 from apic.record import ops as rec
-from apic.record.effects import BRANCH, EFFECTS, JUMP, control_of
+from apic.record.control_flow import control_flow_problem
+from apic.record.effects import EFFECTS, JUMP, control_of
 from apic.record.splittable import graph_launch_refusal
 from apic.replay import fanout
 from apic.replay import table as tbl
@@ -134,26 +135,6 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
         writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
     return tuple(splits), tuple(refusals)
-
-
-def control_flow_problem(ops) -> str | None:
-    """Why the branches and jumps of an op sequence could loop without a loop head, or None.
-
-    Every loop must pass a branch that counts it (a loop head): a branch only goes forward, and a
-    jump goes forward or back to a branch whose forward target lies past the jump (the jump is
-    inside the code that branch skips), as ``capture_while`` writes ``L0: branch(-> L2); body;
-    jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
-    """
-    for position, op in enumerate(ops):
-        control = control_of(op)
-        if control == BRANCH and op.target <= position:
-            return f"the branch at position {position} goes back to position {op.target} (branches only go forward)"
-        if control == JUMP and op.target <= position:
-            head = ops[op.target]
-            if control_of(head) != BRANCH or head.target <= position:
-                return (f"the jump at position {position} goes back to position {op.target}, which is not the "
-                        f"branch that ends a loop around it: it could loop forever without a condition")
-    return None
 
 
 def loop_heads(ops) -> dict[int, int]:

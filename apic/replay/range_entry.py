@@ -25,6 +25,7 @@ import re
 import threading
 
 from apic import _compat
+from apic.record.recording import module_source
 from apic.replay import thread_count
 
 _ENTRY_RE = re.compile(r"WP_API void (\w+)_cpu_forward\(\s*(wp::launch_bounds_t(?:<\d+>)?)\s*\*?\s*dim")
@@ -79,33 +80,10 @@ _lock = threading.Lock()
 _forked_mid_build = False  # this process was forked while another thread was building (see _after_fork_in_child)
 
 
-def module_source(module_name: str, module_exec) -> tuple[bytes, dict]:
-    """The generated C++ of a module and the options it was compiled with.
-
-    A live module's come from Warp's kernel cache (next to its ``.o``); a loaded graph's module has them
-    when the graph was saved with ``source_fallback=True`` (``apic_source``). Raises
-    ``FileNotFoundError`` when neither is there.
-    """
-    kept = getattr(module_exec, "apic_source", None)
-    if kept is not None:
-        return bytes(kept[0]), dict(kept[1])
-    if module_exec is None or hasattr(module_exec, "apic_image"):
-        raise FileNotFoundError(
-            f"Warp module '{module_name}' of this loaded graph has no saved source (the graph was saved without "
-            "source_fallback=True)"
-        )
-    binary = _compat.module_binary_path(module_name, module_exec)
-    source_path = _compat.module_source_path(binary)
-    if source_path is None:
-        raise FileNotFoundError(f"generated source of Warp module '{module_name}' is not in the kernel cache")
-    with open(source_path, "rb") as f:
-        return f.read(), _compat.module_build_options(module_name, module_exec)
-
-
 def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
     """Address of ``<symbol_name>_cpu_forward_range`` of a module (its range object built once per process).
 
-    ``module_exec`` is a live Warp ``ModuleExec`` or a loaded graph's module (see :func:`module_source`).
+    ``module_exec`` is a live Warp ``ModuleExec`` or a loaded graph's module (``apic.record.recording.module_source``).
     The object is Warp's generated source plus the range entries, compiled with Warp's CPU compiler and
     the options the module was compiled with, so each task runs the same code as in Warp's own loop.
     """

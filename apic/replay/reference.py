@@ -18,6 +18,7 @@ import struct
 
 import numpy as np
 
+from apic.record import natives
 from apic.replay import table as tbl
 
 _I64 = ctypes.c_int64
@@ -75,17 +76,12 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 argv = (_I64 * tbl.ARGV_ARGS).from_address(args[0])
                 function(opcode, address, _CALL_ARGV)(*argv)
             elif opcode == tbl.OP_SEGMENTED_SORT:
-                count, starts, ends, segments = args[2:6]
-                for k in range(segments):
-                    start = ctypes.c_int32.from_address(starts + 4 * k).value
-                    end = ctypes.c_int32.from_address(ends + 4 * k).value
-                    if start < 0 or end < start or end > count:
-                        return -(i + 1)
+                if natives.invalid_segment(*args[2:6]) is not None:
+                    return -(i + 1)
                 function(opcode, address, _CALL[tbl.OP_CALL10])(*args[: tbl.OP_CALL10])  # the row's trailing zeros
             elif opcode == tbl.OP_PADDED_TRANSPOSE:
                 offsets, nrows, capacity = args[1:4]
-                layout = (ctypes.c_int32 * (nrows + 1)).from_address(offsets)[:]
-                if layout[0] < 0 or any(b < a for a, b in zip(layout, layout[1:])) or layout[-1] > capacity:
+                if not natives.is_capacity_layout(natives.row_offsets(offsets, nrows), capacity):
                     return -(i + 1)
                 function(opcode, address, _CALL_ARGV)(*(_I64 * tbl.ARGV_ARGS).from_address(args[0]))
             elif opcode == tbl.OP_CHECK_INDICES:

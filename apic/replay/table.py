@@ -50,11 +50,11 @@ Kept apart from the interpreter so that building a table never imports Numba.
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Callable
 
 from apic.errors import ReplayError, ReplayIndexError
+from apic.record import natives
 
 COL_OPCODE = 0
 COL_FN = 1
@@ -140,13 +140,12 @@ def _segment_stop(row, at: int) -> Exception:
     replay stopped at that row, so memory holds what it saw); upstream Warp's words."""
     spec = OPCODES[OP_SEGMENTED_SORT]
     count, starts, ends, segments = (int(row[spec.column(c)]) for c in ("count", "starts", "ends", "segments"))
-    for k in range(segments):
-        start = ctypes.c_int32.from_address(starts + 4 * k).value
-        end = ctypes.c_int32.from_address(ends + 4 * k).value
-        if start < 0 or end < start or end > count:
-            return ReplayError(f"CPU graph replay failed: Warp sort error: Invalid segment range at index {k}: "
-                               f"[{start}, {end}) for count {count} (wp.utils.segmented_sort_pairs; the replay "
-                               "stopped before this sort)")
+    found = natives.invalid_segment(count, starts, ends, segments)
+    if found is not None:
+        k, start, end = found
+        return ReplayError(f"CPU graph replay failed: Warp sort error: Invalid segment range at index {k}: "
+                           f"[{start}, {end}) for count {count} (wp.utils.segmented_sort_pairs; the replay "
+                           "stopped before this sort)")
     return ReplayError("CPU graph replay failed: a segmented sort found an invalid segment range "
                        "(wp.utils.segmented_sort_pairs)")
 
@@ -155,7 +154,7 @@ def _capacity_stop(row, at: int) -> Exception:
     """What is wrong with the row offsets of an ``OP_PADDED_TRANSPOSE`` row's destination."""
     spec = OPCODES[OP_PADDED_TRANSPOSE]
     offsets, rows, capacity = (int(row[spec.column(c)]) for c in ("offsets", "rows", "capacity"))
-    layout = (ctypes.c_int32 * (rows + 1)).from_address(offsets)[:]
+    layout = natives.row_offsets(offsets, rows)
     return ReplayError(
         f"CPU graph replay failed: the row offsets of a padded bsr_set_transpose destination ({layout[0]} .. "
         f"{layout[-1]}) are not non-decreasing from 0 or more within its recorded capacity of {capacity} blocks "

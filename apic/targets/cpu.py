@@ -87,6 +87,13 @@ _X86_64_V4 = _X86_64_V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx51
 CPU_LEVELS = {"x86-64-v2": frozenset(_X86_64_V2), "x86-64-v3": frozenset(_X86_64_V3),
               "x86-64-v4": frozenset(_X86_64_V4)}
 
+
+def check_cpu_level(level) -> None:
+    """Refuse (``ValueError``) a ``cpu_target`` that is not None nor one of ``CPU_LEVELS``."""
+    if level is not None and (not isinstance(level, str) or level not in CPU_LEVELS):
+        raise ValueError(f"cpu_target={level!r} is not a CPU level apic compiles for; use one of "
+                         f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")
+
 # The C++ macro clang defines for each feature it compiles for: how a probe reads back what a build enables.
 FEATURE_MACROS = {
     "sse3": "__SSE3__", "ssse3": "__SSSE3__", "sse4.1": "__SSE4_1__", "sse4.2": "__SSE4_2__", "popcnt": "__POPCNT__",

@@ -1,6 +1,10 @@
-"""Loading a saved graph: a validated ``SavedGraph`` + module binaries -> a replayable ``apic.Graph``.
+"""Loading a saved graph: a validated ``SavedGraph`` + module binaries -> a replayable graph.
 
-Order matters, and nothing native runs before the checks that protect it:
+Loading sits above both the file format (``apic.format``) and replay (``apic.replay``), so that neither
+sees the other: replay never reads a file, the reader never lowers a program. A CUDA graph is handed to
+``apic.replay.cuda`` with the module images checked here (``load_cuda``); a CPU graph is built here.
+
+For a CPU graph, order matters, and nothing native runs before the checks that protect it:
 
 1. the saving host's OS, CPU and instruction-set features, and the kernels' native dependencies,
    are compared with this process (``check_compatible``); a graph that cannot run safely here is
@@ -28,6 +32,7 @@ import warp as wp
 
 from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
+from apic.format import cuda_source
 from apic.format import handles as wire_handles
 from apic.format import manifest as kernel_manifest
 from apic.format import source as source_format
@@ -37,6 +42,7 @@ from apic.graph import Graph
 from apic.record import handles
 from apic.record.recording import ModuleInfo
 from apic.replay import budget
+from apic.replay import cuda as cuda_replay
 from apic.targets.cpu import CPU_LEVELS
 
 _ALIGN = 64
@@ -147,12 +153,12 @@ def check_memory(saved: SavedGraph) -> None:
     parts = budget.needs(saved)
     needed = sum(nbytes for _, nbytes in parts)
     if limit is not None and needed > limit:
-        where = ("apic.replay.loader.max_graph_bytes" if max_graph_bytes is not None
-                 else "this machine's memory, apic.replay.loader.max_graph_bytes = None")
+        where = ("apic.loading.max_graph_bytes" if max_graph_bytes is not None
+                 else "this machine's memory, apic.loading.max_graph_bytes = None")
         detail = ", ".join(f"{what} {nbytes:,}" for what, nbytes in parts if nbytes)
         raise GraphMemoryError(
             f"loading this graph needs {needed:,} bytes ({detail}), more than a load may allocate here "
-            f"({limit:,} bytes, {where}); to allow it, set apic.replay.loader.max_graph_bytes to a larger number "
+            f"({limit:,} bytes, {where}); to allow it, set apic.loading.max_graph_bytes to a larger number "
             "of bytes (None: this machine's memory)"
         )
 
@@ -265,3 +271,11 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
     # what each kernel expects comes from the files that give its code, which the .wrp cannot change
     return files, kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin, files.manifests))
 
+
+
+def load_cuda(saved, fetch, origin: str, device):
+    """A loaded CUDA graph (``apic.replay.cuda.LoadedCudaGraph``): ``fetch(file name)`` returns a module's
+    bytes or None; a module's saved source stands in for an object this GPU cannot run."""
+    ordinal = cuda_replay.device_ordinal(device)
+    images = cuda_source.images(saved, fetch, origin, verified_images)  # verified_images unless sources can stand in
+    return cuda_replay.LoadedCudaGraph(saved, images, ordinal, cuda_source)
