@@ -457,10 +457,12 @@ def world_launch_refusal(data: bytes, blob, writes: tuple[int, ...], rows: tuple
         _, shape, strides, elem_size, _ = view
         if not shape or shape[0] != worlds:
             return f"the written array at byte {at} has {shape[0] if shape else 0} rows for {worlds} worlds"
-        row_extent = elem_size + sum((n - 1) * s for n, s in zip(shape[1:], strides[1:]) if n > 0)
+        lo, hi = view[4]
+        if hi <= lo:  # no element: nothing to write
+            continue
+        row_extent = elem_size + sum((n - 1) * s for n, s in zip(shape[1:], strides[1:]))
         if any(s < 0 for s in strides) or (worlds > 1 and strides[0] < row_extent):
             return f"the rows of the written array at byte {at} overlap"
-        lo, hi = view[4]
         for other_at, other in views.items():
             if other_at == at or other[4][1] <= other[4][0] or not (lo < other[4][1] and other[4][0] < hi):
                 continue
