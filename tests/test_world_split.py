@@ -79,6 +79,11 @@ def test_proof_names_the_reason(name, reason):
     assert not verdict.splittable and reason in verdict.reason, verdict
 
 
+def test_struct_fields_are_refused():
+    verdict = world_verdict(wk.writes_through_struct_element)
+    assert not verdict.splittable and "@wp.struct" in verdict.reason, verdict
+
+
 def test_launch_check_names_the_reason():
     reasons = {name: wk.run(name, 2, "numba", replays=1)[2].parallel_report(2)[0]["why"]
                for name, case in wk.CASES.items() if case[3] == "launch"}

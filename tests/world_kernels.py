@@ -216,3 +216,15 @@ def run(name: str, threads: int, interpreter: str, replays: int = 3, seed: int =
             program = graph.parallel_program(threads)
             reference.run_table(program.table, 1, None, program.loops)
     return arrays(eager), arrays(replayed), graph
+
+
+@wp.struct
+class Holder:
+    values: wp.array(dtype=float)
+
+
+@wp.kernel
+def writes_through_struct_element(holders: wp.array(dtype=Holder), acc: wp.array2d(dtype=float)):
+    w, j = wp.tid()
+    h = holders[w]
+    h.values[0] = acc[w, j % 3]  # memory behind a struct field: not followed, refused

@@ -40,7 +40,7 @@ class KernelInfo:
     # ... or, for a kernel proved splittable by world instead (apic.record.world_split), the byte offsets
     # of the arrays it accesses only at the world's row; its launches split into ranges of whole worlds
     split_world: tuple[int, ...] | None = None
-    # why a forward CPU kernel's launches stay serial (apic.record.splittable.split_refusal), for
+    # why a forward CPU kernel's launches stay serial (apic.record.world_split.split_refusal), for
     # parallel_report; not saved
     split_refused: str = ""
 

@@ -36,6 +36,8 @@ from apic.targets import cpu as _cpu
 WHOLE, ROW, OTHER = "whole", "row", "other"  # where a view's first index is: not applied yet, w, anything else
 WORLD = "world"  # the tag of a name that holds the world index
 _METADATA = ("shape", "strides", "ndim")  # array attributes that read no element
+_ARRAY_CONSTRUCTORS = ("array", "array1d", "array2d", "array3d", "array4d", "indexedarray", "fabricarray",
+                       "indexedfabricarray")
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,9 @@ class _Body:
         """An element access ``a[...]`` (or a local value's component, when ``a`` is no array)."""
         base = self.view(node.value)
         if base is None:
+            if write and not isinstance(node.value, ast.Name):
+                # a field of a struct may hold an array: only a local value's components are followed
+                self.refuse(node, "writes through an expression it cannot follow")
             self.value(node.value)
             self.value(node.slice)
             return
@@ -241,6 +246,8 @@ class _Body:
         if name.startswith("atomic_"):
             self.atomic(name, node)
             return
+        if name in _ARRAY_CONSTRUCTORS:  # an array from a pointer: its writes would not be followed
+            self.refuse(node, f"builds an array ({name})")
         if name == "len" and len(node.args) == 1 and self.view(node.args[0]) is not None:
             return
         target = _task._resolve(node.func, self.scope)
@@ -294,6 +301,8 @@ class _Proof:
         overloads = list(getattr(function, "user_overloads", {}).values()) or [function]
         for overload in overloads:
             tree = getattr(getattr(overload, "adj", None), "tree", None)
+            if getattr(overload, "native_snippet", None) is not None:
+                caller.refuse(node, f"calls {name}, a native snippet (not analysed)")
             if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
                 caller.refuse(node, f"calls {name}, which has no source to analyse")
             definition = tree.body[0]
@@ -373,6 +382,10 @@ def _world_verdict(kernel) -> WorldVerdict:
     arg_types = {a.label: a.type for a in getattr(adj, "args", ())}
     env: dict = {world: WORLD}
     for label, arg_type in arg_types.items():
+        if isinstance(arg_type, _compat.wp_codegen.Struct) or isinstance(
+                getattr(arg_type, "dtype", None), _compat.wp_codegen.Struct):
+            # a struct's fields may hold arrays, written through it behind the analysis' back
+            return WorldVerdict(False, f"argument {label} is or holds a @wp.struct (not analysed)")
         ndim = getattr(arg_type, "ndim", None)
         if isinstance(ndim, int) and ndim > 0 and hasattr(arg_type, "dtype"):
             if counts.get(label, 0):
