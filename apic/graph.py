@@ -8,7 +8,7 @@ from apic import _compat
 from apic import bindings as b
 from apic.errors import BindingError
 from apic.params import pack
-from apic.record.ops import HandleRef
+from apic.record.ops import HandleRef, Launch
 from apic.record.current import active
 from apic.record.recording import Recording
 from apic.replay import range_entry
@@ -102,7 +102,7 @@ class Graph(NamedParams):
             module = self.recording.modules[info.module]
             try:
                 symbol = info.symbol[: -len(cpu_target.KERNEL_SUFFIX[False])]
-                found = range_entry.range_entry(module.name, module.module_exec, symbol)
+                found = range_entry.range_entry(module.name, module.module_exec, symbol, info.split_world is not None)
             except (FileNotFoundError, LookupError) as error:  # no source to build it from: serial
                 self._range_missing[kernel] = str(error)
                 found = 0
@@ -128,7 +128,8 @@ class Graph(NamedParams):
         ``chunks`` its tasks are cut into (1: run whole on one thread, at the same time as the independent
         launches next to it), ``together`` the launches of its ``OP_SPLIT`` row (1: split alone), ``count``
         its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
-        serially. Launches of other kernels always run serially and are not listed.
+        serially. Then one entry per other kernel launched (``tasks`` 0, ``count`` its launches), with
+        why it was not proved splittable.
 
         ``threads`` is checked and bounded as in :meth:`launch`: the report is that of the replay that runs."""
         threads = self._threads if threads is None else _check_threads(threads)
@@ -149,6 +150,20 @@ class Graph(NamedParams):
         for kernel, why in self.program.refusals:
             report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "together": 0,
                            "count": 0, "why": why})
+        return report + self._serial_kernels()
+
+    def _serial_kernels(self) -> list[dict]:
+        """``parallel_report`` entries of the kernels never proved splittable, one per kernel launched."""
+        counts: dict[int, int] = {}
+        for op in self.recording.ops:
+            if isinstance(op, Launch) and self.recording.kernels[op.kernel].split_writes is None:
+                counts[op.kernel] = counts.get(op.kernel, 0) + 1
+        report = []
+        for kernel, count in counts.items():
+            info = self.recording.kernels[kernel]
+            why = ("backward launch" if info.adjoint else "runs as cooperative CPU blocks" if info.cpu_blocks
+                   else info.split_refused or "not proved splittable when captured")
+            report.append({"kernel": info.key, "tasks": 0, "chunks": 0, "together": 0, "count": count, "why": why})
         return report
 
     def address_of(self, target) -> int:

@@ -1,14 +1,18 @@
 """Parallel graph replay (issue 15) on a real client's step: serial vs ``threads=N``, one run.
 
-    python -m benchmarks.parallel [--worlds 256] [--threads 2] [--rounds 7] [--min-tasks 4096 256]
+    python -m benchmarks.parallel [--model scene|humanoid] [--worlds 256] [--threads 2] [--rounds 7]
+                                  [--min-tasks 4096 256]
 
-Captures one ``mjw.step`` of mujoco-warp (the scene of ``tests/clients/test_mujoco_warp.py``: a free
-box and a hinged capsule over a plane) with ``--worlds`` worlds, then replays it serially and split
+Captures one ``mjw.step`` of mujoco-warp (``scene``: the scene of ``tests/clients/test_mujoco_warp.py``,
+a free box and a hinged capsule over a plane; ``humanoid``: mujoco-warp's own humanoid test model, each
+world with its own random velocities) with ``--worlds`` worlds, then replays it serially and split
 over ``--threads`` threads, for each ``--min-tasks`` (the graph's ``min_tasks_per_thread``: launches
 with fewer tasks per thread stay serial). Rounds interleave the modes; the minimum and the median per
 step are printed, with the kernels whose launches ran split and the heaviest ones that did not (and
-why). Before timing, a serial and a split replay of two graphs captured from identical states must
-leave every array of ``Data`` identical bit for bit. Needs ``pip install mujoco-warp``.
+why), and the split coverage: the share of a serial step's time (``apic.profile``) in the kernels
+whose launches ran split. Before timing, a serial and a split replay of two graphs captured from
+identical states must leave every array of ``Data`` identical bit for bit. Needs ``pip install
+mujoco-warp``.
 """
 
 from __future__ import annotations
@@ -29,17 +33,26 @@ from apic._compat import quiet_warp
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients"))
 
 
-def _scene(worlds: int):
+def _scene(worlds: int, name: str):
     import mujoco
     import mujoco_warp as mjw
     from test_mujoco_warp import SCENE
 
-    mjm = mujoco.MjModel.from_xml_string(SCENE)
+    if name == "humanoid":
+        mjm = mujoco.MjModel.from_xml_path(os.path.join(os.path.dirname(mjw.__file__), "test_data", "humanoid",
+                                                        "humanoid.xml"))
+    else:
+        mjm = mujoco.MjModel.from_xml_string(SCENE)
     mjd = mujoco.MjData(mjm)
     mjd.qvel[:3] = (0.4, -0.2, 0.0)
     model = mjw.put_model(mjm)
+    qvel = np.random.default_rng(3).standard_normal((worlds, mjm.nv)).astype(np.float32) * 0.5
 
     def made():
+        if name == "humanoid":  # each world its own velocities: the solver iterates differently per world
+            data = mjw.put_data(mjm, mjd, nworld=worlds)
+            data.qvel.assign(qvel)
+            return data
         return mjw.put_data(mjm, mjd, nworld=worlds, nconmax=16 * worlds, njmax=32 * worlds)
 
     # put_data leaves a few arrays uninitialised (as wp.empty): both copies start them zeroed
@@ -72,6 +85,7 @@ def _capture(step, model, data):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("scene", "humanoid"), default="scene")
     parser.add_argument("--worlds", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=7)
@@ -82,11 +96,11 @@ def main(argv=None) -> int:
     wp.init()
     from client_helpers import raw
 
-    model, fresh, step = _scene(args.worlds)
+    model, fresh, step = _scene(args.worlds, args.model)
     step(model, fresh())  # compile every module before capturing
-    print(f"mujoco-warp step, {args.worlds} worlds, warp-lang {wp.config.version}, apic {apic.__version__}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of "
-          f"{args.steps} steps, ms per step (min / median)\n")
+    print(f"mujoco-warp step ({args.model}), {args.worlds} worlds, warp-lang {wp.config.version}, "
+          f"apic {apic.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+          f"{args.rounds} interleaved rounds of {args.steps} steps, ms per step (min / median)\n")
     for min_tasks in args.min_tasks:
         serial_data, again_data, split_data = fresh(), fresh(), fresh()
         serial, again = _capture(step, model, serial_data), _capture(step, model, again_data)
@@ -112,7 +126,9 @@ def main(argv=None) -> int:
                 times[threads].append((time.perf_counter() - start) / args.steps * 1e3)
         report = split.parallel_report(args.threads)
         ran = collections.Counter(e["kernel"] for e in report for _ in range(e["count"]) if e["chunks"])
-        kept = collections.Counter((e["kernel"], e["why"]) for e in report if not e["chunks"])
+        proved_keys = {k.key for k in split.recording.kernels if k.split_writes is not None}
+        kept = collections.Counter((e["kernel"], e["why"]) for e in report
+                                   if not e["chunks"] and e["kernel"] in proved_keys)
         (s_min, s_med), (p_min, p_med) = ((min(t), statistics.median(t)) for t in times.values())
         print(f"min_tasks_per_thread {min_tasks}: serial {s_min:.1f} / {s_med:.1f}, threads={args.threads} "
               f"{p_min:.1f} / {p_med:.1f}: ratio {p_min / s_min:.2f} (medians {p_med / s_med:.2f}); "
@@ -121,7 +137,13 @@ def main(argv=None) -> int:
               f"launches on several threads: {', '.join(f'{k} x{n}' for k, n in ran.items()) or 'none'}")
         print(f"  splittable kernels kept serial: {', '.join(f'{k} ({why})' for (k, why) in kept) or 'none'}")
         proved = sum(1 for k in split.recording.kernels if k.split_writes is not None)
-        print(f"  {proved} of {len(split.recording.kernels)} kernels proved splittable at capture\n")
+        by_world = sum(1 for k in split.recording.kernels if k.split_world is not None)
+        print(f"  {proved} of {len(split.recording.kernels)} kernels proved splittable at capture "
+              f"({by_world} of them by world)")
+        profiled = apic.profile(serial, replays=args.steps).rows
+        shares = {row.name: row.share for row in profiled if row.kind == "launch"}
+        print(f"  split coverage: {sum(shares.get(kernel, 0.0) for kernel in ran):.1%} of a serial step's time "
+              "in kernels whose launches ran split\n")
     return 0
 
 

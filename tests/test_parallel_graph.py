@@ -237,8 +237,10 @@ def test_atomic_kernel_reported_serial():
     graph = capture.graph
     assert graph.recording.kernels[0].split_writes is None  # atomics: never proved splittable
     assert (graph.parallel_program(2).table[:, 0] != tbl.OP_SPLIT).all()
-    (entry,) = graph.parallel_report(2)
+    entry, kinetic = graph.parallel_report(2)
     assert entry["kernel"] == "square" and "overlaps" in entry["why"]
+    # a kernel never proved splittable is listed too, with why (its global accumulator)
+    assert kinetic["kernel"] == "kinetic" and kinetic["chunks"] == 0 and "atomic_add" in kinetic["why"]
 
 
 def test_small_launches_stay_serial_by_default():
@@ -361,7 +363,10 @@ def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback
     assert result["splits"] == (9 if source_fallback else 0), result["report"]
     assert result["rows"] == (6 if source_fallback else 0), result["report"]
     if not source_fallback:
-        assert all("source_fallback" in entry["why"] for entry in result["report"]), result["report"]
+        split = [entry for entry in result["report"] if entry["kernel"] != "kinetic"]
+        assert split and all("source_fallback" in entry["why"] for entry in split), result["report"]
+    (kinetic,) = [entry for entry in result["report"] if entry["kernel"] == "kinetic"]  # its atomics: serial
+    assert kinetic["chunks"] == 0 and kinetic["why"], result["report"]
     for name, arr in eager.items():
         got = np.load(job["out"] + name + ".npy")
         assert np.array_equal(arr.numpy().view(np.uint8), got.view(np.uint8)), name

@@ -237,7 +237,9 @@ def _args_sizes(ops, kernel: int) -> dict:
 def _kernel(recording, i: int, kernel) -> dict:
     return {"module": kernel.module, "key": kernel.key, "symbol": kernel.symbol, "adjoint": bool(kernel.adjoint),
             **({"cpu_blocks": True} if kernel.cpu_blocks else {}), **_args_sizes(recording.ops, i),
-            **({"split_writes": list(kernel.split_writes)} if kernel.split_writes is not None else {}),
+            # a kernel split by world is not saved as splittable: a reader would take it as split by task
+            **({"split_writes": list(kernel.split_writes)}
+               if kernel.split_writes is not None and kernel.split_world is None else {}),
             **({"params": [list(p) for p in kernel.params]} if kernel.params else {})}
 
 

@@ -38,6 +38,12 @@ class KernelInfo:
     # (apic.record.splittable.written_offsets), the byte offsets in its packed arguments of the arrays it
     # writes; None for every other entry point, which always runs serially
     split_writes: tuple[int, ...] | None = None
+    # ... or, for a kernel proved splittable by world instead (apic.record.world_split), the byte offsets
+    # of the arrays it accesses only at the world's row; its launches split into ranges of whole worlds
+    split_world: tuple[int, ...] | None = None
+    # why a forward CPU kernel's launches stay serial (apic.record.world_split.split_refusal), for
+    # parallel_report; not saved
+    split_refused: str = ""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from apic.record import ops as rec
 from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, JUMP, control_of
 from apic.record.splittable import graph_launch_refusal
+from apic.record.world_split import world_launch_refusal
 from apic.replay import fanout
 from apic.replay import table as tbl
 from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
@@ -126,7 +127,11 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
         why = "backward launch" if op.adj_args is not None else None
         if why is None and kernel.cpu_blocks:
             why = "runs as cooperative CPU blocks"
-        why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
+        if kernel.split_world is not None:
+            why = why or world_launch_refusal(data, op.args, kernel.split_writes, kernel.split_world, op.dim,
+                                              region_span)
+        else:
+            why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
         if why is not None:
             refusals.append((op.kernel, why))
             continue

@@ -40,6 +40,22 @@ WP_API void {name}_cpu_forward_range({bounds} *dim, wp_args_{name} *_wp_args, si
 #endif
 {body}
 }}
+
+// A launch split by world (apic.record.world_split): each chunk boundary moves up to the next whole
+// world (worlds are the launch's first dimension, so a world's tasks are consecutive), so every
+// world runs whole, in order, in one chunk.
+WP_API void {name}_cpu_forward_world_range({bounds} *dim, wp_args_{name} *_wp_args, size_t begin, size_t end)
+{{
+    const size_t per_world = dim->shape[0] ? dim->size / dim->shape[0] : 1;
+    if (per_world > 1)
+    {{
+        begin = (begin + per_world - 1) / per_world * per_world;
+        end = (end + per_world - 1) / per_world * per_world;
+        if (end > dim->size) end = dim->size;
+        if (begin > end) begin = end;
+    }}
+    {name}_cpu_forward_range(dim, _wp_args, begin, end);
+}}
 }}
 """
 
@@ -80,8 +96,9 @@ _lock = threading.Lock()
 _forked_mid_build = False  # this process was forked while another thread was building (see _after_fork_in_child)
 
 
-def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
-    """Address of ``<symbol_name>_cpu_forward_range`` of a module (its range object built once per process).
+def range_entry(module_name: str, module_exec, symbol_name: str, world: bool = False) -> int:
+    """Address of ``<symbol_name>_cpu_forward_range`` of a module (its range object built once per process);
+    with ``world``, of ``<symbol_name>_cpu_forward_world_range``, which runs whole worlds only.
 
     ``module_exec`` is a live Warp ``ModuleExec`` or a loaded graph's module (``apic.record.recording.module_source``).
     The object is Warp's generated source plus the range entries, compiled with Warp's CPU compiler and
@@ -101,7 +118,8 @@ def range_entry(module_name: str, module_exec, symbol_name: str) -> int:
             handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
             _compat.load_object(image, handle)
             _loaded[key] = handle
-    address = _compat.lookup_symbol(handle, symbol_name + "_cpu_forward_range")
+    suffix = "_cpu_forward_world_range" if world else "_cpu_forward_range"
+    address = _compat.lookup_symbol(handle, symbol_name + suffix)
     if not address:
         raise LookupError(f"no range entry for kernel symbol '{symbol_name}' in module '{module_name}'")
     return address

@@ -27,13 +27,16 @@ class Scene:
     substeps = 4
     dt = 1.0 / 240.0
 
-    def __init__(self):
+    def __init__(self, worlds: int = 0):
         builder = newton.ModelBuilder(up_axis=newton.Axis.Z)
+        scene = newton.ModelBuilder(up_axis=newton.Axis.Z) if worlds else builder
+        sphere = scene.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.12), wp.quat_identity()))
+        scene.add_shape_sphere(sphere, radius=0.1)
+        box = scene.add_body(xform=wp.transform(wp.vec3(0.4, 0.0, 0.15), wp.quat_rpy(0.3, 0.2, 0.1)))
+        scene.add_shape_box(box, hx=0.1, hy=0.08, hz=0.06)
+        if worlds:  # one copy per world, side by side
+            builder.replicate(scene, worlds, spacing=(1.5, 0.0, 0.0))
         builder.add_ground_plane()
-        sphere = builder.add_body(xform=wp.transform(wp.vec3(0.0, 0.0, 0.12), wp.quat_identity()))
-        builder.add_shape_sphere(sphere, radius=0.1)
-        box = builder.add_body(xform=wp.transform(wp.vec3(0.4, 0.0, 0.15), wp.quat_rpy(0.3, 0.2, 0.1)))
-        builder.add_shape_box(box, hx=0.1, hy=0.08, hz=0.06)
         self.model = builder.finalize(device="cpu")
         self.solver = newton.solvers.SolverXPBD(self.model, iterations=4)
         self.state_0, self.state_1 = self.model.state(), self.model.state()
@@ -91,6 +94,32 @@ def test_scene_split_over_threads(warmed):
         wp.capture_launch(graph, threads=3)
         if frame in (0, FRAMES - 1):
             assert_same_arrays(eager.arrays(), replayed.arrays(), f"after frame {frame + 1}")
+
+
+def test_replicated_worlds_split_over_threads(warmed):
+    """A replicated multi-world scene (16 worlds, each body its own initial velocity) replayed on two
+    threads: every array equals a serial replay's and eager's, bit for bit."""
+    scenes = [Scene(worlds=16) for _ in range(3)]  # eager, serial replay, split replay
+    qd = np.random.default_rng(5).standard_normal(scenes[0].state_0.body_qd.shape + (6,)).astype(np.float32)
+    for scene in scenes:
+        scene.state_0.body_qd.assign(qd * 0.3)
+    scenes[0].simulate()  # this module's kernels for the replicated model (compilation is not captured)
+    scenes[0] = Scene(worlds=16)
+    scenes[0].state_0.body_qd.assign(qd * 0.3)
+    graphs = []
+    for scene in scenes[1:]:
+        with wp.ScopedCapture() as capture:
+            scene.simulate()
+        graphs.append(capture.graph)
+    graphs[1].min_tasks_per_thread = 1
+    assert any(e["chunks"] > 1 for e in graphs[1].parallel_report(2)), graphs[1].parallel_report(2)
+    for _ in range(3):
+        scenes[0].simulate()
+        wp.capture_launch(graphs[0])
+        wp.capture_launch(graphs[1], threads=2)
+    assert_same_arrays(scenes[1].arrays(), scenes[2].arrays(), "split vs serial replay")
+    assert_same_arrays(scenes[0].arrays(), scenes[2].arrays(), "split replay vs eager")
+    assert int(scenes[0].contacts.rigid_contact_count.numpy()[0]) > 0, "the scene made no contacts"
 
 
 def test_saved_scene_replays_without_newton(warmed, tmp_path):

@@ -1,0 +1,496 @@
+"""The world-split proof: a kernel whose tasks of one world touch only that world's rows may be split
+into contiguous ranges of whole worlds (docs/PARALLEL.md, "Splitting by world").
+
+Batched simulators launch with ``dim[0] == nworld``, bind the world as the first component of
+``wp.tid()`` and write only rows ``[world, ...]`` of per-world arrays, often at computed columns and
+with float atomics. Run a whole world's tasks in their serial order on one thread and every write,
+in-place update and atomic into its rows happens in the serial order too: the result is the serial
+one, bit for bit. So, from the kernel's Python AST (``kernel.adj.tree``, through every ``@wp.func`` it
+calls, with each call's arguments bound to what they are at the call), this module proves:
+
+* the world name ``w``, the first name bound to ``wp.tid()`` (bound once in the kernel), is never
+  reassigned, in the kernel or in a function it is passed to (a reassigned parameter is no world);
+* every store, in-place update and atomic goes to a kernel array argument at first index ``w``
+  (``a[w, j]``, ``a[w][j]``, ``wp.atomic_add(a, w, j, x)``, a row view ``r = a[w]`` or ``a[w]``
+  passed to a function and written there);
+* every other access of an array the kernel writes is at first index ``w`` too.
+
+Anything it cannot follow raises the refusal with its reason: an array used other than by indexing
+(passed to a builtin, returned, stored in a struct), a write to memory not a kernel argument, a slice,
+an unsafe builtin (tiles, printing, ``store``, ``address``), a call through an expression. The launch
+checks (each written array has ``shape[0] == dim[0]`` and rows that overlap nothing else the launch
+reaches) are :func:`world_launch_refusal`'s.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from apic import _compat
+from apic.record import splittable as _task
+from apic.record.layout import extent
+from apic.record.ops import HandleRef
+from apic.targets import cpu as _cpu
+
+WHOLE, ROW, OTHER = "whole", "row", "other"  # where a view's first index is: not applied yet, w, anything else
+WORLD = "world"  # the tag of a name that holds the world index
+_METADATA = ("shape", "strides", "ndim")  # array attributes that read no element
+_ARRAY_CONSTRUCTORS = ("array", "array1d", "array2d", "array3d", "array4d", "indexedarray", "fabricarray",
+                       "indexedfabricarray")
+
+
+@dataclass(frozen=True)
+class WorldVerdict:
+    """Whether a kernel's launches may be split by world; ``reason`` says why not.
+
+    ``written``: the array arguments it writes; ``rows``: those it accesses only at the world's row
+    (every written one, and read-only ones read only there)."""
+
+    splittable: bool
+    reason: str
+    written: frozenset = frozenset()
+    rows: frozenset = frozenset()
+
+
+@dataclass(frozen=True)
+class _View:
+    """An array value: a view of kernel argument ``root``, with ``ndim`` dimensions left to index."""
+
+    root: str
+    state: str
+    ndim: int
+
+
+class _Refused(Exception):
+    pass
+
+
+def _store_counts(body: list) -> dict[str, int]:
+    """How often each name is bound in a function body (assignments, loop targets, ``with ... as``)."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            counts[node.id] = counts.get(node.id, 0) + 1
+    return counts
+
+
+class _Body:
+    """One pass over a kernel's or function's statements, with what each name holds (``env``)."""
+
+    def __init__(self, proof: _Proof, scope, env: dict, counts: dict) -> None:
+        self.proof, self.scope, self.env, self.counts = proof, scope, env, counts
+
+    def refuse(self, node, why: str):
+        raise _Refused(f"line {getattr(node, 'lineno', '?')}: {why}")
+
+    # --- statements ---------------------------------------------------------------------------------
+    def block(self, statements: list) -> None:
+        for statement in statements:
+            self.statement(statement)
+
+    def statement(self, node) -> None:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and _is_tid(node.value):
+            return  # the world's own binding (:func:`_world_name`)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if node.value is None:
+                return
+            held = self.value_or_view(node.value)
+            for target in targets:
+                self.bind(target, held, node)
+        elif isinstance(node, ast.AugAssign):
+            self.value(node.value)
+            if isinstance(node.target, ast.Name):
+                if node.target.id in self.env:
+                    self.refuse(node, f"updates {node.target.id} in place")
+            else:
+                self.store(node.target, node)
+        elif isinstance(node, ast.Expr):
+            self.value(node.value)
+        elif isinstance(node, (ast.If, ast.While)):
+            self.value(node.test)
+            self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.For):
+            self.value(node.iter)
+            self.bind(node.target, None, node)
+            self.block(node.body)
+            self.block(node.orelse)
+        elif isinstance(node, ast.Return):
+            if node.value is not None and isinstance(self.value_or_view(node.value), _View):
+                self.refuse(node, "returns an array")
+        elif not isinstance(node, (ast.Pass, ast.Break, ast.Continue)):
+            self.refuse(node, f"{type(node).__name__} statement not analysed")
+
+    def bind(self, target, held, node) -> None:
+        """``target = <held>``: a name holds an array view or the world only when bound exactly once."""
+        if isinstance(target, ast.Name):
+            if isinstance(held, _View):
+                if self.counts.get(target.id, 0) != 1:
+                    self.refuse(node, f"binds {target.id}, an array view, more than once")
+                self.env[target.id] = held
+            elif held == WORLD and self.counts.get(target.id, 0) == 1:
+                self.env[target.id] = WORLD
+            elif target.id in self.env:
+                self.refuse(node, f"rebinds {target.id}")
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if held is not None:
+                self.refuse(node, "unpacks an array or the world index")
+            for element in target.elts:
+                self.bind(element, None, node)
+        elif isinstance(held, _View):
+            self.refuse(node, "stores an array into a field or an element")
+        else:
+            self.store(target, node)
+
+    def store(self, target, node) -> None:
+        """A store to ``target`` (a subscript, or a field of one): an element write of the array it
+        indexes, or of a local value."""
+        while isinstance(target, ast.Attribute):  # a[w].x = ..., v.x = ...
+            target = target.value
+        if isinstance(target, ast.Subscript):
+            self.element(target, write=True)
+        elif isinstance(target, ast.Name):
+            if target.id in self.env:
+                self.refuse(node, f"stores into a field of {target.id}")
+        else:
+            self.refuse(node, "stores through an expression")
+
+    # --- expressions --------------------------------------------------------------------------------
+    def indexed(self, view: _View, node: ast.Subscript) -> _View:
+        """``view[index]``: the view (or the element, ``ndim`` 0) it selects."""
+        index = node.slice
+        indices = list(index.elts) if isinstance(index, ast.Tuple) else [index]
+        if any(isinstance(i, ast.Slice) for i in indices):
+            self.refuse(node, f"slices {view.root}")
+        first = self.value(indices[0])
+        for i in indices[1:]:
+            self.value(i)
+        state = view.state
+        if state == WHOLE:
+            state = ROW if first == WORLD else OTHER
+        if len(indices) > view.ndim:
+            self.refuse(node, f"indexes {view.root} with more indices than it has dimensions")
+        return _View(view.root, state, view.ndim - len(indices))
+
+    def view(self, node) -> _View | None:
+        """The array view ``node`` evaluates to, or None when it is no array."""
+        if isinstance(node, ast.Name):
+            held = self.env.get(node.id)
+            return held if isinstance(held, _View) else None
+        if isinstance(node, ast.Subscript):
+            base = self.view(node.value)
+            if base is not None:
+                selected = self.indexed(base, node)
+                return selected if selected.ndim > 0 else None
+        return None
+
+    def element(self, node: ast.Subscript, write: bool) -> None:
+        """An element access ``a[...]`` (or a local value's component, when ``a`` is no array)."""
+        base = self.view(node.value)
+        if base is None:
+            if write and not isinstance(node.value, ast.Name):
+                # a field of a struct may hold an array: only a local value's components are followed
+                self.refuse(node, "writes through an expression it cannot follow")
+            self.value(node.value)
+            self.value(node.slice)
+            return
+        selected = self.indexed(base, node)
+        if selected.ndim > 0:
+            self.refuse(node, f"{'writes' if write else 'reads'} a whole view of {base.root}")
+        self.proof.use(selected.root, selected.state, write)
+
+    def value_or_view(self, node):
+        if isinstance(node, (ast.Name, ast.Subscript)):
+            found = self.view(node)
+            if found is not None:
+                return found
+        return self.value(node)
+
+    def value(self, node):
+        """Evaluate ``node`` as a value: WORLD when it is the world index, else None; an array here
+        (anything but indexing it) is refused."""
+        if isinstance(node, ast.Name):
+            held = self.env.get(node.id)
+            if isinstance(held, _View):
+                self.refuse(node, f"uses array {node.id} other than by indexing it")
+            return held
+        if isinstance(node, ast.Subscript):
+            self.element(node, write=False)
+            return None
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, (ast.Name, ast.Subscript)) and self.view(node.value) is not None:
+                if node.attr not in _METADATA:
+                    self.refuse(node, f"reads .{node.attr} of an array")
+                return None
+            self.value(node.value)
+            return None
+        if isinstance(node, ast.Call):
+            self.call(node)
+            return None
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.value(child)
+            elif not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)):
+                if isinstance(child, ast.keyword):
+                    self.value(child.value)
+                else:
+                    self.refuse(node, f"{type(node).__name__} expression not analysed")
+        return None
+
+    def call(self, node: ast.Call) -> None:
+        name = _task._call_name(node.func)
+        if name is None:
+            self.refuse(node, "calls through an expression")
+        if name.startswith("atomic_"):
+            self.atomic(name, node)
+            return
+        if name in _ARRAY_CONSTRUCTORS:  # an array from a pointer: its writes would not be followed
+            self.refuse(node, f"builds an array ({name})")
+        if name == "len" and len(node.args) == 1 and self.view(node.args[0]) is not None:
+            return
+        target = _task._resolve(node.func, self.scope)
+        is_builtin = getattr(target, "is_builtin", None)
+        if callable(is_builtin) and not is_builtin():
+            self.proof.function(target, name, node, self)
+            return
+        problem = _task._call_problem(name, node.func, self.scope, set())
+        if problem is not None:
+            self.refuse(node, problem)
+        for argument in node.args:
+            self.value(argument)
+        for keyword in node.keywords:
+            self.value(keyword.value)
+
+    def atomic(self, name: str, node: ast.Call) -> None:
+        """``atomic_*(array, i, j, ..., value)``: a read-modify-write of one element."""
+        array = self.view(node.args[0]) if node.args else None
+        if array is None:
+            self.refuse(node, f"calls {name} on memory it cannot follow")
+        indices = node.args[1 : 1 + array.ndim]
+        if len(indices) != array.ndim or node.keywords:
+            self.refuse(node, f"calls {name} with arguments it cannot follow")
+        state = array.state
+        first = self.value(indices[0])
+        if state == WHOLE:
+            state = ROW if first == WORLD else OTHER
+        for argument in node.args[2:]:
+            self.value(argument)
+        self.proof.use(array.root, state, True)
+
+
+class _Proof:
+    """The accesses of one kernel's launch, through the functions it calls."""
+
+    def __init__(self) -> None:
+        self.uses: set[tuple[str, str, bool]] = set()  # (argument, ROW or OTHER, write)
+        self._done: set = set()  # (function, bound parameters) already walked
+        self._active: set = set()
+
+    def use(self, root: str, state: str, write: bool) -> None:
+        self.uses.add((root, state, write))
+
+    def function(self, function, name: str, node: ast.Call, caller: _Body) -> None:
+        """A call of a user ``@wp.func``: walk each overload's body with its parameters bound to what
+        the call passes (array views, the world index, or plain values)."""
+        passed = [caller.value_or_view(a) for a in node.args]
+        keywords = {k.arg: caller.value_or_view(k.value) for k in node.keywords}
+        if None in keywords:
+            caller.refuse(node, f"calls {name} with **arguments")
+        overloads = list(getattr(function, "user_overloads", {}).values()) or [function]
+        for overload in overloads:
+            tree = getattr(getattr(overload, "adj", None), "tree", None)
+            if getattr(overload, "native_snippet", None) is not None:
+                caller.refuse(node, f"calls {name}, a native snippet (not analysed)")
+            if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+                caller.refuse(node, f"calls {name}, which has no source to analyse")
+            definition = tree.body[0]
+            params = [a.arg for a in definition.args.args]
+            bound = dict(zip(params, passed))
+            bound.update((k, v) for k, v in keywords.items() if k in params)
+            key = (id(overload), tuple(sorted((k, v) for k, v in bound.items() if v is not None)))
+            if key in self._done or key in self._active:  # Warp compiles no recursion
+                continue
+            counts = _store_counts(definition.body)
+            env = {}
+            for param, held in bound.items():
+                if held is None:
+                    continue
+                if counts.get(param, 0):
+                    if isinstance(held, _View):
+                        caller.refuse(node, f"calls {name}, which rebinds its array parameter {param}")
+                    continue  # a reassigned world parameter is no world
+                env[param] = held
+            self._active.add(key)
+            try:
+                body = _Body(self, _task._scope(getattr(overload, "func", None)), env, counts)
+                try:
+                    body.block(definition.body)
+                except _Refused as refused:
+                    raise _Refused(f"line {node.lineno}: calls {name}, which at its {refused}") from None
+            finally:
+                self._active.discard(key)
+            self._done.add(key)
+
+
+def _is_tid(call: ast.Call) -> bool:
+    return _task._call_name(call.func) == "tid"
+
+
+def _world_name(body: list, counts: dict) -> str | None:
+    """The name bound to the first component of ``wp.tid()``, when ``wp.tid()`` is bound once and the
+    name is bound nowhere else."""
+    bound = []
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Call) and _task._call_name(node.func) == "tid":
+            bound.append(node)
+    if len(bound) != 1:
+        return None
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Assign) and node.value is bound[0] and len(node.targets) == 1:
+            target = node.targets[0]
+            if isinstance(target, ast.Tuple) and target.elts:
+                target = target.elts[0]
+            if isinstance(target, ast.Name) and counts.get(target.id) == 1:
+                return target.id
+    return None
+
+
+_verdicts = _task._Memo()
+
+
+def world_verdict(kernel) -> WorldVerdict:
+    """Decide from a ``wp.Kernel``'s source whether its launches may be split into ranges of whole worlds
+    (remembered per kernel object)."""
+    found = _verdicts.get(kernel)
+    if found is None:
+        found = _verdicts.put(kernel, _world_verdict(kernel))
+    return found
+
+
+def _world_verdict(kernel) -> WorldVerdict:
+    adj = getattr(kernel, "adj", None)
+    tree = getattr(adj, "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return WorldVerdict(False, "kernel source not available")
+    definition = tree.body[0]
+    counts = _store_counts(definition.body)
+    world = _world_name(definition.body, counts)
+    if world is None:
+        return WorldVerdict(False, "no world index: wp.tid() is not bound once, or its first name is rebound")
+    arg_types = {a.label: a.type for a in getattr(adj, "args", ())}
+    env: dict = {world: WORLD}
+    for label, arg_type in arg_types.items():
+        if isinstance(arg_type, _compat.wp_codegen.Struct) or isinstance(
+                getattr(arg_type, "dtype", None), _compat.wp_codegen.Struct):
+            # a struct's fields may hold arrays, written through it behind the analysis' back
+            return WorldVerdict(False, f"argument {label} is or holds a @wp.struct (not analysed)")
+        ndim = getattr(arg_type, "ndim", None)
+        if isinstance(ndim, int) and ndim > 0 and hasattr(arg_type, "dtype"):
+            if counts.get(label, 0):
+                return WorldVerdict(False, f"rebinds its array argument {label}")
+            env[label] = _View(label, WHOLE, ndim)
+    proof = _Proof()
+    try:
+        _Body(proof, _task._scope(getattr(adj, "func", None)), env, counts).block(definition.body)
+    except _Refused as refused:
+        return WorldVerdict(False, str(refused))
+    written = {root for root, _, write in proof.uses if write}
+    for root in sorted(written):
+        if not _compat.is_plain_array_type(arg_types.get(root)):
+            return WorldVerdict(False, f"writes {root}, not a plain wp.array")
+        if (root, OTHER, True) in proof.uses:
+            return WorldVerdict(False, f"writes {root} at a first index other than the world {world}")
+        if (root, OTHER, False) in proof.uses:
+            return WorldVerdict(False, f"reads {root} (which it writes) at a first index other than the world {world}")
+    rows = {root for root, state, _ in proof.uses if state == ROW}
+    rows -= {root for root, state, _ in proof.uses if state == OTHER}
+    return WorldVerdict(True, f"every write lands in row {world} of a per-world array", frozenset(written),
+                        frozenset(rows))
+
+
+def world_offsets(kernel, args_layout) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """For a graph launch of a kernel not splittable by task: ``(writes, rows)``, the sorted byte
+    offsets in its packed arguments of the arrays it writes and of those it accesses only at the
+    world's row (``apic.record.world_split``), or None when its launches must stay serial.
+
+    Refused as in :func:`apic.record.splittable.written_offsets`: a ``@wp.struct`` argument and a 64-bit
+    integer argument."""
+    verdict = world_verdict(kernel)
+    if not verdict.splittable or args_layout.words:
+        return None
+    plain = {slot.at for slot in args_layout.slots if not slot.indexed}
+    writes, rows = [], []
+    for i, arg in enumerate(kernel.adj.args):
+        if isinstance(arg.type, _compat.wp_codegen.Struct):
+            return None
+        at = getattr(args_layout.struct_type, f"a{i}").offset
+        if arg.label in verdict.written:
+            if at not in plain:
+                return None
+            writes.append(at)
+        if arg.label in verdict.rows and at in plain:
+            rows.append(at)
+    return tuple(sorted(writes)), tuple(sorted(rows))
+
+
+def world_launch_refusal(data: bytes, blob, writes: tuple[int, ...], rows: tuple[int, ...], dim: tuple,
+                         region_span) -> str | None:
+    """Why one recorded launch of a kernel proved splittable by world must stay serial, or None.
+
+    As :func:`apic.record.splittable.graph_launch_refusal`, with ``rows`` the offsets of the arrays the
+    kernel accesses only at the world's row and ``dim`` the launch's shape: each written array must be
+    a plain array with ``shape[0] == dim[0]`` (one row per world) whose rows do not overlap each other
+    (non-negative strides, ``strides[0]`` at least a row's extent), and overlap no other memory the
+    launch reaches except the identical view passed again as another argument accessed only at the
+    world's row.
+    """
+    if not dim:
+        return "a launch without dimensions"
+    worlds = int(dim[0])
+    views, exact = {}, set()
+    for slot in blob.arrays:
+        if slot.indexed:
+            continue
+        ptr, _, *dims, ndim = _cpu.ARRAY_T.unpack_from(data, slot.at)
+        shape, strides = tuple(dims[:4][:ndim]), tuple(dims[4:][:ndim])
+        views[slot.at] = (ptr, shape, strides, slot.elem_size, extent(ptr, slot.elem_size, shape, strides))
+        exact.add(slot.at)
+    others = []
+    for reloc in blob.relocs:
+        if isinstance(reloc.target, HandleRef):
+            return "an argument holds a native handle id"
+        if reloc.at not in exact:  # a gradient, an indexed array's data or indices: its whole region
+            others.append(region_span(reloc.target))
+    for at in writes:
+        view = views.get(at)
+        if view is None:
+            return f"the written argument at byte {at} is not a plain array"
+        _, shape, strides, elem_size, _ = view
+        if not shape or shape[0] != worlds:
+            return f"the written array at byte {at} has {shape[0] if shape else 0} rows for {worlds} worlds"
+        lo, hi = view[4]
+        if hi <= lo:  # no element: nothing to write
+            continue
+        row_extent = elem_size + sum((n - 1) * s for n, s in zip(shape[1:], strides[1:]))
+        if any(s < 0 for s in strides) or (worlds > 1 and strides[0] < row_extent):
+            return f"the rows of the written array at byte {at} overlap"
+        for other_at, other in views.items():
+            if other_at == at or other[4][1] <= other[4][0] or not (lo < other[4][1] and other[4][0] < hi):
+                continue
+            if other[:4] != view[:4] or other_at not in rows or at not in rows:
+                return f"the written array at byte {at} overlaps another argument of the launch"
+        if any(lo < a + n and a < hi for a, n in others if n):
+            return f"the written array at byte {at} overlaps other memory the launch reaches"
+    return None
+
+
+def split_refusal(kernel) -> str:
+    """Why a kernel's launches stay serial, when neither :func:`apic.record.splittable.written_offsets` nor
+    :func:`world_offsets` accepted it (for ``parallel_report``)."""
+    task, world = _task.kernel_verdict(kernel), world_verdict(kernel)
+    if task.splittable or world.splittable:
+        return ("an argument is a @wp.struct (arrays inside it are not analysed) or a 64-bit integer (maybe a "
+                "handle id), or a written argument is not a plain array")
+    return f"not splittable by task ({task.reason}) nor by world ({world.reason})"

@@ -1,0 +1,147 @@
+"""Launches split by world (docs/PARALLEL.md, "Splitting by world"), bit for bit against eager Warp.
+
+Each form the world-split proof accepts (``world_kernels.CASES``: stores, ``a[w][j]``, in-place
+updates at computed columns, float atomics, row views, rows and worlds passed to ``@wp.func``s, one
+view passed in and out) is replayed split over 2 and 64 threads by both interpreters and must equal
+eager Warp; each form it refuses (a global counter, another world's row, ``w % n``, a rebound world,
+a function writing the next world, launches whose written rows overlap) must stay serial, with the
+reason in ``parallel_report``. Mutation checks, in child processes: with the proof forced to accept
+everything, the refused order-dependent forms must come out different from eager, and with chunks
+cut without regard to worlds the accepted order-dependent forms must too; so these tests can fail.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import world_kernels as wk
+from apic.record.splittable import kernel_verdict
+from apic.record.world_split import world_verdict
+from apic.replay import table as tbl
+from persist_helpers import child_env
+
+SPLIT = [name for name, case in wk.CASES.items() if case[3] == "split"]
+REFUSED = [name for name, case in wk.CASES.items() if case[3] != "split"]
+
+
+def _same(eager, replayed) -> bool:
+    return all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
+
+
+@pytest.mark.parametrize("interpreter", ["numba", "reference"])
+@pytest.mark.parametrize("threads", [2, 64])
+@pytest.mark.parametrize("name", SPLIT)
+def test_accepted_form_splits_by_world_as_eager(name, threads, interpreter):
+    eager, replayed, graph = wk.run(name, threads, interpreter)
+    (entry,) = graph.parallel_report(threads)
+    assert entry["chunks"] > 1 and not entry["why"], entry
+    info = graph.recording.kernels[0]
+    by_task = kernel_verdict(wk.CASES[name][0]).splittable  # the task rule, when it applies, comes first
+    assert info.split_writes and (info.split_world is None) == by_task, info
+    assert (graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT).sum() == 1
+    assert _same(eager, replayed), name
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_refused_form_stays_serial_with_its_reason(name):
+    kernel, _, _, refused_by = wk.CASES[name]
+    eager, replayed, graph = wk.run(name, 2, "numba", replays=2)
+    assert (graph.parallel_program(2).table[:, 0] != tbl.OP_SPLIT).all()
+    (entry,) = graph.parallel_report(2)
+    assert entry["chunks"] == 0 and entry["why"], entry
+    if refused_by == "kernel":
+        assert not world_verdict(kernel).splittable
+        assert "nor by world" in entry["why"], entry
+    else:
+        assert world_verdict(kernel).splittable
+        assert "rows" in entry["why"] or "overlaps" in entry["why"], entry
+    assert _same(eager, replayed), name
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("global_counter", "writes n at a first index other than the world"),
+        ("reads_previous_world", "reads acc (which it writes) at a first index other than the world"),
+        ("modulo_world", "writes acc at a first index other than the world"),
+        ("world_rebound", "no world index"),
+        ("func_writes_next_world", "writes acc at a first index other than the world"),
+    ],
+)
+def test_proof_names_the_reason(name, reason):
+    verdict = world_verdict(wk.CASES[name][0])
+    assert not verdict.splittable and reason in verdict.reason, verdict
+
+
+def test_struct_fields_are_refused():
+    verdict = world_verdict(wk.writes_through_struct_element)
+    assert not verdict.splittable and "@wp.struct" in verdict.reason, verdict
+
+
+def test_launch_check_names_the_reason():
+    reasons = {name: wk.run(name, 2, "numba", replays=1)[2].parallel_report(2)[0]["why"]
+               for name, case in wk.CASES.items() if case[3] == "launch"}
+    assert "has 62 rows for 61 worlds" in reasons["more_rows_than_worlds"], reasons
+    assert "overlaps another argument" in reasons["overlapping_rows"], reasons
+    assert "overlaps another argument" in reasons["one_view_read_at_next_world"], reasons
+
+
+_MUTANT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import warp as wp
+    wp.config.quiet = True
+    import world_kernels as wk
+    from apic.record import world_split
+    from apic.replay import range_entry
+
+    mutation, names = sys.argv[1], json.loads(sys.argv[2])
+    if mutation == "proof says yes":
+        def accept_all(kernel):
+            arrays = frozenset(a.label for a in kernel.adj.args if isinstance(getattr(a.type, "ndim", None), int))
+            return world_split.WorldVerdict(True, "forced", arrays, arrays)
+        world_split._world_verdict = accept_all
+    else:  # chunks cut anywhere: the range entry that does not move cuts to world boundaries
+        original = range_entry.range_entry
+        range_entry.range_entry = lambda module, module_exec, symbol, world=False: original(module, module_exec, symbol)
+    found = {}
+    for name in names:
+        eager, replayed, graph = wk.run(name, 2, "reference")
+        split = any(entry["chunks"] > 1 for entry in graph.parallel_report(2))
+        same = all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
+        found[name] = {"split": split, "same": same}
+    print(json.dumps(found))
+    """
+)
+
+
+def _mutant(mutation: str, names: list[str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", _MUTANT, mutation, json.dumps(names)], env=child_env(),
+                          capture_output=True, text=True, timeout=600, cwd=wk.__file__.rsplit("/", 1)[0])
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_mutation_proof_always_yes_is_caught():
+    """Forced to accept every kernel, the refused order-dependent forms split and differ from eager:
+    the refusals above are what keeps them right."""
+    names = ["global_counter", "reads_previous_world", "one_view_read_at_next_world"]
+    found = _mutant("proof says yes", names)
+    assert all(found[name]["split"] for name in names), found
+    assert not any(found[name]["same"] for name in names), found
+
+
+def test_mutation_chunks_not_at_world_boundaries_is_caught():
+    """Cut without regard to worlds (a world's tasks in two chunks, run last first), the forms whose
+    result depends on the order of a world's tasks differ from eager."""
+    names = ["computed_columns", "float_atomics", "row_view", "one_view_in_and_out"]
+    found = _mutant("chunks anywhere", names)
+    assert all(found[name]["split"] for name in names), found
+    assert not any(found[name]["same"] for name in names), found
