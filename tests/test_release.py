@@ -40,6 +40,21 @@ def test_the_installed_distribution_has_that_version():
     assert metadata.version(_distribution()) == apic.__version__
 
 
+def test_the_license_text_is_the_license_the_metadata_names():
+    pyproject = _read("pyproject.toml")
+    assert re.search(r'^license = "Apache-2.0"$', pyproject, flags=re.M)
+    assert re.search(r'^license-files = \["LICENSE"\]', pyproject, flags=re.M)
+    text = _read("LICENSE")
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+
+
+@pytest.mark.skipif(not os.environ.get("APIC_TEST_INSTALLED"), reason="checks an installed wheel: scripts/test_wheel.sh")
+def test_the_installed_distribution_carries_the_license():
+    files = [str(f) for f in metadata.files(_distribution()) or ()]
+    assert any(f.endswith("licenses/LICENSE") for f in files), files
+
+
 def test_cli_version():
     done = subprocess.run([sys.executable, "-m", "apic", "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
