@@ -1,6 +1,6 @@
 """The serial interpreter as one relocatable native object, which a later process loads without Numba.
 
-Numba compiles ``serial_entry`` (the loop of ``interpreter.run_rows``, on raw pointers) once; this
+Numba compiles ``_serial_entry`` (the loop of ``interpreter.run_rows``, on raw pointers) once; this
 module then takes the machine code of that compilation: the module is copied, given a plain C entry
 point, every other symbol made internal, optimized again (which drops Numba's unused runtime helpers)
 and emitted as an object for this CPU. ``native_interpreter.py`` keeps it in apic's cache and loads it
@@ -8,15 +8,16 @@ with Warp's CPU loader. The object must need nothing of Numba's runtime: the onl
 allowed are the C library's memory functions, which Warp's loader resolves for its own kernels too;
 anything else fails the build (``NativeBuildError``) and replays keep the Numba dispatcher.
 
-The C entry, ``ENTRY_SYMBOL``, takes one pointer (one argument: ctypes converts each argument of
-a call, on every ``wp.capture_launch``)::
+The C entry (named ``native_interpreter.ENTRY_SYMBOL``) takes one pointer: ctypes converts each
+argument of a call, on every ``wp.capture_launch``, so there is one::
 
     int64_t apic_serial_run(const int64_t call[CALL_WORDS])  /* table, rows, repeats, limits, loops, counts */
 
 It runs ``table`` (``rows`` rows of ``table.OP_COLUMNS``, an address) ``repeats`` times as
-``interpreter.run_table`` does and returns its ``STATUS_*`` code, or ``STATUS_NATIVE_ERROR`` should
-Numba's code report an error (it raises none). ``limits`` is the address of ``table.LIMITS_SIZE`` int64
-(``table.LIMIT_*``); ``counts`` that of one zeroed int64 per loop head (``loops``, at least one).
+``interpreter.run_table`` does and returns its ``STATUS_*`` code, or the error status it is given
+(``native_interpreter.STATUS_NATIVE_ERROR``) should Numba's code report an error (it raises none).
+``limits`` is the address of ``table.LIMITS_SIZE`` int64 (``table.LIMIT_*``); ``counts`` that of one
+zeroed int64 per loop head (``loops``, at least one).
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ from numba import carray, njit, types
 from apic.replay import table as _table
 from apic.replay.interpreter import run_rows
 
-ENTRY_SYMBOL = "apic_serial_run"
 CALL_WORDS = 6  # the call block: table, rows, repeats, limits, loops, counts
-STATUS_NATIVE_ERROR = -(1 << 62)  # not a status the loop returns: the entry's own error report
 # Symbols the object may leave to the loader: the C library's memory functions (LLVM emits calls
 # to them for large copies and fills), which Warp resolves for its kernels' objects too.
 ALLOWED_EXTERNALS = frozenset({"memset", "memcpy", "memmove"})
@@ -56,9 +55,9 @@ def _compile():
     return result.library, result.fndesc.mangled_name
 
 
-def _wrapper_ir(native) -> str:
+def _wrapper_ir(native, entry: str, error_status: int) -> str:
     """The C entry: read the call block's words, call Numba's native function (status, return slot,
-    exception slot, arguments) and return its result, or ``STATUS_NATIVE_ERROR`` on an error status."""
+    exception slot, arguments) and return its result, or ``error_status`` on an error status."""
     params = list(native.arguments)
     ret_type, exc_type = str(params[0].type), str(params[1].type)
     arg_types = [str(p.type) for p in params[2:]]
@@ -77,7 +76,7 @@ def _wrapper_ir(native) -> str:
     return f"""
 declare i32 @"{native.name}"({declared})
 
-define i64 @{ENTRY_SYMBOL}({block_type} %block) {{
+define i64 @{entry}({block_type} %block) {{
 entry:
   %ret = alloca {ret_slot}
   %exc = alloca {exc_slot}
@@ -87,7 +86,7 @@ entry:
   %status = call i32 @"{native.name}"({ret_type} %ret, {exc_type} %exc, {actuals})
   %value = load {ret_slot}, {ret_type} %ret
   %ok = icmp eq i32 %status, 0
-  %out = select i1 %ok, i64 %value, i64 {STATUS_NATIVE_ERROR}
+  %out = select i1 %ok, i64 %value, i64 {error_status}
   ret i64 %out
 }}
 """
@@ -106,16 +105,17 @@ def _externals(module) -> list[str]:
     return sorted(names + [g.name for g in module.global_variables if g.is_declaration])
 
 
-def build_object() -> bytes:
-    """The serial interpreter as a relocatable object for this CPU, its entry ``ENTRY_SYMBOL``.
+def build_object(entry: str, error_status: int) -> bytes:
+    """The serial interpreter as a relocatable object for this CPU, its C entry named ``entry``, which
+    returns ``error_status`` should Numba's code report an error.
 
     Raises ``NativeBuildError`` when the code would need any symbol outside ``ALLOWED_EXTERNALS``.
     """
     library, native_name = _compile()
     module = ll.parse_assembly(str(library._final_module))  # a copy: Numba's own module stays as it is
-    module.link_in(ll.parse_assembly(_wrapper_ir(module.get_function(native_name))))
+    module.link_in(ll.parse_assembly(_wrapper_ir(module.get_function(native_name), entry, error_status)))
     for function in module.functions:
-        if not function.is_declaration and function.name != ENTRY_SYMBOL:
+        if not function.is_declaration and function.name != entry:
             function.linkage = "internal"
     for variable in module.global_variables:
         if not variable.is_declaration:
@@ -131,6 +131,6 @@ def build_object() -> bytes:
     unknown = [name for name in _externals(module) if name not in ALLOWED_EXTERNALS]
     if unknown:
         raise NativeBuildError(f"the native serial interpreter would need {', '.join(unknown)}")
-    if module.get_function(ENTRY_SYMBOL).is_declaration:
+    if module.get_function(entry).is_declaration:
         raise NativeBuildError("the native serial interpreter lost its entry point")
     return machine.emit_object(module)

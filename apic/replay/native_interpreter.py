@@ -34,7 +34,9 @@ _SOURCES = ("replay/interpreter.py", "replay/_intrinsics.py", "replay/table.py",
             "replay/native_interpreter.py", "_version.py")
 _MAGIC = b"APIC-NATIVE-INTERPRETER 1\n"
 _MAX_FILE_BYTES = 16 << 20
-ENTRY_SYMBOL = "apic_serial_run"  # native_entry.ENTRY_SYMBOL, spelled here so that loading needs no Numba
+ENTRY_SYMBOL = "apic_serial_run"  # the C entry native_entry.py makes (named here: loading imports no Numba)
+# what the entry returns should Numba's code report an error (it raises none): no status of the loop's
+STATUS_NATIVE_ERROR = -(1 << 62)
 
 #: ``int64_t apic_serial_run(const int64_t call[6])``: the call block holds the table's address, its
 #: rows, the repeats, the limits' address, the loops and the loop counts' address (``native_entry.py``).
@@ -117,7 +119,7 @@ def _store(path: str, key: dict, code: bytes) -> None:
 def _build() -> bytes:
     from apic.replay.native_entry import build_object  # lazy: Numba compiles it, once per cache key
 
-    return build_object()
+    return build_object(ENTRY_SYMBOL, STATUS_NATIVE_ERROR)
 
 
 _loaded = 0  # objects loaded in this process (each under a module name of its own)

@@ -186,6 +186,8 @@ def replay_limits() -> np.ndarray:
 def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
     """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``,
     ``ReplayError`` for a segmented sort's invalid range or a padded transpose's changed row offsets)."""
+    if status == native_interpreter.STATUS_NATIVE_ERROR:
+        raise ReplayError("CPU graph replay failed: apic's native interpreter reported an internal error")
     if status < 0:
         row = table[-status - 1]
         if row[tbl.COL_OPCODE] in (tbl.OP_CHECK_INDICES, tbl.OP_CHECK_IDS):
