@@ -4,6 +4,7 @@ without importing Numba or llvmlite (a first replay or load pays for neither).""
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import mmap
 import os
@@ -56,6 +57,7 @@ _CPUID_LEAVES = ((0, 0, (0, 1, 2, 3)), (1, 0, (0, 2, 3)), (7, 0, (1, 2, 3)), (7,
                  (0xD, 0, (0, 3)), (0x80000001, 0, (2, 3)))
 
 
+@functools.lru_cache(maxsize=None)
 def cpu_identity() -> str | None:
     """This CPU's vendor, model and instruction-set flags, as its own CPUID instruction reports them
     (x86-64 Linux and macOS); None elsewhere, or where no executable memory can be had (ask LLVM then).

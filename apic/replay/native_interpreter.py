@@ -1,15 +1,15 @@
 """The serial interpreter's machine code, kept in apic's cache and loaded without importing Numba.
 
-The first replay in a process used to pay for ``import numba`` and for loading the interpreter from
-Numba's cache (hundreds of milliseconds). Numba still compiles the interpreter (``native_entry.py``),
-once per cache key; its object file is kept in ``$XDG_CACHE_HOME/apic`` (by default ``~/.cache/apic``)
-and every later process loads it with Warp's CPU object loader and calls it through ctypes.
+Importing Numba and loading the interpreter from Numba's cache would cost a process's first replay
+hundreds of milliseconds. Numba compiles the interpreter (``native_entry.py``) once per cache key
+instead; its object file is kept in ``$XDG_CACHE_HOME/apic`` (by default ``~/.cache/apic``) and every
+later process loads it with Warp's CPU object loader and calls it through ctypes.
 
 The cache key covers everything the machine code depends on: apic's version and the source of the
 modules the interpreter is compiled from, the Numba, llvmlite and warp-lang versions, the platform
-and this CPU (its vendor, model and instruction-set flags, from CPUID). A cached file holds its full key and the digest
-of its object: a file whose key or digest does not match (another CPU, another apic, a truncated or
-changed file) is rebuilt, never loaded.
+and this CPU (its vendor, model and instruction-set flags, from CPUID). A cached file holds its full
+key and the digest of its object: a file whose key or digest does not match (another CPU, another
+apic, a truncated or changed file) is rebuilt, never loaded.
 """
 
 from __future__ import annotations
