@@ -118,7 +118,7 @@ def capture_launch(graph, stream=None, threads=None):
     the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
     """
     if isinstance(graph, Graph):
-        graph.launch(threads=threads)
+        graph.launch(1, threads)  # positional: keyword arguments cost time on every launch
         return
     if threads is not None:
         raise ValueError("wp.capture_launch(threads=...) is only for apic CPU graphs")

@@ -65,18 +65,18 @@ def _workers(prefix: str) -> list[str]:
 
 def _replay_with_reference(graph, threads: int) -> None:
     """``APIC_REPLAY=reference`` as a user sets it: chosen on the next replay, then put back."""
-    saved, pooled = program_module._run_table, program_module._run_table_pooled
+    saved, pooled, native = program_module._run_table, program_module._run_table_pooled, program_module._native
     chosen = os.environ.get("APIC_REPLAY")  # put back as found: CI runs the whole suite with it set
     os.environ["APIC_REPLAY"] = "reference"
     try:
-        program_module._run_table = None
+        program_module._run_table = program_module._native = None
         wp.capture_launch(graph, threads=threads)
     finally:
         if chosen is None:
             del os.environ["APIC_REPLAY"]
         else:
             os.environ["APIC_REPLAY"] = chosen
-        program_module._run_table, program_module._run_table_pooled = saved, pooled
+        program_module._run_table, program_module._run_table_pooled, program_module._native = saved, pooled, native
 
 
 def _set_and_launch(graph, threads: int) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import hashlib
 import inspect
+import json
 import os
 import platform
 import re
@@ -14,6 +16,7 @@ import tempfile
 
 import warp as wp
 
+from apic._probes import host
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS, TEST_HOST_CPUS
 from apic.targets.cpu import check_cpu_level
@@ -160,7 +163,28 @@ def unload_object(name: str) -> None:
 @functools.lru_cache(maxsize=None)
 def native_target() -> dict:
     """The CPU this process runs on: OS, machine, CPU name and the instruction-set features it has (what
-    Warp's ``-march=native`` objects may use)."""
+    Warp's ``-march=native`` objects may use).
+
+    Asked of LLVM (llvmlite) once per CPU and llvmlite version, then kept in apic's cache folder: a later
+    process reads it there instead of loading LLVM (a load pays for no llvmlite import). Kept only where
+    the CPU's own CPUID names it (``host.cpu_identity``), so that a cache folder shared with another
+    machine, or an emulated CPU, never gets this one's answer.
+    """
+    identity = host.cpu_identity()
+    key = {"cpu": identity, "llvmlite": host.distribution_version("llvmlite"), "system": sys.platform,
+           "machine": platform.machine().lower()}
+    path = os.path.join(host.cache_folder(), "host-target-" + hashlib.sha256(
+        json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json") if identity else None
+    cached = _read_target(path, key) if path else None
+    if cached is not None:
+        return cached
+    target = _llvm_target()
+    if path:
+        _store_json(path, {"key": key, "target": target})
+    return target
+
+
+def _llvm_target() -> dict:
     try:
         from llvmlite import binding as llvm_binding  # lazy, numba's dependency: loading LLVM costs time
 
@@ -178,6 +202,43 @@ def native_target() -> dict:
         "byteorder": sys.byteorder,
         "pointer_bits": ctypes.sizeof(ctypes.c_void_p) * 8,
     }
+
+
+def _read_target(path: str, key: dict) -> dict | None:
+    """The target kept in ``path`` for ``key``, if the file holds exactly that; else None (asked again)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            kept = json.loads(f.read(1 << 20))
+        target = kept["target"]
+        shaped = (kept["key"] == key and set(target) == {"system", "machine", "cpu", "features", "known_features",
+                                                         "byteorder", "pointer_bits"}
+                  and all(isinstance(target[k], str) for k in ("system", "machine", "cpu", "byteorder"))
+                  and all(isinstance(target[k], list) and all(isinstance(v, str) for v in target[k])
+                          for k in ("features", "known_features"))
+                  and type(target["pointer_bits"]) is int)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    if not shaped or target["system"] != sys.platform or target["pointer_bits"] != ctypes.sizeof(ctypes.c_void_p) * 8:
+        return None
+    return target
+
+
+def _store_json(path: str, value) -> None:
+    """Write ``value`` to ``path`` atomically; quietly nothing where the cache folder is not writable."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".target-", dir=os.path.dirname(path))
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, sort_keys=True)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
 
 
 #: Test hook: the name of a smaller CPU (``apic.targets.cpu.TEST_HOST_CPUS``: an x86-64 level or ``znver3``)

@@ -123,8 +123,12 @@ def bad_capacity(offsets, rows, capacity):
 
 
 @njit(cache=CACHE, nogil=True, inline="always")
-def run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
-    """The loop of ``run_table`` and ``run_table_profiled``: every opcode's meaning, written once.
+def run_rows(table, repeats, limits, counts, fn_clock, clock_id, row_ns, row_calls):
+    """The loop of ``run_table``, ``run_table_profiled`` and the native entry (``native_entry.py``):
+    every opcode's meaning, written once.
+
+    ``counts`` (int64, one per loop head, zeroed) holds each loop's iteration count: allocated by the
+    caller, so that this loop never allocates (the native entry runs without Numba's runtime).
 
     With ``row_ns`` and ``row_calls`` (``apic.profile``) it reads the clock ``clock_gettime`` (at
     ``fn_clock``) after every row and adds the row's time to ``row_ns[row]`` and 1 to ``row_calls[row]``.
@@ -134,7 +138,6 @@ def run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_call
     n = table.shape[0]
     cap = limits[0] if limits is not None else 0
     poll = limits is not None and limits[1] != 0
-    counts = np.zeros(max(loops, 1), dtype=np.int64)
     ticks = 0
     for _ in range(repeats):
         i = 0
@@ -219,14 +222,15 @@ def run_table(table, repeats, limits=None, loops=0):
     Without ``limits`` (the old two-argument call) loops run uncapped and unpolled. (Four arguments,
     not ``run_rows``'s eight: each one costs Numba's dispatcher time on every ``wp.capture_launch``.)
     """
-    return run_rows(table, repeats, limits, loops, 0, 0, None, None)
+    return run_rows(table, repeats, limits, np.zeros(max(loops, 1), dtype=np.int64), 0, 0, None, None)
 
 
 @njit(cache=CACHE, nogil=True)
 def run_table_profiled(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls):
     """``run_table`` with a clock read after every row: each executed row's time added to ``row_ns[row]``
     and 1 to ``row_calls[row]`` (``apic.profile``); the same guards and ``STATUS_*`` result."""
-    return run_rows(table, repeats, limits, loops, fn_clock, clock_id, row_ns, row_calls)
+    counts = np.zeros(max(loops, 1), dtype=np.int64)
+    return run_rows(table, repeats, limits, counts, fn_clock, clock_id, row_ns, row_calls)
 
 
 @njit(cache=CACHE, nogil=True)

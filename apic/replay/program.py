@@ -8,6 +8,7 @@ interpreter; ``Program.parallel`` gives the table a parallel replay runs (``fano
 from __future__ import annotations
 
 import ctypes
+import operator
 import os
 import signal
 import threading
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apic.errors import LoopLimitError
-from apic.replay import fanout
+from apic.errors import LoopLimitError, ReplayError
+from apic.replay import fanout, native_interpreter
 from apic.replay import table as tbl
 
 
@@ -33,6 +34,10 @@ _get_ident = threading.get_ident
 _LIMITS_MAIN = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, _c_api("PyGILState_Ensure"),
                          _c_api("PyOS_InterruptOccurred"), _c_api("PyGILState_Release")], dtype=np.int64)
 _LIMITS_THREAD = np.array([tbl.DEFAULT_MAX_LOOP_ITERATIONS, 0, 0, 0], dtype=np.int64)
+_LIMITS_MAIN_AT = _LIMITS_MAIN.ctypes.data  # their addresses, for the native interpreter
+_LIMITS_THREAD_AT = _LIMITS_THREAD.ctypes.data
+_NO_LOOPS = np.zeros(1, dtype=np.int64)  # the loop counts of a table without loops: never written
+_NO_LOOPS_AT = _NO_LOOPS.ctypes.data
 
 
 def _after_fork_in_child() -> None:
@@ -87,6 +92,13 @@ class Program:
     refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
     threads: int = 1  # > 1: the table has OP_SPLIT rows, cut for this many threads (run on at most as many)
     plan: fanout.Plan | None = None  # what those rows run (their work items live there)
+    # the table whose address and row count the native calls use, and the call block of a plain replay
+    # (``_bind``: made once per table)
+    _bound: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _address: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+    _rows: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+    _call: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    _call_at: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
 
     def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
         """This program on ``threads`` threads (sharing this arena): its large split launches, and its
@@ -105,24 +117,63 @@ class Program:
                        found)
 
     def run(self, repeats: int = 1) -> None:
-        """Run every op once (``repeats`` times) in one call into the jitted interpreter.
+        """Run every op once (``repeats`` times) in one call into the native interpreter.
 
         Raises ``KeyboardInterrupt`` (through the SIGINT handler) when Ctrl-C stopped the replay, and
         ``LoopLimitError`` when a loop went past the iteration cap; the graph's memory is then as the
         replay left it.
         """
-        if not len(self.table):
+        # kept to what must run per call: this is on every capture_launch's path
+        table = self.table
+        if table is not self._bound:
+            self._bind(table)
+        if not self._rows:
             return
-        # kept to one thread check and one status test: this is on every capture_launch's path
-        limits = _LIMITS_MAIN if _get_ident() == _MAIN_THREAD else _LIMITS_THREAD
-        run_table = _run_table or _load_interpreter()
+        native = _native or _load_interpreter()
+        main = _get_ident() == _MAIN_THREAD
+        if native is True:  # the Numba dispatcher or the reference interpreter
+            return self._run_python(repeats, _LIMITS_MAIN if main else _LIMITS_THREAD)
+        if repeats == 1 and main and not self.loops and self.threads == 1:
+            status = native(self._call_at)  # the call block made once, in _bind
+        else:
+            status = self._run_native(native, operator.index(repeats), main)
+        if status:
+            raise_status(status, _LIMITS_MAIN if main else _LIMITS_THREAD, table)
+
+    def _run_native(self, native, repeats: int, main: bool) -> int:
+        """A native replay with a call block of its own (repeats, another thread, loops or threads)."""
+        # a loop's counts start at zero on every replay (a capped or interrupted one leaves them set)
+        counts = np.zeros(max(self.loops, 1), dtype=np.int64)
+        call = np.array([self._address, self._rows, repeats, _LIMITS_MAIN_AT if main else _LIMITS_THREAD_AT,
+                         self.loops, counts.ctypes.data], dtype=np.int64)
+        if self.threads > 1:
+            from apic.replay.split import workers  # imported already: Program.parallel made the table
+
+            with workers(self.threads):
+                return native(call.ctypes.data)
+        return native(call.ctypes.data)
+
+    def _bind(self, table: np.ndarray) -> None:
+        """Check ``table``'s layout once (what the native interpreter reads through its address) and make
+        the call block of the common replay (once, main thread, no loop counts; ``native_entry.py``)."""
+        if table.dtype != np.int64 or table.ndim != 2 or table.shape[1] != tbl.OP_COLUMNS or \
+                not table.flags.c_contiguous:
+            raise ReplayError(f"CPU graph replay failed: an op table must be C-contiguous int64 rows of "
+                              f"{tbl.OP_COLUMNS}, got {table.dtype} {table.shape}")
+        self._address, self._rows = table.ctypes.data, len(table)
+        self._call = np.array([self._address, self._rows, 1, _LIMITS_MAIN_AT, 0, _NO_LOOPS_AT], dtype=np.int64)
+        self._call_at, self._bound = self._call.ctypes.data, table
+
+    def _run_python(self, repeats: int, limits: np.ndarray) -> None:
+        """A replay through the Numba dispatcher (where the native object cannot be had) or the reference
+        interpreter (``APIC_REPLAY=reference``)."""
         if self.threads > 1 and _run_table_pooled:
             from apic.replay.split import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
-                status = run_table(self.table, repeats, limits, self.loops)
+                status = _run_table(self.table, repeats, limits, self.loops)
         else:
-            status = run_table(self.table, repeats, limits, self.loops)
+            status = _run_table(self.table, repeats, limits, self.loops)
         if status:
             raise_status(status, limits, self.table)
 
@@ -135,6 +186,8 @@ def replay_limits() -> np.ndarray:
 def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
     """Turn an interpreter's ``STATUS_*`` code into what the caller sees (Ctrl-C, ``LoopLimitError``, or for
     a negative status the error of the opcode that stopped the replay: ``table.OPCODES``)."""
+    if status == native_interpreter.STATUS_NATIVE_ERROR:
+        raise ReplayError("CPU graph replay failed: apic's native interpreter reported an internal error")
     if status < 0:  # a row's check failed, or the interpreter met an opcode it does not run
         raise tbl.stop_error(status, table)
     if status == tbl.STATUS_INTERRUPTED:
@@ -147,22 +200,33 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
         )
 
 
-_run_table = None  # the jitted interpreter, bound on first replay
+_native = None  # the native serial interpreter (``native_interpreter.SERIAL_RUN``), or True: ``_run_table``
+_run_table = None  # the Numba dispatcher or the reference interpreter, where ``_native`` is True
 _run_table_pooled = True  # whether it runs OP_SPLIT rows on the splitter's pool (the reference one runs them itself)
-def _load_interpreter():
-    """Import the interpreter (and Numba) on first replay, not on import. Bound once: an import
-    statement on every replay cost about 0.7 us, most of ``wp.capture_launch``'s fixed cost.
 
-    ``APIC_REPLAY=reference`` selects the pure-Python reference interpreter instead (``reference.py``:
-    a check of the Numba one, microseconds per op).
+
+def _load_interpreter():
+    """Bind the interpreter on first replay, not on import; once (an import statement per replay cost
+    about 0.7 us, most of ``wp.capture_launch``'s fixed cost).
+
+    By default the native serial interpreter, loaded from apic's cache without importing Numba
+    (``native_interpreter.py``; built with Numba when the cache has none for this key). Where it cannot
+    be had, the Numba dispatcher of the same loop. ``APIC_REPLAY=reference`` selects the pure-Python
+    reference interpreter instead (``reference.py``: a check of the Numba one, microseconds per op).
     """
-    global _run_table, _run_table_pooled
+    global _native, _run_table, _run_table_pooled
     choice = os.environ.get("APIC_REPLAY", "numba")
     if choice == "reference":
         from apic.replay.reference import run_table  # no Numba: the point is a second implementation
+
+        _run_table, _run_table_pooled, _native = run_table, False, True
     elif choice == "numba":
-        from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
+        try:
+            _native = native_interpreter.load_serial_run()
+        except Exception:  # noqa: BLE001 - no native object here (build or loader failed): the dispatcher runs it
+            from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
+
+            _run_table, _run_table_pooled, _native = run_table, True, True
     else:
         raise ValueError(f"APIC_REPLAY={choice!r}: expected 'numba' (the default) or 'reference'")
-    _run_table, _run_table_pooled = run_table, choice == "numba"
-    return run_table
+    return _native
