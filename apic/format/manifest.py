@@ -371,11 +371,13 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
         if found is None or found[0] != bool(kernel.adjoint):
             _fail(f"kernels[{index}].symbol", f"{kernel.symbol} is not a kernel the module's manifest lists "
                                               "(the graph saved with this module never launched it)")
-    done, id_arrays = set(), {}
-    for position, op in enumerate(recording.ops):
-        if not isinstance(op, rec.Launch) or id(op) in done:
+    ops, id_arrays = recording.ops, {}
+    # each distinct op once (ops repeat), named by its first position
+    first = dict(zip(map(id, reversed(ops)), range(len(ops) - 1, -1, -1)))
+    for op in dict(zip(map(id, ops), ops)).values():
+        if not isinstance(op, rec.Launch):
             continue
-        done.add(id(op))
+        position = first[id(op)]
         table = tables.get(recording.kernels[op.kernel].module)
         if table is None:
             continue

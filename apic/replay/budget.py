@@ -36,7 +36,7 @@ def needs(saved) -> list[tuple[str, int]]:
     recording = saved.recording
     parts = [("memory regions", sum(r.nbytes + REGION_ALIGN for r in recording.regions))]
     reserved: dict[int, int] = {}  # hash grid handle -> the most points any build or reserve asks for
-    for op in {id(op): op for op in recording.ops}.values():
+    for op in dict(zip(map(id, recording.ops), recording.ops)).values():
         if isinstance(op, rec.HandleCall):
             if op.name == "hash_grid_reserve_host" and len(op.ints) > 1:
                 count = op.ints[1]

@@ -123,7 +123,10 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
     buffer, count and bound were checked earlier in straight-line code (no branch, jump or jump
     target since) and no op since may have written the buffer's region. A sequence of launches over
     the same indexed array checks its indices once."""
+    if not any(before for before, _ in guarded.values()):
+        return [[]] * len(ops)  # nothing to keep or drop (read only: callers take lengths and items)
     targets = {op.target for op in ops if isinstance(op, rec.CONTROL_TYPES)}
+    written_by: dict[int, set[int]] = {}  # id(op) -> written_regions(op): ops repeat, each is asked once
     valid: set = set()
     kept = []
     for position, op in enumerate(ops):
@@ -140,8 +143,10 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
         if isinstance(op, rec.CONTROL_TYPES):
             valid.clear()
         else:
-            written = written_regions(op)
-            if written:
+            written = written_by.get(id(op))
+            if written is None:
+                written = written_by[id(op)] = written_regions(op)
+            if written and valid:
                 valid = {key for key in valid if key[0] not in written}
     return kept
 

@@ -37,7 +37,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     """
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
-    distinct_ops = {id(op): op for op in recording.ops}.values()  # shared ops hold shared blobs
+    distinct_ops = dict(zip(map(id, recording.ops), recording.ops)).values()  # shared ops hold shared blobs
     blobs = [blob for op in distinct_ops for blob in blobs_of(op)]
     wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): _argv_blob(op) for op in wide}
@@ -76,37 +76,50 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
                 distinct.append(row + [0] * (tbl.OP_COLUMNS - len(row)))
             rows = list(range(first, len(distinct)))
             guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
-    for position, op in enumerate(recording.ops):
-        before, after = guard_rows.get(id(op), ((), ()))
-        if before:
-            sequence.extend(before[k] for k in kept[position])
-        if position in heads:  # a loop head has a row of its own: it carries its loop's slot
-            sequence.append(len(distinct))
-            row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
-            row = row + [0] * (tbl.OP_COLUMNS - len(row))
-            row[tbl.COL_LOOP] = 1 + heads[position]
-            distinct.append(row)
+
+    def distinct_row(op) -> int:
+        """Lower ``op`` into a row of ``distinct``: its index, or -1 when it has nothing to run."""
+        argv = argvs.get(id(op))
+        if argv is not None:  # a native call with too many arguments for a row: they live in the arena
+            natives.check_host(op.name, len(op.args))
+            lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
+            if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
+                offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
+                lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
+        else:
+            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+        row = row_of[id(op)] = -1 if lowered is None else len(distinct)
+        if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
+            launch_rows[row] = op
+        if lowered is not None:
+            distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
+        return row
+
+    if not heads and not guard_rows:  # one row per position, its op's: gathered without a loop over positions
+        for op in distinct_ops:
+            distinct_row(op)
+        gathered = np.fromiter(map(row_of.__getitem__, map(id, recording.ops)), dtype=np.intp,
+                               count=len(recording.ops))
+        sequence = gathered[gathered >= 0]
+    else:
+        for position, op in enumerate(recording.ops):
+            before, after = guard_rows.get(id(op), ((), ()))
+            if before:
+                sequence.extend(before[k] for k in kept[position])
+            if position in heads:  # a loop head has a row of its own: it carries its loop's slot
+                sequence.append(len(distinct))
+                row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
+                row = row + [0] * (tbl.OP_COLUMNS - len(row))
+                row[tbl.COL_LOOP] = 1 + heads[position]
+                distinct.append(row)
+                sequence.extend(after)
+                continue
+            row = row_of.get(id(op))
+            if row is None:
+                row = distinct_row(op)
+            if row >= 0:
+                sequence.append(row)
             sequence.extend(after)
-            continue
-        row = row_of.get(id(op))
-        if row is None:
-            argv = argvs.get(id(op))
-            if argv is not None:  # a native call with too many arguments for a row: they live in the arena
-                natives.check_host(op.name, len(op.args))
-                lowered = [tbl.OP_CALL_ARGV, _compat.native_address(op.name), arena.address(argv)]
-                if natives.is_padded_transpose(op.name, len(op.args)):  # its capacity checked first
-                    offsets, cols, capacity = address_of(op.args[6]), op.args[1], op.args[11]
-                    lowered = [tbl.OP_PADDED_TRANSPOSE, *lowered[1:], offsets, cols, capacity]
-            else:
-                lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at)
-            row = row_of[id(op)] = -1 if lowered is None else len(distinct)
-            if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
-                launch_rows[row] = op
-            if lowered is not None:
-                distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
-        if row >= 0:
-            sequence.append(row)
-        sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
     splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
     return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), splits, refusals)
@@ -120,10 +133,10 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
         region = recording.regions[ref.region]
         return address_of(rec.Ref(ref.region, 0)), region.nbytes
 
-    positions: dict[int, list[int]] = {row: [] for row in launch_rows}
-    for position, row in enumerate(sequence):
-        if row in positions:
-            positions[row].append(position)
+    # the positions of each row: the sequence sorted by row (stable, so positions stay in order), cut at each row
+    sequence = np.asarray(sequence, dtype=np.intp)
+    order = np.argsort(sequence, kind="stable")
+    ordered = sequence[order]
     splits, refusals = [], []
     for row, op in launch_rows.items():
         kernel = recording.kernels[op.kernel]
@@ -137,7 +150,7 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
             refusals.append((op.kernel, why))
             continue
         tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
-        rows = np.array(positions[row], dtype=np.intp)
+        rows = order[np.searchsorted(ordered, row) : np.searchsorted(ordered, row, side="right")]
         writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
     return tuple(splits), tuple(refusals)
@@ -151,6 +164,8 @@ def control_flow_problem(ops) -> str | None:
     inside the code that branch skips), as ``capture_while`` writes ``L0: branch(-> L2); body;
     jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
     """
+    if not any(issubclass(kind, rec.CONTROL_TYPES) for kind in set(map(type, ops))):
+        return None  # straight-line code (the common case: found without a loop over positions)
     for position, op in enumerate(ops):
         if isinstance(op, rec.Branch) and op.target <= position:
             return f"the branch at position {position} goes back to position {op.target} (branches only go forward)"
@@ -168,6 +183,8 @@ def loop_heads(ops) -> dict[int, int]:
     if problem is not None:
         raise ValueError(f"cannot replay this op sequence: {problem}")
     heads: dict[int, int] = {}
+    if not any(issubclass(kind, rec.Jump) for kind in set(map(type, ops))):
+        return heads
     for position, op in enumerate(ops):
         if isinstance(op, rec.Jump) and op.target <= position:
             heads.setdefault(op.target, len(heads))
