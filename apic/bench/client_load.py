@@ -30,8 +30,8 @@ _SCENE = """
 def measure_mujoco_load(config: Config) -> dict:
     """Save one ``mjw.step`` of the scene and time its ``capture_load`` (min / median over rounds)."""
     try:
-        import mujoco
-        import mujoco_warp as mjw
+        import mujoco  # optional: the figure is reported where mujoco-warp is installed
+        import mujoco_warp as mjw  # optional, as above
     except ImportError as error:
         return {"available": False, "reason": f"mujoco-warp is not installed ({error.name})"}
     mjm = mujoco.MjModel.from_xml_string(_SCENE)

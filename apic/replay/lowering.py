@@ -21,7 +21,7 @@ from apic.replay import table as tbl
 from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
 from apic.replay.program import Program, Split
 from apic.replay.relocate import Arena as _Arena
-from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, ARRAY_T_SIZE, INDEXEDARRAY_T_SIZE
 
 SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)  # the ABI tags a lowering can call (apic._compat.KERNEL_ABI)
 _BOUNDS_QWORDS = struct.Struct("<4q")
@@ -137,21 +137,38 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
     sequence = np.asarray(sequence, dtype=np.intp)
     order = np.argsort(sequence, kind="stable")
     ordered = sequence[order]
+    keys = np.fromiter(launch_rows, dtype=np.intp, count=len(launch_rows))
+    starts, ends = np.searchsorted(ordered, keys).tolist(), np.searchsorted(ordered, keys, side="right").tolist()
+    # The verdict and spans read the kernel, the relocations and the array descriptors only: launches that
+    # share them (one kernel over the same arrays, other scalars) are judged once.
+    judged: dict = {}
+    tasks_of: dict = {}
     splits, refusals = [], []
-    for row, op in launch_rows.items():
+    for (row, op), start, end in zip(launch_rows.items(), starts, ends):
         kernel = recording.kernels[op.kernel]
-        at = arena.address(op.args) - arena.base
-        data = arena.buffer[at : at + len(op.args.data)].tobytes()
-        why = "backward launch" if op.adj_args is not None else None
-        if why is None and kernel.cpu_blocks:
-            why = "runs as cooperative CPU blocks"
-        why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
+        args = op.args
+        key = (op.kernel, op.adj_args is None, args.relocs, args.arrays,
+               b"".join(args.data[a.at : a.at + (INDEXEDARRAY_T_SIZE if a.indexed else ARRAY_T_SIZE)]
+                        for a in args.arrays))
+        verdict = judged.get(key)
+        if verdict is None:
+            at = arena.address(args) - arena.base
+            data = arena.buffer[at : at + len(args.data)].tobytes()
+            why = "backward launch" if op.adj_args is not None else None
+            if why is None and kernel.cpu_blocks:
+                why = "runs as cooperative CPU blocks"
+            why = why or graph_launch_refusal(data, args, kernel.split_writes, region_span)
+            spans = None if why is not None else fanout.launch_spans(args, kernel.split_writes, region_span)
+            verdict = judged[key] = (why, spans)
+        why, spans = verdict
         if why is not None:
             refusals.append((op.kernel, why))
             continue
-        tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
-        rows = order[np.searchsorted(ordered, row) : np.searchsorted(ordered, row, side="right")]
-        writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
+        writes, reach = spans
+        tasks = tasks_of.get(op.dim)
+        if tasks is None:
+            tasks = tasks_of[op.dim] = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
+        rows = order[start:end]
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
     return tuple(splits), tuple(refusals)
 
