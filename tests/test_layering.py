@@ -56,7 +56,7 @@ LAYERS = (
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules
 # that import Numba at module level (importing them costs about a second).
 LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._intrinsics",
-        "apic.replay.split", "apic.replay.param_slots", "apic.replay.native_entry")
+        "apic.replay.split", "apic.replay.param_slots", "apic.replay.native_entry", "mujoco", "mujoco_warp")
 
 # Imports kept out of ``import apic`` (or of ``python -m apic --help``) for start-up time, each with a comment
 # saying so: importer -> imported.

@@ -111,15 +111,6 @@ def test_cache_key_names_the_cpu_and_the_toolchain():
     assert all(key.values())
 
 
-def test_launch_overhead_measures_both_sides():
-    from apic.bench.fixed_costs import launch_overhead  # the bench helpers, as `python -m apic bench` runs them
-
-    found = launch_overhead(calls=50, rounds=2)
-    assert found["launch_us"] > 0 and found["ctypes_noop_us"] > 0
-    assert found["ratio"] == found["launch_us"] / found["ctypes_noop_us"]
-    assert found["bar"] in ("PASS", "MISS") and len(found["launch_rounds_us"]) == 2
-
-
 def test_a_table_of_another_layout_is_refused_before_any_call():
     for table in (np.zeros((1, 12)), np.zeros((1, 11), dtype=np.int64), np.zeros((12, 2), dtype=np.int64).T):
         with pytest.raises(ReplayError, match="C-contiguous int64 rows of 12"):

@@ -59,6 +59,16 @@ def format_markdown(results: dict) -> str:
     out.append(f"- Capture cost, µs per op ({cap['workload']}): " + "; ".join(parts) + ".")
     co = results["call_overhead"]["us_per_call"]
     out.append(f"- One `wp.capture_launch` of a one-op apic graph: {_num(co['min'])} / {_num(co['median'])} µs.")
+    noop = results["call_overhead"].get("ctypes_noop_us")
+    if noop:
+        out.append(f"- One ctypes call of a C no-op, same process: {_num(noop['min'])} / {_num(noop['median'])} µs.")
+    first = results["first_replay"]
+    out.append(f"- First `wp.capture_launch` in a fresh process ({first['ops']}-op graph, caches warm): "
+               f"{_num(first['first_ms']['min'])} / {_num(first['first_ms']['median'])} ms.")
+    mujoco = results["mujoco_load"]
+    if mujoco["available"]:
+        out.append(f"- `capture_load` of a saved mujoco-warp step ({mujoco['ops']} ops): "
+                   f"{_num(mujoco['load_ms']['min'])} / {_num(mujoco['load_ms']['median'])} ms.")
     p = results["persistence"]
     if p.get("available"):
         for key, what in (("persistence", "cycling through 12 distinct launches"),

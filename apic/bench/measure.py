@@ -186,16 +186,6 @@ def measure_capture(config: Config, step: Steps) -> dict:
     return out
 
 
-def measure_call_overhead(config: Config) -> dict:
-    """The fixed cost of one ``wp.capture_launch`` of a one-op apic graph (Python to native and back)."""
-    workload = w.TinyLaunches(1, 1)
-    graph = m.apic_capture(workload)
-    runner = m._GraphRunner(workload, graph)
-    k = 2000 if config.quick else 20000
-    samples = [_batch(runner, k)[0] / k * 1e6 for _ in range(3 if config.quick else 7)]
-    return {"us_per_call": _stats(samples)}
-
-
 def measure_persistence(config: Config, step: Steps, distinct: bool = False) -> dict:
     """Save and load time of a ``persist_ops``-op graph, and its size on disk; the load is verified.
 
@@ -212,7 +202,7 @@ def measure_persistence(config: Config, step: Steps, distinct: bool = False) -> 
     source, eager = spec.make(), spec.make()
     graph = m.apic_capture(source, apic_flag=True)
     inputs = dict(source.arrays)
-    saves, loads = [], []
+    saves, loads, reads = [], [], []
     loaded = None
     what = "all ops distinct" if distinct else "12 distinct ops"
     with tempfile.TemporaryDirectory(prefix="apic-bench-") as root:
@@ -224,6 +214,7 @@ def measure_persistence(config: Config, step: Steps, distinct: bool = False) -> 
             loaded, save_s, load_s = m.save_and_load(graph, inputs, directory)
             saves.append(save_s * 1e3)
             loads.append(load_s * 1e3)
+            reads.append(m.read_and_hash(os.path.join(directory, "graph.wrp")) * 1e3)
         graph_bytes, module_bytes = m.directory_bytes(os.path.join(root, "r0"))
         # the loaded graph must replay exactly what eager does
         runner = m._LoadedRunner(source, loaded, None)
@@ -237,6 +228,7 @@ def measure_persistence(config: Config, step: Steps, distinct: bool = False) -> 
         verified=True,
         save_ms=_stats(saves),
         load_ms=_stats(loads),
+        read_ms=_stats(reads),  # the reference: reading the .wrp and its SHA-256, the least a checked load does
         graph_file_bytes=graph_bytes,
         module_bytes=module_bytes,
         bytes_per_op=graph_bytes / spec.ops,

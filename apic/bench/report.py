@@ -71,6 +71,12 @@ def format_report(results: dict) -> str:
         lines.append(f"  {label:<24} {value}")
     co = results["call_overhead"]["us_per_call"]
     lines.append(f"  one wp.capture_launch call of a 1-op apic graph: {co['min']:.3f} / {co['median']:.3f} us")
+    noop = results["call_overhead"].get("ctypes_noop_us")
+    if noop:
+        lines.append(f"  one ctypes call of a C no-op:                    {noop['min']:.3f} / {noop['median']:.3f} us")
+    first = results["first_replay"]
+    lines.append(f"  first wp.capture_launch in a fresh process ({first['ops']} ops): {first['first_ms']['min']:.1f} / "
+                 f"{first['first_ms']['median']:.1f} ms")
     lines.append("")
 
     p = results["persistence"]

@@ -23,9 +23,11 @@ from apic import _compat
 from apic.bench import methods as m
 from apic.bench import workloads as w
 from apic.bench.bar import evaluate_bar
+from apic.bench.client_load import measure_mujoco_load
 from apic.bench.config import FULL, QUICK, Config
+from apic.bench.fixed_costs import measure_call_overhead, measure_first_replay
 from apic.bench.measure import (
-    MismatchError, Progress, Steps, measure_call_overhead, measure_capture, measure_persistence, measure_workload,
+    MismatchError, Progress, Steps, measure_capture, measure_persistence, measure_workload,
     no_progress,
 )
 from apic.bench.report import format_report, plot
@@ -80,7 +82,7 @@ def run_suite(config: Config = FULL, progress: Progress = no_progress) -> dict:
     total = (
         sum(1 + (config.compute_rounds if spec.kind == "compute" else config.rounds) for spec in specs)
         + sum(1 + config.ladder_rounds for _ in config.ladder)
-        + config.capture_rounds
+        + config.capture_rounds + 2
         + (config.persist_rounds + max(2, config.persist_rounds // 3) if m.persistence_available() is None else 0)
         + 1
     )
@@ -98,8 +100,12 @@ def run_suite(config: Config = FULL, progress: Progress = no_progress) -> dict:
     results["capture"] = measure_capture(config, step)
     step("replay call overhead")
     results["call_overhead"] = measure_call_overhead(config)
+    step("first replay in fresh processes")
+    results["first_replay"] = measure_first_replay(config)
     results["persistence"] = measure_persistence(config, step)
     results["persistence_distinct"] = measure_persistence(config, step, distinct=True)
+    step("load of a saved mujoco-warp step")
+    results["mujoco_load"] = measure_mujoco_load(config)
     results["bar"] = evaluate_bar(results)
     results["checks"] = {
         "verified": [

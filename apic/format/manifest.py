@@ -371,21 +371,34 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
         if found is None or found[0] != bool(kernel.adjoint):
             _fail(f"kernels[{index}].symbol", f"{kernel.symbol} is not a kernel the module's manifest lists "
                                               "(the graph saved with this module never launched it)")
-    done, id_arrays = set(), {}
-    for position, op in enumerate(recording.ops):
-        if not isinstance(op, rec.Launch) or id(op) in done:
+    ops, id_arrays = recording.ops, {}
+    checked: dict = {}  # what _check_blob reads -> its result: launches that differ in scalars only check once
+
+    def check_blob(blob: rec.Blob, layout, where: str) -> list:
+        key = (id(layout), len(blob.data), blob.relocs, blob.arrays,
+               b"".join(blob.data[a[0] : a[0] + (cpu.INDEXEDARRAY_T_SIZE if a[2] else cpu.ARRAY_T_SIZE)]
+                        for a in layout[1]))
+        found = checked.get(key)
+        if found is None:
+            found = checked[key] = _check_blob(blob, layout, recording.handles, meshes, where)
+        return list(found)
+
+    # each distinct op once (ops repeat), named by its first position
+    first = dict(zip(map(id, reversed(ops)), range(len(ops) - 1, -1, -1)))
+    for op in dict(zip(map(id, ops), ops)).values():
+        if not isinstance(op, rec.Launch):
             continue
-        done.add(id(op))
+        position = first[id(op)]
         table = tables.get(recording.kernels[op.kernel].module)
         if table is None:
             continue
         _, args, adj = table[recording.kernels[op.kernel].symbol]
         where = f"the launch at position {position} (kernels[{op.kernel}])"
-        found = _check_blob(op.args, args, recording.handles, meshes, f"{where}.args")
+        found = check_blob(op.args, args, f"{where}.args")
         if (op.adj_args is None) != (adj is None):
             _fail(f"{where}.adj_args", "present or absent against the kernel's manifest")
         if op.adj_args is not None:
-            found += _check_blob(op.adj_args, adj, recording.handles, meshes, f"{where}.adj_args")
+            found += check_blob(op.adj_args, adj, f"{where}.adj_args")
         if found:
             id_arrays[id(op)] = found
     return id_arrays

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import struct
 
+import msgpack
+
 from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.format.fields import check_bin as _bin
@@ -31,6 +33,9 @@ class Context:
         # kernel-argument descriptors found valid (bytes, relocations, type, element size): the same array
         # passed to many launches is checked once; the result depends only on these and the regions
         self.checked_descriptors: set = set()
+        # kernel-argument structures found valid (``kernel_args``) -> what a launch sharing one needs
+        self.checked_layouts: dict = {}
+        self.checked_bounds: dict = {}  # (launch bounds bytes, dim) found valid -> the bounds a replay runs
         self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
         self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)
         self.launch_layouts: dict = {}  # kernel -> the argument layout its first launch in the file has
@@ -79,7 +84,23 @@ class Context:
 
         Every relocation must be a pointer field of a listed descriptor, and every descriptor must
         keep its arrays inside their regions, as for copies and fills.
+
+        What these checks read is the value's structure (its length, relocations, descriptors and handles)
+        and the descriptors' bytes: launches that share them (one kernel over the same arrays, differing in
+        scalars) are checked once, and a later one only compares its descriptors' bytes and its parameters.
         """
+        if isinstance(value, dict) and isinstance(value.get("data"), bytes):
+            # everything but the bytes and the parameters, exactly (msgpack tells 1 from True and 1.0)
+            structure = msgpack.packb([len(value["data"])] + [(k, v) for k, v in value.items()
+                                                               if k not in ("data", "params")])
+            known = self.checked_layouts.get(structure)
+            if known is not None:
+                spans, descriptors, relocs, slots, claimed = known
+                data = value["data"]
+                if all(data[lo:hi] == seen for (lo, hi), seen in zip(spans, descriptors)):
+                    return rec.Blob(data, relocs, slots, self.param_slots(value, data, set(claimed), where))
+        else:
+            structure = None
         blob = self.blob(value, where)
         handles = wire_handles.read_blob_handles(value, where, len(blob.data), self.handle_count)
         entries = _list(value.get("arrays", []), f"{where}.arrays", len(blob.data) // schema.ARRAY_T_SIZE)
@@ -113,6 +134,11 @@ class Context:
             if not claimed.isdisjoint(range(reloc.at, reloc.at + 8)):
                 _fail(where, f"a handle id at byte {reloc.at} overlaps an array descriptor or another handle")
             claimed.update(range(reloc.at, reloc.at + 8))
+        if structure is not None:
+            spans = [(slot.at, slot.at + (schema.INDEXEDARRAY_T_SIZE if slot.indexed else schema.ARRAY_T_SIZE))
+                     for slot in slots]
+            self.checked_layouts[structure] = (spans, [blob.data[lo:hi] for lo, hi in spans],
+                                               blob.relocs + tuple(handles), tuple(slots), frozenset(claimed))
         params = self.param_slots(value, blob.data, claimed, where)
         return rec.Blob(blob.data, blob.relocs + tuple(handles), tuple(slots), params)
 

@@ -53,12 +53,15 @@ def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
     # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
     dim = _ints(entry["dim"], f"{where}.dim", 0, schema.MAX_UINT32)
     bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
-    sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if ctx.legacy_bounds else cpu_target.BOUNDS_SIZES
-    if len(bounds.data) not in sizes:
-        expected = " or ".join(map(str, sizes))
-        _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
-    _check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
-    bounds = rec.Blob(_padded_with_ones(bounds.data, ctx.legacy_bounds))
+    padded = ctx.checked_bounds.get((bounds.data, dim))  # launches of one dim share their bounds: checked once
+    if padded is None:
+        sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if ctx.legacy_bounds else cpu_target.BOUNDS_SIZES
+        if len(bounds.data) not in sizes:
+            expected = " or ".join(map(str, sizes))
+            _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
+        _check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
+        padded = ctx.checked_bounds[(bounds.data, dim)] = rec.Blob(_padded_with_ones(bounds.data, ctx.legacy_bounds))
+    bounds = padded
     args = ctx.kernel_args(entry["args"], f"{where}.args")
     adj = entry.get("adj_args")
     adj_args = None if adj is None else ctx.kernel_args(adj, f"{where}.adj_args")

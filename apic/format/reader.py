@@ -201,7 +201,7 @@ def read(data) -> SavedGraph:
     for i, op in enumerate(distinct):
         if control_of(op) and op.target > len(sequence):
             _fail(f"ops[{i}].target", f"position {op.target} is past the end of the {len(sequence)}-op sequence")
-    ops = tuple(distinct[i] for i in sequence.tolist())
+    ops = tuple(map(distinct.__getitem__, sequence.tolist()))
     problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
     if problem is not None:
         _fail("sequence", problem)

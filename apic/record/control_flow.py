@@ -11,7 +11,7 @@ import dataclasses
 
 from apic import _compat
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record.effects import BRANCH, JUMP, control_of
+from apic.record.effects import BRANCH, EFFECTS, JUMP, control_of
 from apic.record.ops import Branch, Jump, Launch, RawPtr, intern_op, unresolve_op
 from apic.record.recording import ModuleInfo
 
@@ -117,6 +117,8 @@ def control_flow_problem(ops) -> str | None:
     inside the code that branch skips), as ``capture_while`` writes ``L0: branch(-> L2); body;
     jump(-> L0); L2:``. A jump to itself or to anything else that is not such a branch is refused.
     """
+    if not any(EFFECTS[kind].control for kind in set(map(type, ops))):
+        return None  # straight-line code (the common case: found without a loop over positions)
     for position, op in enumerate(ops):
         control = control_of(op)
         if control == BRANCH and op.target <= position:

@@ -28,7 +28,7 @@ def needs(saved) -> list[tuple[str, int]]:
     recording = saved.recording
     parts = [("memory regions", sum(r.nbytes + REGION_ALIGN for r in recording.regions))]
     reserved: dict[int, int] = {}  # hash grid handle -> the most points any build or reserve asks for
-    for op in {id(op): op for op in recording.ops}.values():
+    for op in dict(zip(map(id, recording.ops), recording.ops)).values():
         grid_points = EFFECTS[type(op)].grid_points
         sized = grid_points(op) if grid_points is not None else None
         if sized is not None:

@@ -56,6 +56,8 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
     buffer, count and bound were checked earlier in straight-line code (no branch, jump or jump
     target since) and no op since may have written the buffer's region. A sequence of launches over
     the same indexed array checks its indices once."""
+    if not any(before for before, _ in guarded.values()):
+        return [[]] * len(ops)  # nothing to keep or drop (read only: callers take lengths and items)
     targets = {op.target for op in ops if control_of(op)}
     valid: set = set()
     kept = []
@@ -77,7 +79,7 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
             written = written_by.get(id(op))
             if written is None:
                 written = written_by[id(op)] = EFFECTS[type(op)].writes(op)
-            if written:
+            if written and valid:
                 valid = {key for key in valid if key[0] not in written}
     return kept
 

@@ -24,7 +24,7 @@ from apic.replay import table as tbl
 from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
 from apic.replay.program import Program, Split
 from apic.replay.relocate import Arena as _Arena
-from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, ARRAY_T_SIZE, INDEXEDARRAY_T_SIZE
 
 SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)  # the ABI tags a lowering can call (apic._compat.KERNEL_ABI)
 _BOUNDS_QWORDS = struct.Struct("<4q")
@@ -40,7 +40,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     """
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
-    distinct_ops = {id(op): op for op in recording.ops}.values()  # shared ops hold shared blobs
+    distinct_ops = dict(zip(map(id, recording.ops), recording.ops)).values()  # shared ops hold shared blobs
     blobs = [blob for op in distinct_ops for blob in blobs_of(op)]
     wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): _argv_blob(op) for op in wide}
@@ -79,29 +79,42 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
                 distinct.append(row + [0] * (tbl.OP_COLUMNS - len(row)))
             rows = list(range(first, len(distinct)))
             guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
-    for position, op in enumerate(recording.ops):
-        before, after = guard_rows.get(id(op), ((), ()))
-        if before:
-            sequence.extend(before[k] for k in kept[position])
-        if position in heads:  # a loop head has a row of its own: it carries its loop's slot
-            sequence.append(len(distinct))
-            row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
-            row = row + [0] * (tbl.OP_COLUMNS - len(row))
-            row[tbl.COL_LOOP] = 1 + heads[position]
-            distinct.append(row)
+
+    def distinct_row(op) -> int:
+        """Lower ``op`` into a row of ``distinct``: its index, or -1 when it has nothing to run."""
+        lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
+        row = row_of[id(op)] = -1 if lowered is None else len(distinct)
+        if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
+            launch_rows[row] = op
+        if lowered is not None:
+            distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
+        return row
+
+    if not heads and not guard_rows:  # one row per position, its op's: gathered without a loop over positions
+        for op in distinct_ops:
+            distinct_row(op)
+        gathered = np.fromiter(map(row_of.__getitem__, map(id, recording.ops)), dtype=np.intp,
+                               count=len(recording.ops))
+        sequence = gathered[gathered >= 0]
+    else:
+        for position, op in enumerate(recording.ops):
+            before, after = guard_rows.get(id(op), ((), ()))
+            if before:
+                sequence.extend(before[k] for k in kept[position])
+            if position in heads:  # a loop head has a row of its own: it carries its loop's slot
+                sequence.append(len(distinct))
+                row = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
+                row = row + [0] * (tbl.OP_COLUMNS - len(row))
+                row[tbl.COL_LOOP] = 1 + heads[position]
+                distinct.append(row)
+                sequence.extend(after)
+                continue
+            row = row_of.get(id(op))
+            if row is None:
+                row = distinct_row(op)
+            if row >= 0:
+                sequence.append(row)
             sequence.extend(after)
-            continue
-        row = row_of.get(id(op))
-        if row is None:
-            lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
-            row = row_of[id(op)] = -1 if lowered is None else len(distinct)
-            if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
-                launch_rows[row] = op
-            if lowered is not None:
-                distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
-        if row >= 0:
-            sequence.append(row)
-        sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
     splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
     return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), splits, refusals)
@@ -115,29 +128,46 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
         region = recording.regions[ref.region]
         return address_of(rec.Ref(ref.region, 0)), region.nbytes
 
-    positions: dict[int, list[int]] = {row: [] for row in launch_rows}
-    for position, row in enumerate(sequence):
-        if row in positions:
-            positions[row].append(position)
+    # the positions of each row: the sequence sorted by row (stable, so positions stay in order), cut at each row
+    sequence = np.asarray(sequence, dtype=np.intp)
+    order = np.argsort(sequence, kind="stable")
+    ordered = sequence[order]
+    keys = np.fromiter(launch_rows, dtype=np.intp, count=len(launch_rows))
+    starts, ends = np.searchsorted(ordered, keys).tolist(), np.searchsorted(ordered, keys, side="right").tolist()
+    # The verdict and spans read the kernel, the relocations and the array descriptors only: launches that
+    # share them (one kernel over the same arrays, other scalars) are judged once.
+    judged: dict = {}
+    tasks_of: dict = {}
     splits, refusals = [], []
-    for row, op in launch_rows.items():
+    for (row, op), start, end in zip(launch_rows.items(), starts, ends):
         kernel = recording.kernels[op.kernel]
-        at = arena.address(op.args) - arena.base
-        data = arena.buffer[at : at + len(op.args.data)].tobytes()
-        why = "backward launch" if op.adj_args is not None else None
-        if why is None and kernel.cpu_blocks:
-            why = "runs as cooperative CPU blocks"
-        if kernel.split_world is not None:
-            why = why or world_launch_refusal(data, op.args, kernel.split_writes, kernel.split_world, op.dim,
-                                              region_span)
-        else:
-            why = why or graph_launch_refusal(data, op.args, kernel.split_writes, region_span)
+        args = op.args
+        key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None, args.relocs, args.arrays,
+               b"".join(args.data[a.at : a.at + (INDEXEDARRAY_T_SIZE if a.indexed else ARRAY_T_SIZE)]
+                        for a in args.arrays))
+        verdict = judged.get(key)
+        if verdict is None:
+            at = arena.address(args) - arena.base
+            data = arena.buffer[at : at + len(args.data)].tobytes()
+            why = "backward launch" if op.adj_args is not None else None
+            if why is None and kernel.cpu_blocks:
+                why = "runs as cooperative CPU blocks"
+            if kernel.split_world is not None:  # its launch check reads the launch's dim
+                why = why or world_launch_refusal(data, args, kernel.split_writes, kernel.split_world, op.dim,
+                                                  region_span)
+            else:
+                why = why or graph_launch_refusal(data, args, kernel.split_writes, region_span)
+            spans = None if why is not None else fanout.launch_spans(args, kernel.split_writes, region_span)
+            verdict = judged[key] = (why, spans)
+        why, spans = verdict
         if why is not None:
             refusals.append((op.kernel, why))
             continue
-        tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
-        rows = np.array(positions[row], dtype=np.intp)
-        writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
+        writes, reach = spans
+        tasks = tasks_of.get(op.dim)
+        if tasks is None:
+            tasks = tasks_of[op.dim] = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
+        rows = order[start:end]
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
     return tuple(splits), tuple(refusals)
 
@@ -148,6 +178,8 @@ def loop_heads(ops) -> dict[int, int]:
     if problem is not None:
         raise ValueError(f"cannot replay this op sequence: {problem}")
     heads: dict[int, int] = {}
+    if not any(EFFECTS[kind].control == JUMP for kind in set(map(type, ops))):
+        return heads
     for position, op in enumerate(ops):
         if control_of(op) == JUMP and op.target <= position:
             heads.setdefault(op.target, len(heads))
