@@ -293,3 +293,30 @@ def test_a_descriptor_checked_once_does_not_vouch_for_a_changed_one(doc):
     grown["args"]["data"] = bytes(data)
     doc = edit(doc, ("ops",), doc["ops"] + [grown])
     rejects(doc, "reaches bytes")
+
+
+def test_a_launch_sharing_a_checked_structure_keeps_its_own_bytes(doc):
+    """Launches differing only in scalar bytes are checked once per structure; each reads as its own bytes."""
+    first = op_index(doc, schema.WireOp.LAUNCH)
+    claimed = set()
+    for at, _, indexed in doc["ops"][first]["args"]["arrays"]:
+        claimed.update(range(at, at + (schema.INDEXEDARRAY_T_SIZE if indexed else schema.ARRAY_T_SIZE)))
+    scalar = next(b for b in range(len(doc["ops"][first]["args"]["data"])) if b not in claimed)
+    changed = copy.deepcopy(doc["ops"][first])
+    data = bytearray(changed["args"]["data"])
+    data[scalar] ^= 0x5A
+    changed["args"]["data"] = bytes(data)
+    extended = edit(doc, ("ops",), doc["ops"] + [changed])
+    extended["sequence"] = bytes(extended["sequence"]) + struct.pack("<I", len(extended["ops"]) - 1)
+    ops = read(extended).recording.ops
+    assert ops[-1].args.data == bytes(data)
+    original = doc["ops"][first]["args"]["data"]
+    assert any(op is not ops[-1] and getattr(op, "args", None) is not None and op.args.data == original for op in ops)
+
+
+def test_launch_bounds_checked_once_do_not_vouch_for_another_dim(doc):
+    """Bounds are checked once per (bytes, dim): the same bounds with another dim are still refused."""
+    first = op_index(doc, schema.WireOp.LAUNCH)
+    other = copy.deepcopy(doc["ops"][first])
+    other["dim"] = [d + 1 for d in other["dim"]]
+    rejects(edit(doc, ("ops",), doc["ops"] + [other]), "bounds")
