@@ -56,7 +56,7 @@ LAYERS = (
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules
 # that import Numba at module level (importing them costs about a second).
 LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._intrinsics",
-        "apic.replay.split", "apic.replay.param_slots")
+        "apic.replay.split_pool", "apic.replay.param_slots")
 
 # Imports kept out of ``import apic`` (or of ``python -m apic --help``) for start-up time, each with a comment
 # saying so: importer -> imported.
@@ -70,7 +70,7 @@ LAZY_FOR_STARTUP = {
     # the pure-Python reference interpreter: imported only when APIC_REPLAY=reference selects it
     "apic.replay.program": {"apic.replay.reference"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
-    "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.loading"},
+    "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.writer", "apic.loading"},
 }
 
 # Packages of one layer that import nothing of each other, either way: the reader never sees replay, and

@@ -19,7 +19,7 @@ from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, JUMP, control_of
 from apic.record.splittable import graph_launch_refusal
 from apic.record.world_split import world_launch_refusal
-from apic.replay import fanout
+from apic.replay import split_planner
 from apic.replay import table as tbl
 from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
 from apic.replay.program import Program, Split
@@ -137,7 +137,7 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
             continue
         tasks = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
         rows = np.array(positions[row], dtype=np.intp)
-        writes, reach = fanout.launch_spans(op.args, kernel.split_writes, region_span)
+        writes, reach = split_planner.launch_spans(op.args, kernel.split_writes, region_span)
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
     return tuple(splits), tuple(refusals)
 
@@ -268,5 +268,5 @@ _LOWER = {  # op type -> (op, _Lowering) -> one table row, or None for an op of 
     rec.Jump: lambda op, low: [tbl.OP_JUMP, 0, low.row_at(op.target)],
     rec.NativeCall: _lower_native_call,
     rec.HandleCall: _lower_handle_call,
-    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda"),
+    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda_loaded_graph"),
 }

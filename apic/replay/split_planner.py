@@ -106,7 +106,7 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
 
     ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel)`` a kernel's range entry
     address (0 or None: its launches stay serial), ``splitter`` and ``control`` the native splitter and
-    its pool's control block (``apic.replay.split``).
+    its pool's control block (``apic.replay.split_pool``).
     """
     candidates = {}  # table row -> (split, range entry)
     for split in splits:
