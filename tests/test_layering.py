@@ -11,7 +11,7 @@ The graph comes from ``scripts/import_graph.py`` (stdlib ``ast``; no import of a
 4. an import inside a function is a lazy optional dependency (``LAZY``: numba and the apic modules that
    import it, cuda-python, matplotlib) or kept out of ``import apic`` for start-up time
    (``LAZY_FOR_STARTUP``), on a line with a comment saying so, or is listed in ``KNOWN_LOCAL`` (what is
-   left to clean up, in files this step did not restructure).
+   left to clean up).
 
 The known lists may only shrink: an entry that no longer occurs fails the test, so that it is removed.
 """
@@ -82,7 +82,7 @@ KNOWN_INVERSIONS: set = set()
 
 KNOWN_CYCLES: list = []
 
-# Lazy imports still without a comment saying why, in files this step did not restructure.
+# Lazy imports still without a comment saying why.
 KNOWN_UNCOMMENTED: set = set()
 
 # importer -> the modules it still imports inside functions without being lazy for a reason above: none left.

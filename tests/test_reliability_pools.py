@@ -2,8 +2,8 @@
 
 * **Huge thread counts.** ``threads=10**6`` through every public entry (``wp.capture_launch``,
   ``graph.threads``, ``graph.launch``, the reference interpreter, ``parallel_report``,
-  ``apic.replay.threaded_launch.launch``, ``python -m apic replay --threads``) once started that many OS
-  threads. The pools now start no more than the usable CPUs (``apic.replay.thread_count.running``), the
+  ``apic.replay.threaded_launch.launch``, ``python -m apic replay --threads``) must not start that many OS
+  threads: the pools start no more than the usable CPUs (``apic.replay.thread_count.running``), the
   plans are cut for at most ``MAX_THREADS``, and the results stay eager's, bit for bit. Each entry is
   first asked for a few threads more than can run (what an unbounded pool would start at once), then
   for a million.
