@@ -20,7 +20,7 @@ from apic._probes.cpu import (
     load_object, lookup_symbol, module_binary_path, module_build_options, module_source_path, native_target,
     unload_object,
 )
-from apic._probes.cuda import (
+from apic._probes.cuda_natives import (
     compile_cuda_source, cuda_build_options, cuda_driver, cuda_entry_abi, cuda_graph_instantiate_call,
     cuda_kernel_symbol, cuda_launch_params, cuda_module_binary_path, nvrtc_archs, warp_native_dir,
 )

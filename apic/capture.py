@@ -3,7 +3,7 @@
 
 Same names, signatures and semantics as Warp 1.19's. A CPU capture is apic's own record-only
 capture; a CUDA capture goes to Warp as before (without Warp's native APIC recorder), and with
-``apic=True`` apic records the same operations alongside (``apic.record.cuda``) so it can be saved.
+``apic=True`` apic records the same operations alongside (``apic.record.cuda_recorder``) so it can be saved.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from apic._compat import wp_context, wp_types, wp_utils
 from apic.cuda_graph import CapturedCudaGraph, CudaGraph
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.graph import Graph
-from apic.record import cuda
-from apic.record import current
+from apic.record import cuda_recorder
+from apic.record import active_recorder
 from apic.record.recorder import Recorder
 
 _originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
@@ -66,7 +66,7 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
             return _originals["capture_begin"](device=device, **kwargs)
         # apic=True: record alongside Warp's own capture, so that the graph can be saved
         _patches.before_capture(cuda=True)
-        recording = cuda.CudaRecorder.begin(dev, int((stream or dev.stream).cuda_stream or 0))
+        recording = cuda_recorder.CudaRecorder.begin(dev, int((stream or dev.stream).cuda_stream or 0))
         try:
             return _originals["capture_begin"](device=device, **kwargs)
         except BaseException:
@@ -82,26 +82,26 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
 
 def capture_end(device=None, stream=None):
     """End the capture of a graph and return it (a :class:`apic.Graph` for a CPU capture)."""
-    recorder = current.active()
+    recorder = active_recorder.active()
     if recorder is not None and (device is None and stream is None or _resolve_device(device, stream).is_cpu):
         recording = recorder.end()
         return Graph(recording, recorder.device, apic=recorder.apic, keepalive=[recorder.keepalive, recording.modules])
     dev = _resolve_device(device, stream)
     if dev.is_cpu:
-        if current.paused_list():
+        if active_recorder.paused_list():
             raise CaptureError(
                 "the CPU graph capture on this thread is paused; call wp.capture_resume() before wp.capture_end()"
             )
         raise CaptureError("no CPU graph capture is in progress on this thread")
-    cuda_recorder = cuda.active()
-    if cuda_recorder is None or not cuda_recorder.owns(dev):
+    recorder = cuda_recorder.active()
+    if recorder is None or not recorder.owns(dev):
         return _originals["capture_end"](device=device, stream=stream)
     try:
         warp_graph = _originals["capture_end"](device=device, stream=stream)
     finally:
-        cuda_recorder.abort()
-    return CapturedCudaGraph(warp_graph, cuda_recorder.end(), dev, _originals["capture_launch"],
-                             keepalive=[cuda_recorder.keepalive])
+        recorder.abort()
+    return CapturedCudaGraph(warp_graph, recorder.end(), dev, _originals["capture_launch"],
+                             keepalive=[recorder.keepalive])
 
 
 def capture_launch(graph, stream=None, threads=None):
@@ -153,18 +153,18 @@ class ScopedCapture:
             external=self.external, apic=self.apic, capture_mode=self.capture_mode,
         )
         self.active = True
-        self._recorder = current.active()  # None for a CUDA capture
+        self._recorder = active_recorder.active()  # None for a CUDA capture
         return self
 
     def __exit__(self, exc_type, exc_value, traceback):
         if not self.active:
             return
         self.active = False
-        recorder = current.active()
+        recorder = active_recorder.active()
         if exc_type is not None and recorder is not None:
             recorder.abort()
             return
-        if exc_type is not None and self._recorder is not None and current.is_paused(self._recorder):
+        if exc_type is not None and self._recorder is not None and active_recorder.is_paused(self._recorder):
             self._recorder.abort()  # raised while paused: abandon it too
             return
         try:
@@ -176,16 +176,16 @@ class ScopedCapture:
 
 def abort_all() -> None:
     """Abandon this thread's capture, if any, running or paused (used by ``apic.uninstall``)."""
-    recorder = current.active()
+    recorder = active_recorder.active()
     if recorder is not None:
         recorder.abort()
-    for paused in list(current.paused_list()):
+    for paused in list(active_recorder.paused_list()):
         paused.abort()
 
 
 def _refuse_in_cuda_recording(api: str) -> None:
     """apic's CUDA recording is one linear stream of ops: refuse what would branch or pause it."""
-    if cuda.active() is not None:
+    if cuda_recorder.active() is not None:
         raise UnsupportedOperationError(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")
 
 
@@ -210,7 +210,7 @@ class PausedCapture:
         self._recorder = recorder
 
     def __repr__(self) -> str:
-        state = "paused" if current.is_paused(self._recorder) else "not paused"
+        state = "paused" if active_recorder.is_paused(self._recorder) else "not paused"
         return f"<apic.PausedCapture device={self.device} {state}>"
 
 
@@ -221,9 +221,9 @@ def capture_pause(device=None, stream=None, **kwargs):
     on where it left off after :func:`capture_resume`. ``Device.is_capturing`` is False meanwhile.
     On CUDA this is Warp's own ``capture_pause``.
     """
-    recorder = current.active()
+    recorder = active_recorder.active()
     if recorder is not None and stream is None and (device is None or wp.get_device(device).is_cpu):
-        return PausedCapture(current.pause())
+        return PausedCapture(active_recorder.pause())
     _refuse_in_cuda_recording("wp.capture_pause")
     return _original("capture_pause")(device=device, stream=stream, **kwargs)
 
@@ -231,7 +231,7 @@ def capture_pause(device=None, stream=None, **kwargs):
 def capture_resume(graph, device=None, stream=None, **kwargs):
     """Resume a graph capture paused by :func:`capture_pause` (``graph`` is what it returned)."""
     if isinstance(graph, PausedCapture):
-        current.resume(graph._recorder)
+        active_recorder.resume(graph._recorder)
         return None
     return _original("capture_resume")(graph, device=device, stream=stream, **kwargs)
 
@@ -273,7 +273,8 @@ def _warp_body(body, stream, device):
     """A branch body Warp's own CUDA ``capture_if`` / ``capture_while`` takes: an apic graph captured with
     ``apic=True`` as its Warp graph (a child graph node); a loaded one as a callable that replays it on the
     stream Warp uses (``stream``, else ``device``'s current one), so that it is ordered with the condition
-    and, inside a capture, its ops become nodes of the body graph (``apic.replay.cuda``); anything else as is."""
+    and, inside a capture, its ops become nodes of the body graph (``apic.replay.cuda_loaded_graph``); anything else
+    as is."""
     if isinstance(body, CapturedCudaGraph):
         return body.warp_graph
     if isinstance(body, CudaGraph):
@@ -307,7 +308,7 @@ def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
         _refuse_in_cuda_recording("wp.capture_if")
         return _original("capture_if")(condition, on_true=_warp_body(on_true, stream, condition.device),
                                        on_false=_warp_body(on_false, stream, condition.device), stream=stream, **kwargs)
-    recorder = current.active()
+    recorder = active_recorder.active()
     if recorder is None:
         body, what = (on_true, "on_true") if _read_condition(condition) else (on_false, "on_false")
         if body is not None:
@@ -338,7 +339,7 @@ def capture_while(condition, while_body, stream=None, **kwargs):
         _refuse_in_cuda_recording("wp.capture_while")
         body = _warp_body(while_body, stream, condition.device)
         return _original("capture_while")(condition, body, stream=stream, **kwargs)
-    recorder = current.active()
+    recorder = active_recorder.active()
     if recorder is None:
         while _read_condition(condition):
             _run_body(while_body, "while_body", kwargs)
@@ -351,7 +352,7 @@ def _device_is_capturing(original):
 
     def is_capturing(self) -> bool:
         if self.is_cpu:
-            recorder = current.active()
+            recorder = active_recorder.active()
             if recorder is not None and recorder.device == self:
                 return True
         return original.fget(self)

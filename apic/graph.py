@@ -9,11 +9,11 @@ from apic import bindings as b
 from apic.errors import BindingError
 from apic.params import pack
 from apic.record.ops import HandleRef, Launch
-from apic.record.current import active
+from apic.record.active_recorder import active
 from apic.record.recording import Recording
 from apic.replay import range_entry
 from apic.replay.named_params import NamedParams
-from apic.replay.parallel import MIN_TASKS_PER_THREAD
+from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
 from apic.replay.program import Program
 from apic.replay.thread_count import check as _check_threads
@@ -22,7 +22,7 @@ from apic.targets import cpu as cpu_target
 
 
 def _split_unavailable() -> str | None:
-    from apic.replay.split import unavailable  # imports Numba: only when a parallel replay is asked for
+    from apic.replay.split_pool import unavailable  # imports Numba: only when a parallel replay is asked for
 
     return unavailable()
 

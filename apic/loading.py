@@ -2,7 +2,7 @@
 
 Loading sits above both the file format (``apic.format``) and replay (``apic.replay``), so that neither
 sees the other: replay never reads a file, the reader never lowers a program. A CUDA graph is handed to
-``apic.replay.cuda`` with the module images checked here (``load_cuda``); a CPU graph is built here.
+``apic.replay.cuda_loaded_graph`` with the module images checked here (``load_cuda``); a CPU graph is built here.
 
 For a CPU graph, order matters, and nothing native runs before the checks that protect it:
 
@@ -42,7 +42,7 @@ from apic.graph import Graph
 from apic.record import handles
 from apic.record.recording import ModuleInfo
 from apic.replay import budget
-from apic.replay import cuda as cuda_replay
+from apic.replay import cuda_loaded_graph as cuda_replay
 from apic.targets.cpu import CPU_LEVELS
 
 _ALIGN = 64
@@ -274,7 +274,7 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
 
 
 def load_cuda(saved, fetch, origin: str, device):
-    """A loaded CUDA graph (``apic.replay.cuda.LoadedCudaGraph``): ``fetch(file name)`` returns a module's
+    """A loaded CUDA graph (``apic.replay.cuda_loaded_graph.LoadedCudaGraph``): ``fetch(file name)`` returns a module's
     bytes or None; a module's saved source stands in for an object this GPU cannot run."""
     ordinal = cuda_replay.device_ordinal(device)
     images = cuda_source.images(saved, fetch, origin, verified_images)  # verified_images unless sources can stand in

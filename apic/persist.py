@@ -76,7 +76,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
-    from apic.format import untouched, writer  # lazy: the file format (see the top of this module)
+    from apic.format import unrecorded_bindings, writer  # lazy: the file format (see the top of this module)
 
     check_cpu_level(cpu_target)
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
@@ -99,7 +99,7 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
             "has that id, so the graph cannot be saved"
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
-    writer.save(untouched.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
+    writer.save(unrecorded_bindings.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
                 source_fallback=bool(source_fallback), cpu_level=cpu_target)
 
 

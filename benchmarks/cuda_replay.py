@@ -118,7 +118,7 @@ def gpu_reason(device: str) -> str | None:
         wp.get_device(device)
     except Exception as error:  # noqa: BLE001  (Warp raises ValueError or RuntimeError for a bad name)
         return f"no device {device!r}: {error}"
-    from apic.replay import cuda as cuda_replay
+    from apic.replay import cuda_loaded_graph as cuda_replay
 
     return cuda_replay.unavailable_reason()
 

@@ -1,10 +1,10 @@
 """``os.fork()`` while other threads replay split: run as a script by ``test_reliability_pools.py``.
 
 Two threads keep the parallel replay's two pools busy: one replays a graph with ``threads=2`` (the
-splitter's pool, ``apic.replay.split``), one runs ``apic.replay.parallel.launch(threads=2)`` (the
+splitter's pool, ``apic.replay.split_pool``), one runs ``apic.replay.threaded_launch.launch(threads=2)`` (the
 range-entry pool, ``apic.replay.range_entry``). The main thread forks while both pools' locks are
 held (``FORKS`` times, or until a child hangs). Each child first notes which of the inherited locks
-were held, then replays another graph with ``threads=2`` and runs a split ``parallel.launch``, each
+were held, then replays another graph with ``threads=2`` and runs a split ``threaded_launch.launch``, each
 three times, compared bit for bit with the same launches run eagerly in the child; it reports on a
 pipe and leaves with ``os._exit``. A child that does not finish within ``CHILD_SECONDS`` is killed
 and reported as hung. The last line of stdout is a JSON report.
@@ -32,7 +32,7 @@ from apic._compat import quiet_warp  # noqa: E402
 
 quiet_warp()
 import persist_kernels as P  # noqa: E402
-from apic.replay import parallel, range_entry, split  # noqa: E402
+from apic.replay import range_entry, split_pool, threaded_launch  # noqa: E402
 from apic.replay import program as program_module  # noqa: E402
 
 CPU = "cpu"
@@ -72,7 +72,8 @@ def child_work(graph, graph_state: list, launch_state: list) -> dict:
         wp.capture_launch(graph, threads=2)
         wp.launch(P.integrate, dim=N, inputs=eager_graph, device=CPU)
         report["graph"] &= same(eager_graph, graph_state)
-        report["split"] &= parallel.launch(P.integrate, N, launch_state, threads=2, min_tasks_per_thread=MIN_TASKS)
+        report["split"] &= threaded_launch.launch(P.integrate, N, launch_state, threads=2,
+                                                  min_tasks_per_thread=MIN_TASKS)
         wp.launch(P.integrate, dim=N, inputs=eager_launch, device=CPU)
         report["launch"] &= same(eager_launch, launch_state)
     return report
@@ -122,7 +123,7 @@ def while_replaying() -> list:
     for graph in (busy_graph, child_graph):
         graph.parallel_program(2)
     wp.capture_launch(busy_graph, threads=2)
-    parallel.launch(P.integrate, N, busy_launch, threads=2, min_tasks_per_thread=MIN_TASKS)
+    threaded_launch.launch(P.integrate, N, busy_launch, threads=2, min_tasks_per_thread=MIN_TASKS)
     stop = threading.Event()
 
     def replay():
@@ -131,7 +132,7 @@ def while_replaying() -> list:
 
     def launch():
         while not stop.is_set():
-            parallel.launch(P.integrate, N, busy_launch, threads=2, min_tasks_per_thread=MIN_TASKS)
+            threaded_launch.launch(P.integrate, N, busy_launch, threads=2, min_tasks_per_thread=MIN_TASKS)
 
     busy = [threading.Thread(target=replay, daemon=True), threading.Thread(target=launch, daemon=True)]
     for t in busy:
@@ -140,9 +141,9 @@ def while_replaying() -> list:
     try:
         for _ in range(FORKS):
             deadline = time.monotonic() + 10
-            while not (split.lock.locked() and range_entry._pool_lock.locked()) and time.monotonic() < deadline:
+            while not (split_pool.lock.locked() and range_entry._pool_lock.locked()) and time.monotonic() < deadline:
                 pass  # both replays in flight (they hold their pool's lock for most of each call)
-            inherited = (split.lock, range_entry._pool_lock)
+            inherited = (split_pool.lock, range_entry._pool_lock)
 
             def work(inherited=inherited):
                 held = {"split_lock_held": inherited[0].locked(), "range_lock_held": inherited[1].locked()}
@@ -176,7 +177,7 @@ def during_build() -> list:
     not built it yet)."""
     busy, state = make_state(5), make_state(6)
     wp.launch(P.integrate, dim=N, inputs=busy, device=CPU)  # Warp's own module, loaded before the build
-    builder = threading.Thread(target=parallel.launch, args=(P.integrate, N, busy),
+    builder = threading.Thread(target=threaded_launch.launch, args=(P.integrate, N, busy),
                                kwargs={"threads": 2, "min_tasks_per_thread": MIN_TASKS})
     builder.start()
     deadline = time.monotonic() + 60
@@ -186,7 +187,7 @@ def during_build() -> list:
 
     def work():
         eager = clone(state)
-        split_launch = parallel.launch(P.integrate, N, state, threads=2, min_tasks_per_thread=MIN_TASKS)
+        split_launch = threaded_launch.launch(P.integrate, N, state, threads=2, min_tasks_per_thread=MIN_TASKS)
         wp.launch(P.integrate, dim=N, inputs=eager, device=CPU)
         return {"build_lock_held": inherited.locked(), "split": split_launch, "launch": same(eager, state)}
 

@@ -30,7 +30,7 @@ from apic.errors import FormatError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import Region
-from apic.record import cuda as record_cuda
+from apic.record import cuda_recorder as record_cuda
 from apic.targets import cuda as cp
 from apic.targets.target import CUDA
 
@@ -278,7 +278,7 @@ def test_warp_agrees_on_the_block_count():
 def test_launch_signature_is_known():
     names = _compat.cuda_launch_params()
     assert names[:5] == ("context", "kernel", "dim", "max_blocks", "block_dim")
-    assert ("grid_stride" in names) == (ck.lean is not None)  # lean kernels came with the new signature
+    assert ("grid_stride" in names) == (ck.lean is not None)  # the versions with lean kernels launch with grid_stride
     assert "smem" in names and "args" in names and "stream" in names
 
 
@@ -461,7 +461,7 @@ def test_cuda_abi_needs_a_device(ptx):
 
 
 def test_cubin_runs_on_its_major_version_with_an_equal_or_higher_minor(ptx):
-    from apic.replay.cuda import check_arch
+    from apic.replay.cuda_loaded_graph import check_arch
 
     saved = _read(_document(ptx, module_arch=(80, "", "cubin"), arch=80)[0])
     for arch in (80, 86, 87, 89):
@@ -481,7 +481,7 @@ def test_cubin_runs_on_its_major_version_with_an_equal_or_higher_minor(ptx):
 
 
 def test_ptx_loads_on_its_architecture_or_newer(ptx):
-    from apic.replay.cuda import check_arch
+    from apic.replay.cuda_loaded_graph import check_arch
 
     saved = _read(_document(ptx, module_arch=(ARCH, "", "ptx"))[0])
     for arch in (ARCH, 80, 86, 90, 120):
@@ -492,7 +492,7 @@ def test_ptx_loads_on_its_architecture_or_newer(ptx):
 
 def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
     """The files are written atomically like CPU ones; loading them needs cuda-python and a GPU."""
-    from apic.replay import cuda as cuda_replay
+    from apic.replay import cuda_loaded_graph as cuda_replay
 
     recording, contents = _saxpy_recording()
     graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
@@ -542,13 +542,13 @@ def test_cuda_natives_are_restored_by_uninstall():
 
 
 def test_cuda_capture_without_a_gpu_leaves_nothing_running():
-    from apic.record import cuda
+    from apic.record import cuda_recorder
 
     if wp.get_cuda_device_count():
         pytest.skip("a CUDA device is present")
     with pytest.raises(Exception):
         wp.capture_begin(device="cuda:0", apic=True)
-    assert cuda.active() is None
+    assert cuda_recorder.active() is None
 
 
 def test_integer_launch_arguments_are_found_in_the_param_blob():
@@ -565,7 +565,7 @@ def test_a_cuda_graph_passing_a_handle_id_or_pointer_as_an_integer_is_not_saved(
     """Such a value would dangle after a load: the recorder notes it, and saving refuses, naming it."""
     from apic.errors import UnsupportedOperationError
     from apic.format import writer
-    from apic.record.cuda import CudaRecorder
+    from apic.record.cuda_recorder import CudaRecorder
 
     points = wp.array(np.zeros((3, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
     mesh = wp.Mesh(points=points, indices=wp.array([0, 1, 2], dtype=wp.int32, device="cpu"))
@@ -599,7 +599,7 @@ class _GpuMesh(wp.Mesh):
 def test_the_id_of_a_handle_on_a_gpu_is_not_saved_either():
     """A CUDA Mesh's id is known (for the refusal at save) without becoming one a CPU capture would remap."""
     from apic.record import handles
-    from apic.record.cuda import CudaRecorder
+    from apic.record.cuda_recorder import CudaRecorder
 
     mesh = _GpuMesh(0x7F00DEAD0000)
     handles.register(mesh)

@@ -27,7 +27,7 @@ import pytest
 from apic import _compat, loading
 from apic.errors import ApicError, CaptureError
 from apic.record import ops as rec
-from apic.replay import cuda as cuda_replay
+from apic.replay import cuda_loaded_graph as cuda_replay
 from test_cuda_offline import ARCH, _document, _read, ptx  # noqa: F401  (ptx is a fixture)
 
 

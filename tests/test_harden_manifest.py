@@ -1,8 +1,8 @@
 """What a kernel expects comes from the modules folder, not from the ``.wrp``; index values are checked.
 
-Fuzz findings #15-#17 (docs/RELIABILITY.md): with honest modules, a ``.wrp`` that named another kernel
-of the same module, handed a Mesh argument a HashGrid's id, or moved an array onto a Mesh's triangle
-indices or an index buffer onto float data loaded and crashed at replay. Now:
+Fuzz findings #15-#17 (docs/RELIABILITY.md): with honest modules, a ``.wrp`` that names another kernel
+of the same module, hands a Mesh argument a HashGrid's id, or moves an array onto a Mesh's triangle
+indices or an index buffer onto float data must not load and crash at replay. So:
 
 * ``capture_save`` appends a kernel manifest to each module's object (and source) file
   (``apic.format.manifest``) and every launch is checked at load against the one carried by the file

@@ -11,7 +11,7 @@ The graph comes from ``scripts/import_graph.py`` (stdlib ``ast``; no import of a
 4. an import inside a function is a lazy optional dependency (``LAZY``: numba and the apic modules that
    import it, cuda-python, matplotlib) or kept out of ``import apic`` for start-up time
    (``LAZY_FOR_STARTUP``), on a line with a comment saying so, or is listed in ``KNOWN_LOCAL`` (what is
-   left to clean up, in files this step did not restructure).
+   left to clean up).
 
 The known lists may only shrink: an entry that no longer occurs fails the test, so that it is removed.
 """
@@ -56,7 +56,7 @@ LAYERS = (
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules
 # that import Numba at module level (importing them costs about a second).
 LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._intrinsics",
-        "apic.replay.split", "apic.replay.param_slots", "apic.replay.native_entry", "mujoco", "mujoco_warp")
+        "apic.replay.split_pool", "apic.replay.param_slots", "apic.replay.native_entry", "mujoco", "mujoco_warp")
 
 # Imports kept out of ``import apic`` (or of ``python -m apic --help``) for start-up time, each with a comment
 # saying so: importer -> imported.
@@ -70,7 +70,7 @@ LAZY_FOR_STARTUP = {
     # the pure-Python reference interpreter: imported only when APIC_REPLAY=reference selects it
     "apic.replay.program": {"apic.replay.reference"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
-    "apic.persist": {"apic.format.reader", "apic.format.untouched", "apic.format.writer", "apic.loading"},
+    "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.writer", "apic.loading"},
 }
 
 # Packages of one layer that import nothing of each other, either way: the reader never sees replay, and
@@ -82,7 +82,7 @@ KNOWN_INVERSIONS: set = set()
 
 KNOWN_CYCLES: list = []
 
-# Lazy imports still without a comment saying why, in files this step did not restructure.
+# Lazy imports still without a comment saying why.
 KNOWN_UNCOMMENTED: set = set()
 
 # importer -> the modules it still imports inside functions without being lazy for a reason above: none left.

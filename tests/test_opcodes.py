@@ -13,17 +13,17 @@ import pytest
 
 import apic  # noqa: F401  (installs apic, as every user of these modules has)
 from apic.errors import ReplayError, ReplayIndexError
-from apic.replay import fanout, reference
+from apic.replay import reference, split_planner
 from apic.replay import table as tbl
 
 I64 = ctypes.c_int64
 
 
 def _numba(table, repeats=1):
-    from apic.replay import split
+    from apic.replay import split_pool
     from apic.replay.interpreter import run_table
 
-    with split.workers(2):  # an OP_SPLIT row calls the pooled splitter
+    with split_pool.workers(2):  # an OP_SPLIT row calls the pooled splitter
         return run_table(table, repeats)
 
 
@@ -85,11 +85,11 @@ def _call5_d2(probe: Probe, good: bool):
 
 
 def _split(probe: Probe, good: bool):
-    from apic.replay import split
+    from apic.replay import split_pool
 
     entry = probe.fn("range", 4)  # a kernel's range entry: (bounds, args, begin, end)
     items = probe.words([entry, 11, 12, 10, 3, 0, entry, 21, 22, 4, 2, 3])  # two launches: 3 and 2 chunks
-    return _table([tbl.OP_SPLIT, split.splitter_address(), split.pool().base, items, 2, 5])
+    return _table([tbl.OP_SPLIT, split_pool.splitter_address(), split_pool.pool().base, items, 2, 5])
 
 
 def _segmented_sort(probe: Probe, good: bool):
@@ -176,7 +176,7 @@ def test_each_interpreter_stops_where_a_check_fails(interpreter, opcode):
 def test_only_the_branch_and_jump_continue_elsewhere():
     assert {spec.number for spec in tbl.JUMPS} == {tbl.OP_JUMP, tbl.OP_BRANCH_IF_ZERO}
     table = np.concatenate([_jump(Probe(), True), _branch(Probe(), True)])
-    assert fanout.jump_targets(table) == {2}
+    assert split_planner.jump_targets(table) == {2}
 
 
 @pytest.mark.parametrize("interpreter", sorted(INTERPRETERS))

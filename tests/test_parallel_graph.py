@@ -376,20 +376,20 @@ def test_pooled_workers_run_chunks():
     """The workers, not only the replaying thread, run chunks (on a busy machine, eventually)."""
     import time
 
-    from apic.replay import split
+    from apic.replay import split_pool
 
     n = 1 << 16
     eager, replayed, graph = _integrate_graph(n, 9)
     from apic.replay.interpreter import run_table  # the Numba loop, whatever APIC_REPLAY selects
 
     program = graph.parallel_program(2)
-    before = split.chunks_run_by_workers()
+    before = split_pool.chunks_run_by_workers()
     deadline, replays = time.monotonic() + 60, 0
-    while split.chunks_run_by_workers() == before and time.monotonic() < deadline:
-        with split.workers(2):
+    while split_pool.chunks_run_by_workers() == before and time.monotonic() < deadline:
+        with split_pool.workers(2):
             run_table(program.table, 1, None, program.loops)
         replays += 1
-    assert split.chunks_run_by_workers() > before, "no worker ran a chunk in 60 s"
+    assert split_pool.chunks_run_by_workers() > before, "no worker ran a chunk in 60 s"
     for _ in range(replays):
         wp.launch(P.integrate, dim=n, inputs=eager, device=CPU)
     assert_same(snapshot(_arrays(eager)), snapshot(_arrays(replayed)), f"{replays} replays")

@@ -1,4 +1,4 @@
-"""Independent launches replayed at the same time (``apic.replay.fanout``), bit for bit against eager Warp.
+"""Independent launches replayed at the same time (``apic.replay.split_planner``), bit for bit against eager Warp.
 
 Consecutive launches of splittable kernels that touch no region another one writes share one
 ``OP_SPLIT`` row: the threads run all their chunks, then wait once. Each test replays with the Numba
@@ -17,7 +17,7 @@ import warp as wp
 
 import apic
 import persist_kernels as P
-from apic.replay import fanout, reference
+from apic.replay import reference, split_planner
 from apic.replay import table as tbl
 from conftest import CPU, assert_same, snapshot
 
@@ -150,7 +150,7 @@ def test_a_group_starts_where_a_branch_lands(flag, interpreter):
         s["flag"] = wp.array([flag], dtype=wp.int32, device=CPU)
     graph = _captured(lambda s: _branching(s, n), replayed, 1000)
     table = graph.parallel_program(2).table
-    target = fanout.jump_targets(table)
+    target = split_planner.jump_targets(table)
     (landing,) = target
     assert table[landing, 0] == tbl.OP_SPLIT and table[landing, COUNT] == 2  # heads the last two
     assert table[landing - 1, 0] != tbl.OP_NOP  # the body's launch is not folded into the row
@@ -158,11 +158,11 @@ def test_a_group_starts_where_a_branch_lands(flag, interpreter):
 
 
 def test_at_most_max_group_launches_a_row():
-    chains, n = fanout.MAX_GROUP + 3, 700
+    chains, n = split_planner.MAX_GROUP + 3, 700
     eager, replayed = _state(chains, n, 6), _state(chains, n, 6)
     graph = _captured(lambda s: _interleaved(s, chains, 1, n), replayed, 1000)
     rows = _split_rows(graph, 2)
-    assert rows[:, COUNT].tolist() == [fanout.MAX_GROUP, 3]
+    assert rows[:, COUNT].tolist() == [split_planner.MAX_GROUP, 3]
     _check(eager, replayed, graph, lambda s: _interleaved(s, chains, 1, n), 2, "numba")
 
 

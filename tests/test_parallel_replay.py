@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import warp as wp
 
-from apic.replay import parallel
+from apic.replay import threaded_launch
 from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
 from tests import kernels as K
 from tests import persist_kernels as P
@@ -255,7 +255,7 @@ def _eager_vs_split(kernel, dim, make_inputs, threads=2, min_tasks=1):
     """Launch eagerly and split on identical inputs; return (split?, eager outputs, split outputs)."""
     eager_in, split_in = make_inputs()
     wp.launch(kernel, dim=dim, inputs=eager_in, device="cpu")
-    did_split = parallel.launch(kernel, dim, split_in, threads=threads, min_tasks_per_thread=min_tasks)
+    did_split = threaded_launch.launch(kernel, dim, split_in, threads=threads, min_tasks_per_thread=min_tasks)
     eager_out = [_bits(a) for a in eager_in if isinstance(a, wp.array)]
     split_out = [_bits(a) for a in split_in if isinstance(a, wp.array)]
     return did_split, eager_out, split_out
@@ -365,7 +365,7 @@ def test_aliased_written_array_runs_serial():
     a = wp.array(_RNG.standard_normal(n).astype(np.float32), device="cpu")
     b = wp.array(a.numpy(), device="cpu")
     wp.launch(kernel, dim=n, inputs=[a, a], device="cpu")
-    assert not parallel.launch(kernel, n, [b, b], threads=2, min_tasks_per_thread=1)
+    assert not threaded_launch.launch(kernel, n, [b, b], threads=2, min_tasks_per_thread=1)
     np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
@@ -377,7 +377,7 @@ def test_small_launch_not_fanned_out():
 
 def test_threads_must_be_positive():
     with pytest.raises(ValueError, match="threads"):
-        parallel.launch(_elementwise_math, 1, [], threads=0)
+        threaded_launch.launch(_elementwise_math, 1, [], threads=0)
 
 
 def test_struct_argument_launch_runs_serial():
@@ -389,7 +389,7 @@ def test_struct_argument_launch_runs_serial():
     s_eager.scale = s_split.scale = 0.5
     out = _pair(_RNG.standard_normal(n).astype(np.float32))
     wp.launch(P.apply_scaled, dim=n, inputs=[s_eager, out[0]], device="cpu")
-    assert not parallel.launch(P.apply_scaled, n, [s_split, out[1]], threads=2, min_tasks_per_thread=1)
+    assert not threaded_launch.launch(P.apply_scaled, n, [s_split, out[1]], threads=2, min_tasks_per_thread=1)
     np.testing.assert_array_equal(_bits(out[0]), _bits(out[1]))
 
 
@@ -399,5 +399,5 @@ def test_strided_written_array_runs_serial():
     src = _pair(_RNG.standard_normal(n).astype(np.float32))
     dst = _pair(_RNG.standard_normal(2 * n).astype(np.float32))
     wp.launch(kernel, dim=n, inputs=[src[0], dst[0][::2]], device="cpu")
-    assert not parallel.launch(kernel, n, [src[1], dst[1][::2]], threads=2, min_tasks_per_thread=1)
+    assert not threaded_launch.launch(kernel, n, [src[1], dst[1][::2]], threads=2, min_tasks_per_thread=1)
     np.testing.assert_array_equal(_bits(dst[0]), _bits(dst[1]))

@@ -180,7 +180,7 @@ def test_save_refuses_non_apic_graph(tmp_path):
 
 
 def test_binding_arguments_are_checked(tmp_path):
-    # (an array the graph does not use is saved as extra memory: tests/test_untouched_bindings.py)
+    # (an array the graph does not use is saved as extra memory: tests/test_unrecorded_bindings.py)
     a = wp.zeros(4, dtype=float, device="cpu")
     with wp.ScopedCapture(device="cpu", apic=True) as cap:
         a.fill_(1.0)

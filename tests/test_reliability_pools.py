@@ -2,8 +2,8 @@
 
 * **Huge thread counts.** ``threads=10**6`` through every public entry (``wp.capture_launch``,
   ``graph.threads``, ``graph.launch``, the reference interpreter, ``parallel_report``,
-  ``apic.replay.parallel.launch``, ``python -m apic replay --threads``) once started that many OS
-  threads. The pools now start no more than the usable CPUs (``apic.replay.thread_count.running``), the
+  ``apic.replay.threaded_launch.launch``, ``python -m apic replay --threads``) must not start that many OS
+  threads: the pools start no more than the usable CPUs (``apic.replay.thread_count.running``), the
   plans are cut for at most ``MAX_THREADS``, and the results stay eager's, bit for bit. Each entry is
   first asked for a few threads more than can run (what an unbounded pool would start at once), then
   for a million.
@@ -28,7 +28,7 @@ import warp as wp
 
 import apic  # noqa: F401  (installs the shims)
 import persist_kernels as P
-from apic.replay import parallel, thread_count
+from apic.replay import thread_count, threaded_launch
 from apic.replay import program as program_module
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import child_env, run_cli, same_bits
@@ -59,7 +59,7 @@ def _graph(state: list):
 
 def _workers(prefix: str) -> list[str]:
     """Names of the live pool threads of one pool (``apic-split-``: the splitter's, ``apic-range-``:
-    ``parallel.launch``'s)."""
+    ``threaded_launch.launch``'s)."""
     return [t.name for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
@@ -135,7 +135,7 @@ def test_huge_thread_count_plans_as_the_cap():
 def test_huge_thread_count_in_a_split_launch():
     eager, split_in = _state(13), _state(13)
     for threads in (BOUND + 3, HUGE):
-        assert parallel.launch(P.integrate, N, split_in, threads=threads, min_tasks_per_thread=MIN_TASKS)
+        assert threaded_launch.launch(P.integrate, N, split_in, threads=threads, min_tasks_per_thread=MIN_TASKS)
         wp.launch(P.integrate, dim=N, inputs=eager, device=CPU)
         assert_same(snapshot(_named(eager)), snapshot(_named(split_in)), f"threads={threads}")
         started = _workers("apic-range-")
@@ -170,8 +170,8 @@ def _entries_with_bad(graph, state):
         "graph.launch": lambda bad: graph.launch(threads=bad) if bad is not None else None,
         "parallel_program": lambda bad: graph.parallel_program(bad),
         "parallel_report": lambda bad: graph.parallel_report(bad) if bad is not None else None,
-        "parallel.launch": lambda bad: parallel.launch(P.integrate, N, state, threads=bad),
-        "parallel.prepare": lambda bad: parallel.prepare(P.integrate, N, state, threads=bad),
+        "threaded_launch.launch": lambda bad: threaded_launch.launch(P.integrate, N, state, threads=bad),
+        "threaded_launch.prepare": lambda bad: threaded_launch.prepare(P.integrate, N, state, threads=bad),
     }
 
 

@@ -1,6 +1,6 @@
 """Where Warp keeps its internals, its runtime, and the facts about its types that changed between releases.
 
-Shared by the CPU (``apic._probes.cpu``) and CUDA (``apic._probes.cuda``) probes; re-exported by
+Shared by the CPU (``apic._probes.cpu``) and CUDA (``apic._probes.cuda_natives``) probes; re-exported by
 ``apic._compat``.
 """
 

@@ -7,7 +7,7 @@ relocation, so a load writes the new process's id into it; an object the capture
 recorded at the save (its arrays become graph memory, as a capture would make them).
 
 What a binding types is known only at the save, and only for memory no captured operation uses (the
-extra regions of ``apic.format.untouched``): there the types decide, and a word that no binding
+extra regions of ``apic.format.unrecorded_bindings``): there the types decide, and a word that no binding
 types as a handle (a plain ``uint64`` view of the same memory) keeps its number, even one equal to
 the id. Memory the captured operations use may be read by a kernel through any type, so there the
 untyped rule of ``apic.record.handles`` stays: a word equal to a graph handle's id is that handle.

@@ -23,7 +23,7 @@ from apic.errors import FormatError
 from apic.format import fields, schema
 from apic.record import handles as rec_handles
 from apic.record import ops as rec
-from apic.record import words as rec_words
+from apic.record import handle_words
 
 # NanoVDB grid buffers start with one of these magic numbers; the grid's byte size is a u64 at 32.
 _NANOVDB_MAGICS = (b"NanoVDB0", b"NanoVDB1", b"NanoVDB2")
@@ -50,8 +50,8 @@ def blob_handles(blob: rec.Blob) -> list:
 
 def find_slots(contents: bytes, region: int, ids: dict[int, int]) -> tuple[bytes, list]:
     """Words of ``contents`` that hold a handle id (``ids``: id -> index): zeroed, and listed."""
-    words = rec_words.as_words(contents)
-    hits = rec_words.id_words(words, list(ids))
+    words = handle_words.as_words(contents)
+    hits = handle_words.id_words(words, list(ids))
     if not len(hits):
         return contents, []
     return clear_slots(contents, [[region, int(i) * 8, ids[int(words[i])]] for i in hits])

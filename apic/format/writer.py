@@ -35,7 +35,7 @@ from apic.format import source as source_format
 from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
-from apic.record import words as rec_words
+from apic.record import handle_words
 from apic.targets import target as targets
 from apic.targets.cpu import MODULE_EXTENSION, module_file_name
 
@@ -99,7 +99,7 @@ def _live_handle_ids() -> np.ndarray:
 
 
 def _holds_handle(data: bytes, handle_ids: np.ndarray) -> bool:
-    return bool(len(rec_words.id_words(rec_words.as_words(data), handle_ids)))
+    return bool(len(handle_words.id_words(handle_words.as_words(data), handle_ids)))
 
 
 def _cpu_regions(graph) -> tuple[list, list, np.ndarray]:

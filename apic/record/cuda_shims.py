@@ -1,7 +1,7 @@
 """The CUDA recording's place between Python and Warp: wrappers of Warp's Python API and sinks on its CUDA natives.
 
 Installed by ``apic.installation`` (the wrappers at install, layered over apic's CPU shims; the natives at
-the first ``apic=True`` CUDA capture), they tell ``apic.record.cuda``'s recorder what a launch or copy
+the first ``apic=True`` CUDA capture), they tell ``apic.record.cuda_recorder``'s recorder what a launch or copy
 uses and record what reaches the device, only while a recording runs on this thread.
 """
 
@@ -14,7 +14,7 @@ import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
-from apic.record import cuda
+from apic.record import cuda_recorder
 from apic.record.launch_args import LAUNCH_ARRAY_ARGS, launch_arg, launch_arguments
 from apic.record.launch_args import pointer_value as _as_int
 
@@ -23,7 +23,7 @@ from apic.record.launch_args import pointer_value as _as_int
 def _wrap_launch(inner):
     @functools.wraps(inner)
     def launch(*args, **kwargs):
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is None or launch_arg(args, kwargs, "record_cmd", 10, False):
             return inner(*args, **kwargs)
         stream = launch_arg(args, kwargs, "stream", 7)
@@ -44,7 +44,7 @@ def _wrap_launch(inner):
 
 def _wrap_launch_object(inner):
     def launch(self, *args, **kwargs):
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is None or not recorder.owns(self.device):
             return inner(self, *args, **kwargs)
         recorder.keepalive.append(self)
@@ -61,7 +61,7 @@ def _wrap_launch_object(inner):
 def _wrap_copy(inner):
     @functools.wraps(inner)
     def copy(dest, src, *args, **kwargs):
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is not None and any(recorder.owns(getattr(a, "device", None)) for a in (dest, src)):
             recorder.note_values([dest, src], "wp.copy")
         return inner(dest, src, *args, **kwargs)
@@ -72,7 +72,7 @@ def _wrap_copy(inner):
 def _wrap_array_method(name: str, inner):
     @functools.wraps(inner)
     def method(self, *args, **kwargs):
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is not None and recorder.owns(self.device):
             recorder.note_values([self], f"array.{name}")
         return inner(self, *args, **kwargs)
@@ -83,7 +83,7 @@ def _wrap_array_method(name: str, inner):
 def _wrap_init_new(inner):
     def _init_new(self, *args, **kwargs):
         result = inner(self, *args, **kwargs)
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is not None and recorder.owns(self.device):
             recorder.record_alloc(self)
         return result
@@ -109,7 +109,7 @@ def patch(patches) -> None:
 def _launch_sink(original, names):
     @functools.wraps(original)
     def sink(*args):
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is not None:
             call = dict(zip(names, args))
             if _as_int(call["context"]) == recorder.context:
@@ -122,7 +122,7 @@ def _launch_sink(original, names):
 def _memory_sink(original, method: str):
     @functools.wraps(original)
     def sink(*args):
-        recorder = cuda.active()
+        recorder = cuda_recorder.active()
         if recorder is not None and args and _as_int(args[0]) == recorder.context:
             getattr(recorder, method)(*args)
         return original(*args)
@@ -133,8 +133,8 @@ def _memory_sink(original, method: str):
 def _refusing_sink(name: str, original):
     @functools.wraps(original)
     def sink(*args):
-        if cuda.active() is not None:
-            raise cuda.unsupported(
+        if cuda_recorder.active() is not None:
+            raise cuda_recorder.unsupported(
                 f"{name} (native) during an apic CUDA capture", "apic does not record this Warp operation on CUDA yet"
             )
         return original(*args)
@@ -168,6 +168,6 @@ def patch_natives(patches) -> None:
 
 def abort() -> None:
     """Abandon this thread's CUDA recording, if any (``apic.uninstall``)."""
-    recorder = cuda.active()
+    recorder = cuda_recorder.active()
     if recorder is not None:
         recorder.abort()

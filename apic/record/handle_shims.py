@@ -11,7 +11,7 @@ import warp as wp
 
 from apic.errors import UnsupportedOperationError
 from apic.record import handles
-from apic.record.current import active
+from apic.record.active_recorder import active
 
 
 def _init_shim(kind: str, original):

@@ -120,7 +120,7 @@ def lookup(value: int):
 
 def lookup_any(value: int):
     """The live handle object, on the CPU or a GPU, whose id is ``value``, or None (a CUDA graph cannot carry
-    such an id: ``apic.record.cuda`` refuses to save it)."""
+    such an id: ``apic.record.cuda_recorder`` refuses to save it)."""
     found = lookup(value)
     return found if found is not None else _device_registry.get(value)
 

@@ -16,7 +16,7 @@ from apic import _compat
 from apic._compat import wp_context
 from apic.errors import UnsupportedOperationError
 from apic.record import handles, native_layer, natives
-from apic.record.current import active
+from apic.record.active_recorder import active
 from apic.record.launch_args import pointer_value as _as_int
 
 

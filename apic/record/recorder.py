@@ -3,7 +3,7 @@
 The shims (``shims.py``, ``launch_shims.py``, ``native_sinks.py``) call in here; nothing in this module
 patches Warp. What both recorders share (noting values and allocations, the module and kernel tables,
 plain memory ops) is ``apic.record.base``; control flow is ``apic.record.control_flow``; which recorder
-records on this thread is ``apic.record.current``.
+records on this thread is ``apic.record.active_recorder``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from apic import _compat
 from apic._compat import wp_types
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.params import Param, unpack
-from apic.record import current, handles, layout, natives
+from apic.record import active_recorder, handles, layout, natives
 from apic.record.base import RecorderBase
 from apic.record.control_flow import ControlFlowRecording
-from apic.record.current import active, paused  # noqa: F401  (also asked here: fem.py, sparse.py, tests)
+from apic.record.active_recorder import active, paused  # noqa: F401  (also asked here: fem.py, sparse.py, tests)
 from apic.record.ops import ArrayCopy, ArrayFill, ArraySlot, HandleCall, HandleRef, Launch, NativeCall, ParamSlot
 from apic.record.ops import RawBlob, RawHandle, RawPtr, cpu_launches, resolve_ops
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
@@ -54,11 +54,11 @@ class Recorder(ControlFlowRecording, RecorderBase):
         if active() is not None:
             raise CaptureError("Graph capture already in progress on this thread (nested captures are not supported)")
         recorder = cls(device, apic)
-        current.set_active(recorder)
+        active_recorder.set_active(recorder)
         return recorder
 
     def abort(self) -> None:
-        current.forget(self)
+        active_recorder.forget(self)
 
     def end(self) -> Recording:
         """Stop recording and resolve every address into a region reference."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import CaptureError
-from apic.record import words as handle_words
+from apic.record import handle_words
 from apic.record.ops import Ref
 
 

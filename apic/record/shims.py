@@ -18,8 +18,8 @@ import warp as wp
 from apic import _compat
 from apic._compat import wp_context, wp_types
 from apic.errors import CaptureError, UnsupportedOperationError
-from apic.record import launch_shims, segments
-from apic.record.current import active, paused
+from apic.record import launch_shims, segmented_sort_checks
+from apic.record.active_recorder import active, paused
 
 _originals: dict[str, object] = {}  # Warp's functions the shims call, saved by ``patch``
 
@@ -138,7 +138,8 @@ def _utility(name: str, original):
             )
         if any(stride < 0 for a in arrays for stride in a.strides):
             raise UnsupportedOperationError(f"wp.utils.{name}() on an array with negative strides")
-        if name == "segmented_sort_pairs" and not segments.check(signature.bind(*args, **kwargs).arguments):
+        if name == "segmented_sort_pairs" and not segmented_sort_checks.check(
+                signature.bind(*args, **kwargs).arguments):
             return None  # as upstream 1.19: no element or no segment, nothing to sort and nothing recorded
         recorder.note_values(arrays)
         return _recorded_call(recorder, original, args, kwargs)

@@ -153,7 +153,7 @@ def load_i32_at(typingctx, address, index):
     return types.int32(address, index), _load_at(32)
 
 
-# --- atomics on int64 words at integer addresses (the parallel replay's pool, ``split.py``) ----------
+# --- atomics on int64 words at integer addresses (the parallel replay's pool, ``split_pool.py``) -----
 def _address_i64(context, builder, signature, llargs, index=0):
     value = context.cast(builder, llargs[index], signature.args[index], types.int64)
     return builder.inttoptr(value, _I64.as_pointer())

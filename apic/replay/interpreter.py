@@ -219,7 +219,7 @@ def run_table(table, repeats, limits=None, loops=0):
 
     ``limits`` (int64, see ``table.py``) caps each loop's iterations and enables the Ctrl-C poll;
     ``loops`` is the number of loop heads (their slot numbers are ``1 .. loops`` in ``COL_LOOP``).
-    Without ``limits`` (the old two-argument call) loops run uncapped and unpolled. (Four arguments,
+    Without ``limits`` loops run uncapped and unpolled. (Four arguments,
     not ``run_rows``'s eight: each one costs Numba's dispatcher time on every ``wp.capture_launch``.)
     """
     return run_rows(table, repeats, limits, np.zeros(max(loops, 1), dtype=np.int64), 0, 0, None, None)

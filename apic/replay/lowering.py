@@ -19,7 +19,7 @@ from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, JUMP, control_of
 from apic.record.splittable import graph_launch_refusal
 from apic.record.world_split import world_launch_refusal
-from apic.replay import fanout
+from apic.replay import split_planner
 from apic.replay import table as tbl
 from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
 from apic.replay.program import Program, Split
@@ -157,7 +157,7 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
                                                   region_span)
             else:
                 why = why or graph_launch_refusal(data, args, kernel.split_writes, region_span)
-            spans = None if why is not None else fanout.launch_spans(args, kernel.split_writes, region_span)
+            spans = None if why is not None else split_planner.launch_spans(args, kernel.split_writes, region_span)
             verdict = judged[key] = (why, spans)
         why, spans = verdict
         if why is not None:
@@ -300,5 +300,5 @@ _LOWER = {  # op type -> (op, _Lowering) -> one table row, or None for an op of 
     rec.Jump: lambda op, low: [tbl.OP_JUMP, 0, low.row_at(op.target)],
     rec.NativeCall: _lower_native_call,
     rec.HandleCall: _lower_handle_call,
-    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda"),
+    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda_loaded_graph"),
 }

@@ -2,7 +2,7 @@
 ``lowering.lower``), how one replay of it runs, and what its status means when it stops early.
 
 The loop cap and the Ctrl-C poll live here, as the ``limits`` array every replay passes to the
-interpreter; ``Program.parallel`` gives the table a parallel replay runs (``fanout``).
+interpreter; ``Program.parallel`` gives the table a parallel replay runs (``split_planner``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import LoopLimitError, ReplayError
-from apic.replay import fanout, native_interpreter
+from apic.replay import native_interpreter, split_planner
 from apic.replay import table as tbl
 
 
@@ -75,7 +75,7 @@ class Split:
     bounds: int  # address of the launch bounds in the arena
     args: int  # address of the packed arguments in the arena
     tasks: int
-    writes: tuple  # (address, nbytes) of the regions it writes (fanout.launch_spans)
+    writes: tuple  # (address, nbytes) of the regions it writes (split_planner.launch_spans)
     reach: tuple  # (address, nbytes) of every region its arguments point into
 
 
@@ -91,7 +91,7 @@ class Program:
     splits: tuple[Split, ...] = ()  # launches proved splittable (docs/PARALLEL.md)
     refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
     threads: int = 1  # > 1: the table has OP_SPLIT rows, cut for this many threads (run on at most as many)
-    plan: fanout.Plan | None = None  # what those rows run (their work items live there)
+    plan: split_planner.Plan | None = None  # what those rows run (their work items live there)
     # the table whose address and row count the native calls use, and the call block of a plain replay
     # (``_bind``: made once per table)
     _bound: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
@@ -102,15 +102,15 @@ class Program:
 
     def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
         """This program on ``threads`` threads (sharing this arena): its large split launches, and its
-        runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.fanout``); ``self``
+        runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.split_planner``); ``self``
         if nothing fans out.
 
         ``range_entry_of(kernel)`` is the address of a kernel's range entry, or None (it stays serial).
         """
-        from apic.replay import split as splitter  # lazy: imports Numba, which only a parallel replay needs
+        from apic.replay import split_pool  # lazy: imports Numba, which only a parallel replay needs
 
-        found = fanout.plan(self.table, self.splits, threads, min_tasks_per_thread, range_entry_of,
-                            splitter.splitter_address(), splitter.pool().base)
+        found = split_planner.plan(self.table, self.splits, threads, min_tasks_per_thread, range_entry_of,
+                                   split_pool.splitter_address(), split_pool.pool().base)
         if found is None:
             return self
         return Program(found.table, self.arena, self.loops, self.param_offsets, self.splits, self.refusals, threads,
@@ -147,7 +147,7 @@ class Program:
         call = np.array([self._address, self._rows, repeats, _LIMITS_MAIN_AT if main else _LIMITS_THREAD_AT,
                          self.loops, counts.ctypes.data], dtype=np.int64)
         if self.threads > 1:
-            from apic.replay.split import workers  # imported already: Program.parallel made the table
+            from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
                 return native(call.ctypes.data)
@@ -168,7 +168,7 @@ class Program:
         """A replay through the Numba dispatcher (where the native object cannot be had) or the reference
         interpreter (``APIC_REPLAY=reference``)."""
         if self.threads > 1 and _run_table_pooled:
-            from apic.replay.split import workers  # imported already: Program.parallel made the table
+            from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
                 status = _run_table(self.table, repeats, limits, self.loops)

@@ -11,7 +11,7 @@ cache next to the ``.o``) and compiles it with Warp's own CPU compiler and the m
 
 Each task is the same generated code as in Warp's loop, so a launch split into ranges computes the
 same bits, provided its tasks are independent (see :mod:`apic.record.splittable`). The parallel graph
-replay calls these entries from ``OP_SPLIT`` rows (``apic.replay.split``); :mod:`apic.replay.parallel`
+replay calls these entries from ``OP_SPLIT`` rows (``apic.replay.split_pool``); :mod:`apic.replay.threaded_launch`
 from Python threads.
 """
 

@@ -99,7 +99,7 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 a0, a1, radius, a3, a4 = args[:5]
                 function(opcode, address, _CALL5_D2)(a0, a1, _as_double(radius), a3, a4)
             elif opcode == tbl.OP_SPLIT:
-                # The cut of apic.replay.split, the chunks run here one after the other, last first:
+                # The cut of apic.replay.split_pool, the chunks run here one after the other, last first:
                 # the tasks of a split launch, and the launches of a row, must not depend on their
                 # order, and this order is not Warp's.
                 _control, items, count, _chunks = args[:4]

@@ -14,7 +14,7 @@ move the program counter instead (their targets are row numbers; the table's len
 replay, docs/PARALLEL.md): ``[OP_SPLIT, splitter, control block, items, count, chunks]``. ``items`` is the
 address of ``count`` work items of ``ITEM_WORDS`` int64 each (``ITEM_*`` below): a launch's range entry,
 bounds, arguments, tasks, its number of chunks and the index of its first chunk in the row's ``chunks``.
-The Numba interpreter calls ``splitter(control block, items, count, chunks)`` (``apic.replay.split``:
+The Numba interpreter calls ``splitter(control block, items, count, chunks)`` (``apic.replay.split_pool``:
 the chunks shared with worker threads); the reference interpreter runs each chunk in turn, itself.
 
 ``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,

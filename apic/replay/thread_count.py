@@ -2,13 +2,13 @@
 
 Every public entry that takes a thread count (``wp.capture_launch(graph, threads=N)``,
 ``graph.threads``, ``graph.launch(threads=N)``, ``graph.parallel_program(N)``,
-``graph.parallel_report(N)``, ``apic.replay.parallel.launch`` / ``prepare``, and
+``graph.parallel_report(N)``, ``apic.replay.threaded_launch.launch`` / ``prepare``, and
 ``python -m apic replay --threads N``) checks it with :func:`check`: a plain ``int`` of 1 or more.
 
 A count is then bounded twice, so that a huge one (``threads=10**6``) costs nothing more than a
 sensible one:
 
-* :func:`planned`: launches are cut for at most ``MAX_THREADS`` threads (``apic.replay.fanout`` cuts
+* :func:`planned`: launches are cut for at most ``MAX_THREADS`` threads (``apic.replay.split_planner`` cuts
   4 chunks per thread; beyond this the chunks only get smaller);
 * :func:`running`: the OS threads that run those chunks (the replaying thread and pooled workers)
   are at most the CPUs this process may run on (``os.sched_getaffinity``, else ``os.cpu_count()``),

@@ -8,7 +8,7 @@ of :mod:`apic.replay.range_entry`; otherwise it is one ordinary ``wp.launch``. I
 split, so callers (and tests) can see the decision.
 
 Graphs use the same verdict and range entries through the op table instead (``wp.capture_launch(graph,
-threads=N)``, :mod:`apic.replay.split`); this launch-level form runs its ranges on Python threads.
+threads=N)``, :mod:`apic.replay.split_pool`); this launch-level form runs its ranges on Python threads.
 """
 
 from __future__ import annotations

@@ -68,8 +68,7 @@ def _cuts(tasks: list[int], threads: int, min_tasks: int) -> list[int] | None:
     """The chunks of each launch of a row of independent launches, or None when the row is too small
     to fan out. The row as a whole gets the chunks its total would get as one launch, shared in
     proportion to the launches' tasks; a launch too small to split alone runs whole. (Each chunk costs
-    a range-entry call: W4's rows of four 25,000-task launches on 2 threads run 8 chunks, not 32, which
-    took W4 from 0.58 to 0.54 of serial replay on warp-lang 1.19.)"""
+    a range-entry call: W4's rows of four 25,000-task launches on 2 threads run 8 chunks, not 32.)"""
     row = _chunks(sum(tasks), threads, min_tasks)
     if row == 1:
         return None
@@ -106,7 +105,7 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
 
     ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel)`` a kernel's range entry
     address (0 or None: its launches stay serial), ``splitter`` and ``control`` the native splitter and
-    its pool's control block (``apic.replay.split``).
+    its pool's control block (``apic.replay.split_pool``).
     """
     candidates = {}  # table row -> (split, range entry)
     for split in splits:

@@ -7,7 +7,7 @@ calls from the interpreter, with the GIL released::
     split(control, items, count, chunks)
 
 The row's ``count`` work items (``table.ITEM_*``) are launches that may run at the same time: one
-large launch, or several independent ones (``apic.replay.fanout``). Item ``k`` owns chunks
+large launch, or several independent ones (``apic.replay.split_planner``). Item ``k`` owns chunks
 ``[first, first + n)`` of the row's ``chunks``; its chunk ``c`` runs tasks ``[tasks * c // n, tasks *
 (c + 1) // n)`` through the kernel's range entry (the cut the reference interpreter makes). The
 splitter publishes the row in the control block, wakes the workers and runs chunks itself. Every

@@ -2,7 +2,7 @@
 
 Warp still captures its CUDA graph (every launch, copy and fill is enqueued on the capturing stream
 as before), and apic records the same operations, so that the graph can be saved and later
-replayed with cuda-python alone (``apic.replay.cuda``). This module is the recorder (its launch
+replayed with cuda-python alone (``apic.replay.cuda_loaded_graph``). This module is the recorder (its launch
 recording and device checks; what it shares with the CPU recorder is ``apic.record.base``);
 ``apic.record.cuda_shims`` puts it between Python and Warp:
 
