@@ -71,8 +71,8 @@ class Graph(NamedParams):
         self._range_entries: dict[int, int] = {}  # kernel -> range entry address (0: none)
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
         # The plain replay as one bound native call (Program.fast_replay), made by the first launch it can
-        # stand for, on the thread it was made for; ``wp.capture_launch`` calls it directly. Dropped when
-        # what it stands for changes (``threads``); the recorder check stays per call.
+        # stand for, and the thread it runs on; ``wp.capture_launch`` calls it directly. Dropped when what
+        # it stands for changes (``threads``); whether a capture records is checked per call.
         self._fast_replay = None
         self._fast_thread = 0
 
@@ -208,7 +208,10 @@ class Graph(NamedParams):
         if not self._checks_blocks:
             program.run(repeats)
             if self._fast_replay is None and repeats == 1 and self._threads == 1 and program is self.program:
-                self._fast_replay, self._fast_thread = program.fast_replay(), _get_ident()
+                replay = program.fast_replay()  # None off the main thread: only that thread sets it
+                if replay is not None:
+                    self._fast_thread = _get_ident()
+                    self._fast_replay = replay
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
