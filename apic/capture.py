@@ -9,6 +9,7 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 from __future__ import annotations
 
 import ctypes
+from threading import get_ident as _get_ident
 
 import warp as wp
 
@@ -23,6 +24,7 @@ from apic.record import cuda_recorder
 from apic.record import active_recorder
 from apic.record.recorder import Recorder
 
+_recording = current.active
 _originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
 
 
@@ -118,6 +120,14 @@ def capture_launch(graph, stream=None, threads=None):
     the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
     """
     if isinstance(graph, Graph):
+        # The common replay in one bound native call, where the graph has made one for this thread
+        # (Graph.launch); whether a capture records on this thread can change at any time: checked per call.
+        replay = graph._fast_replay
+        if replay is not None and threads is None and graph._fast_thread == _get_ident() and _recording() is None:
+            status = replay()
+            if status:
+                graph.fast_replay_failed(status)
+            return
         graph.launch(1, threads)  # positional: keyword arguments cost time on every launch
         return
     if threads is not None:

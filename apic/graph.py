@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from threading import get_ident as _get_ident
+
 import numpy as np
 
 from apic import _compat
@@ -15,7 +17,7 @@ from apic.replay import range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
-from apic.replay.program import Program
+from apic.replay.program import Program, raise_status, replay_limits
 from apic.replay.thread_count import check as _check_threads
 from apic.replay.thread_count import planned as _planned_threads
 from apic.targets import cpu as cpu_target
@@ -68,6 +70,11 @@ class Graph(NamedParams):
         self._parallel: dict[tuple[int, int], Program] = {}  # (threads, min tasks) -> parallel program
         self._range_entries: dict[int, int] = {}  # kernel -> range entry address (0: none)
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
+        # The plain replay as one bound native call (Program.fast_replay), made by the first launch it can
+        # stand for, and the thread it runs on; ``wp.capture_launch`` calls it directly. Dropped when what
+        # it stands for changes (``threads``); whether a capture records is checked per call.
+        self._fast_replay = None
+        self._fast_thread = 0
 
     # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
     @property
@@ -82,6 +89,7 @@ class Graph(NamedParams):
     @threads.setter
     def threads(self, value: int) -> None:
         self._threads = _check_threads(value)
+        self._fast_replay = None  # it runs the serial program: made again by the next serial launch
 
     @property
     def min_tasks_per_thread(self) -> int:
@@ -199,6 +207,11 @@ class Graph(NamedParams):
         program = self.program if threads == 1 and type(threads) is int else self.parallel_program(threads)
         if not self._checks_blocks:
             program.run(repeats)
+            if self._fast_replay is None and repeats == 1 and self._threads == 1 and program is self.program:
+                replay = program.fast_replay()  # None off the main thread: only that thread sets it
+                if replay is not None:
+                    self._fast_thread = _get_ident()
+                    self._fast_replay = replay
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
@@ -208,6 +221,10 @@ class Graph(NamedParams):
             # Reported after the replay, not at the failing launch (the interpreter does not stop).
             message = error.decode("utf-8", errors="replace")
             raise RuntimeError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
+
+    def fast_replay_failed(self, status: int) -> None:
+        """Raise what a replay stopped with ``status`` by the fast path of ``wp.capture_launch`` means."""
+        raise_status(status, replay_limits(), self.program.table)
 
     # --- named parameters (apic.replay.named_params): copies to and from host memory ------------------
     def _write_binding(self, binding, arr) -> None:

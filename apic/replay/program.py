@@ -8,6 +8,7 @@ interpreter; ``Program.parallel`` gives the table a parallel replay runs (``spli
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
 import os
 import signal
@@ -139,6 +140,21 @@ class Program:
             status = self._run_native(native, operator.index(repeats), main)
         if status:
             raise_status(status, _LIMITS_MAIN if main else _LIMITS_THREAD, table)
+
+    def fast_replay(self):
+        """The common replay (once, on the main thread) as one call of a bound native function that returns
+        its status (``raise_status``, with the main thread's limits); None where a replay needs more than
+        that (the Python interpreters, loops, threads > 1, an empty table, another thread).
+
+        The caller keeps it for as long as the table is this one (a program's table is never replaced).
+        """
+        native = _native or _load_interpreter()
+        if native is True or self.loops or self.threads != 1 or _get_ident() != _MAIN_THREAD:
+            return None
+        if self.table is not self._bound:
+            self._bind(self.table)
+        # a partial of the ctypes function, the call block's address bound: no argument tuple to build per call
+        return functools.partial(native, self._call_at) if self._rows else None
 
     def _run_native(self, native, repeats: int, main: bool) -> int:
         """A native replay with a call block of its own (repeats, another thread, loops or threads)."""

@@ -1,0 +1,165 @@
+"""``wp.capture_launch``'s fast path: after a plain replay a graph keeps one bound native call for the
+next ones. Whatever can change between two launches must still take effect once it is kept: the graph's
+``threads``, a ``threads`` argument, a capture recording on this thread, a parameter's value, another
+thread launching it. Each test launches the graph a few times first, then changes one of these and
+checks against the eager run, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+import warp as wp
+
+import apic
+from conftest import CPU, assert_same, snapshot
+from persist_helpers import child_env
+
+N = 64
+
+
+@wp.kernel
+def relax(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float):
+    i = wp.tid()
+    y[i] = y[i] * 0.5 + a * x[i]
+
+
+def _state() -> dict:
+    return {"x": wp.array(np.linspace(1, 2, N, dtype=np.float32), device=CPU),
+            "y": wp.array(np.linspace(-1, 3, N, dtype=np.float32), device=CPU)}
+
+
+def _step(state: dict, a) -> None:
+    wp.launch(relax, dim=N, inputs=[state["x"], state["y"], a], device=CPU)
+
+
+def _graph_and_states(a=0.25):
+    eager, replayed = _state(), _state()
+    with wp.ScopedCapture(device=CPU) as capture:
+        _step(replayed, a)
+    return capture.graph, eager, replayed
+
+
+def _launch_both(graph, eager, replayed, times: int, a=0.25) -> None:
+    for _ in range(times):
+        _step(eager, a)
+        wp.capture_launch(graph)
+    assert_same(snapshot(eager), snapshot(replayed), f"after {times} launches")
+
+
+def test_a_capture_after_fast_launches_records_the_launch():
+    graph, eager, replayed = _graph_and_states()
+    _launch_both(graph, eager, replayed, 3)
+    before = snapshot(replayed)
+    with wp.ScopedCapture(device=CPU) as outer:
+        wp.capture_launch(graph)
+    assert_same(before, snapshot(replayed), "a launch inside a capture only records")
+    for _ in range(2):
+        _step(eager, 0.25)
+        wp.capture_launch(outer.graph)
+    assert_same(snapshot(eager), snapshot(replayed), "the outer graph replays the recorded launch")
+    _launch_both(graph, eager, replayed, 2)  # and the graph itself runs again after the capture
+
+
+def test_a_scalar_parameter_set_after_fast_launches_takes_effect():
+    a = apic.param("fast_launch_a", wp.float32, 0.25)
+    graph, eager, replayed = _graph_and_states(a)
+    _launch_both(graph, eager, replayed, 3)
+    for value in (-1.5, 3.0):
+        graph.set_param("fast_launch_a", value)
+        _launch_both(graph, eager, replayed, 2, a=value)
+
+
+def test_another_thread_launches_after_fast_launches_on_this_one():
+    graph, eager, replayed = _graph_and_states()
+    _launch_both(graph, eager, replayed, 3)
+    errors = []
+
+    def launch_twice():
+        try:
+            for _ in range(2):
+                wp.capture_launch(graph)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            errors.append(error)
+
+    worker = threading.Thread(target=launch_twice)
+    worker.start()
+    worker.join()
+    assert not errors
+    for _ in range(2):
+        _step(eager, 0.25)
+    assert_same(snapshot(eager), snapshot(replayed), "two launches on another thread")
+    _launch_both(graph, eager, replayed, 2)
+
+
+@pytest.mark.parametrize("bad", [0, 1.5, "2"])
+def test_a_threads_argument_is_still_checked_after_fast_launches(bad):
+    graph, eager, replayed = _graph_and_states()
+    _launch_both(graph, eager, replayed, 3)
+    with pytest.raises(ValueError, match="threads"):
+        wp.capture_launch(graph, threads=bad)
+    assert_same(snapshot(eager), snapshot(replayed), "a refused launch runs nothing")
+
+
+_THREADS_CHILD = textwrap.dedent(
+    """
+    import json, threading
+    import numpy as np
+    import warp as wp
+    import apic
+    import persist_kernels as P
+
+    n = 3 * 4096
+    def state():
+        rng = np.random.default_rng(5)
+        return [wp.array(rng.standard_normal((n, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
+                for _ in range(3)]
+    eager, replayed = state(), state()
+    with wp.ScopedCapture(device="cpu") as capture:
+        wp.launch(P.integrate, dim=n, inputs=[*replayed, 0.01], device="cpu")
+    graph = capture.graph
+
+    def launch(times):
+        for _ in range(times):
+            wp.launch(P.integrate, dim=n, inputs=[*eager, 0.01], device="cpu")
+            wp.capture_launch(graph)
+
+    def pool_threads():
+        return sum(t.name.startswith("apic-split-") for t in threading.enumerate())
+
+    launch(3)
+    serial_pool = pool_threads()
+    graph.threads = 2
+    chunks = graph.parallel_report()[0]["chunks"]
+    launch(2)
+    split_pool = pool_threads()
+    graph.threads = 1
+    launch(2)
+    same = all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(eager, replayed))
+    print(json.dumps({"serial_pool": serial_pool, "chunks": chunks, "split_pool": split_pool, "same": same}))
+    """
+)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 if hasattr(os, "sched_getaffinity") else False,
+                    reason="a split replay needs at least two usable CPUs to start a pooled worker")
+def test_setting_threads_after_fast_launches_takes_effect():
+    """Serial launches start no split worker; ``graph.threads = 2`` then splits the next launch (its
+    pooled worker starts), and ``threads = 1`` goes back to the serial replay, as eager throughout. A
+    fresh process: the pool starts once per process."""
+    env = child_env()
+    env["APIC_REPLAY"] = "numba"  # the fast path is the native interpreter's
+    done = subprocess.run([sys.executable, "-c", _THREADS_CHILD], cwd=os.path.dirname(__file__), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["chunks"] > 0, "the launch was not proved splittable"
+    assert found["serial_pool"] == 0 and found["split_pool"] >= 1
+    assert found["same"]
