@@ -20,11 +20,10 @@ from apic._compat import wp_context, wp_types, wp_utils
 from apic.cuda_graph import CapturedCudaGraph, CudaGraph
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.graph import Graph
-from apic.record import cuda_recorder
-from apic.record import active_recorder
+from apic.record import active_recorder, cuda_recorder
 from apic.record.recorder import Recorder
 
-_recording = current.active
+_recording = active_recorder.active
 _originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
 
 
