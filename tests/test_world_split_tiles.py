@@ -15,6 +15,7 @@ workers ran chunks.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -51,11 +52,9 @@ def test_accepted_tile_form_splits_by_world_as_eager(name, threads, interpreter)
     (row,) = table[table[:, 0] == tbl.OP_SPLIT]
     slots = int(row[SLOTS])
     assert slots >= 2, row  # every thread that may run a chunk has an entry of its own
-    item = np.frombuffer((np.ctypeslib.as_ctypes_type(np.int64) * tbl.ITEM_WORDS).from_address(int(row[ITEMS])),
-                         dtype=np.int64)
-    entries = np.frombuffer((np.ctypeslib.as_ctypes_type(np.int64) * slots).from_address(int(item[tbl.ITEM_PER_THREAD])),
-                            dtype=np.int64)
-    assert len(set(entries.tolist())) == slots, entries  # one loaded copy per thread slot
+    item = (ctypes.c_int64 * tbl.ITEM_WORDS).from_address(int(row[ITEMS]))[:]
+    entries = (ctypes.c_int64 * slots).from_address(item[tbl.ITEM_PER_THREAD])[:]
+    assert len(set(entries)) == slots, entries  # one loaded copy per thread slot
     assert _same(eager, replayed), name
 
 
