@@ -68,7 +68,7 @@ class Graph(NamedParams):
         self._threads = 1
         self._min_tasks = MIN_TASKS_PER_THREAD
         self._parallel: dict[tuple[int, int], Program] = {}  # (threads, min tasks) -> parallel program
-        self._range_entries: dict[int, int] = {}  # kernel -> range entry address (0: none)
+        self._range_entries: dict = {}  # (kernel, thread slots) -> what _range_entry returns
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
         # The plain replay as one bound native call (Program.fast_replay), made by the first launch it can
         # stand for, and the thread it runs on; ``wp.capture_launch`` calls it directly. Dropped when what
@@ -103,18 +103,24 @@ class Graph(NamedParams):
             raise ValueError(f"min_tasks_per_thread must be an integer >= 1, got {value!r}")
         self._min_tasks = value
 
-    def _range_entry(self, kernel: int) -> int:
-        found = self._range_entries.get(kernel)
+    def _range_entry(self, kernel: int, slots: int):
+        """A kernel's range entry (0: none, its launches stay serial), or, for a kernel using tiles, the
+        tuple of its entries in ``slots`` loaded copies, one per thread slot."""
+        found = self._range_entries.get((kernel, slots))
         if found is None:
             info = self.recording.kernels[kernel]
             module = self.recording.modules[info.module]
             try:
                 symbol = info.symbol[: -len(cpu_target.KERNEL_SUFFIX[False])]
-                found = range_entry.range_entry(module.name, module.module_exec, symbol, info.split_world is not None)
+                world = info.split_world is not None
+                if info.split_tiles:
+                    found = range_entry.per_thread_entries(module.name, module.module_exec, symbol, slots, world)
+                else:
+                    found = range_entry.range_entry(module.name, module.module_exec, symbol, world)
             except (FileNotFoundError, LookupError) as error:  # no source to build it from: serial
                 self._range_missing[kernel] = str(error)
                 found = 0
-            self._range_entries[kernel] = found
+            self._range_entries[(kernel, slots)] = found
         return found
 
     def parallel_program(self, threads: int) -> Program:

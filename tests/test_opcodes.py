@@ -88,8 +88,10 @@ def _split(probe: Probe, good: bool):
     from apic.replay import split_pool
 
     entry = probe.fn("range", 4)  # a kernel's range entry: (bounds, args, begin, end)
-    items = probe.words([entry, 11, 12, 10, 3, 0, entry, 21, 22, 4, 2, 3])  # two launches: 3 and 2 chunks
-    return _table([tbl.OP_SPLIT, split_pool.splitter_address(), split_pool.pool().base, items, 2, 5])
+    per_thread = probe.words([probe.fn("range", 4), probe.fn("range", 4)])  # the second's, one per thread slot
+    # two launches: 3 and 2 chunks
+    items = probe.words([entry, 11, 12, 10, 3, 0, 0, entry, 21, 22, 4, 2, 3, per_thread])
+    return _table([tbl.OP_SPLIT, split_pool.splitter_address(), split_pool.pool().base, items, 2, 5, 2])
 
 
 def _segmented_sort(probe: Probe, good: bool):

@@ -258,19 +258,19 @@ class Recorder(ControlFlowRecording, RecorderBase):
         if not adjoint and not info.cpu_blocks and info.split_writes is None:
             # decided once per entry point, from the kernel's source and its argument struct; an analysis
             # that fails on an unforeseen kernel leaves it serial, never the capture broken
-            world = None
+            world, tiles = None, False
             try:
                 layout = self._args_layout(kernel, params[1 : 1 + nargs])
                 writes = written_offsets(kernel, layout)
                 if writes is None:
-                    writes, world = world_offsets(kernel, layout) or (None, None)
+                    writes, world, tiles = world_offsets(kernel, layout) or (None, None, False)
             except Exception as error:  # noqa: BLE001 - unknown means serial
-                writes = world = None
+                writes, world, tiles = None, None, False
                 refused = f"the analysis failed: {error!r}"
             else:
                 refused = "" if writes is not None else split_refusal(kernel)
             self._kernel_infos[index] = dataclasses.replace(info, split_writes=writes, split_world=world,
-                                                            split_refused=refused)
+                                                            split_tiles=tiles, split_refused=refused)
         entry = self._entry_points[(id(hooks), adjoint)] = (index, nargs)
         return entry
 

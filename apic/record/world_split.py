@@ -38,6 +38,13 @@ WORLD = "world"  # the tag of a name that holds the world index
 _METADATA = ("shape", "strides", "ndim")  # array attributes that read no element
 _ARRAY_CONSTRUCTORS = ("array", "array1d", "array2d", "array3d", "array4d", "indexedarray", "fabricarray",
                        "indexedfabricarray")
+# The tile builtins that take arrays, with the parameter each writes (None: it only reads). Tile memory
+# is per thread once each thread runs its own loaded copy of the range object (``KernelInfo.split_tiles``),
+# so what remains to prove is where the arrays are: a write at row ``w`` stays in the world's row as a
+# store ``a[w, j]`` does (the tile's extent within the view, like a column index, is the kernel's to keep
+# in bounds).
+_TILE_ARRAYS = {"tile_load": None, "tile_load_indexed": None, "tile_store": "a", "tile_store_indexed": "a",
+                "tile_atomic_add": "a", "tile_atomic_add_indexed": "a"}
 
 
 @dataclass(frozen=True)
@@ -45,12 +52,13 @@ class WorldVerdict:
     """Whether a kernel's launches may be split by world; ``reason`` says why not.
 
     ``written``: the array arguments it writes; ``rows``: those it accesses only at the world's row
-    (every written one, and read-only ones read only there)."""
+    (every written one, and read-only ones read only there); ``tiles``: it calls tile builtins."""
 
     splittable: bool
     reason: str
     written: frozenset = frozenset()
     rows: frozenset = frozenset()
+    tiles: bool = False
 
 
 @dataclass(frozen=True)
@@ -255,6 +263,9 @@ class _Body:
         if callable(is_builtin) and not is_builtin():
             self.proof.function(target, name, node, self)
             return
+        if _tile_builtin(name, node.func, target, self.scope):
+            self.tile(name, node)
+            return
         problem = _task._call_problem(name, node.func, self.scope, set())
         if problem is not None:
             self.refuse(node, problem)
@@ -262,6 +273,20 @@ class _Body:
             self.value(argument)
         for keyword in node.keywords:
             self.value(keyword.value)
+
+    def tile(self, name: str, node: ast.Call) -> None:
+        """A Warp tile builtin: its arrays (of ``_TILE_ARRAYS``' builtins only) read or written at the
+        view passed, every other argument a value."""
+        self.proof.tiles = True
+        written = _TILE_ARRAYS.get(name, False)
+        arguments = [(None, a) for a in node.args] + [(k.arg, k.value) for k in node.keywords]
+        for position, (keyword, argument) in enumerate(arguments):
+            view = self.view(argument) if written is not False else None
+            if view is None:
+                self.value(argument)  # an array here is refused
+                continue
+            writes = written is not None and (keyword == written or keyword is None and position == 0)
+            self.proof.use(view.root, OTHER if view.state == WHOLE else view.state, writes)
 
     def atomic(self, name: str, node: ast.Call) -> None:
         """``atomic_*(array, i, j, ..., value)``: a read-modify-write of one element."""
@@ -280,11 +305,23 @@ class _Body:
         self.proof.use(array.root, state, True)
 
 
+def _tile_builtin(name: str, func: ast.expr, target, scope: dict) -> bool:
+    """Whether a call (``wp.tile_load(...)``, ``tile_load(...)``; ``target`` what its name resolves to)
+    is one of Warp's tile builtins, other than printing (its output order would change)."""
+    if not name.startswith("tile") or "print" in name or name not in _compat.wp_context.builtin_functions:
+        return False
+    if isinstance(func, ast.Attribute):  # Warp's tile builtins are no attributes of the warp module
+        base = scope.get(func.value.id)
+        return getattr(base, "__name__", None) == "warp" or base is None and func.value.id in ("wp", "warp")
+    return target is None or getattr(target, "__name__", None) == "warp"
+
+
 class _Proof:
     """The accesses of one kernel's launch, through the functions it calls."""
 
     def __init__(self) -> None:
         self.uses: set[tuple[str, str, bool]] = set()  # (argument, ROW or OTHER, write)
+        self.tiles = False  # a tile builtin is called
         self._done: set = set()  # (function, bound parameters) already walked
         self._active: set = set()
 
@@ -407,13 +444,14 @@ def _world_verdict(kernel) -> WorldVerdict:
     rows = {root for root, state, _ in proof.uses if state == ROW}
     rows -= {root for root, state, _ in proof.uses if state == OTHER}
     return WorldVerdict(True, f"every write lands in row {world} of a per-world array", frozenset(written),
-                        frozenset(rows))
+                        frozenset(rows), proof.tiles)
 
 
-def world_offsets(kernel, args_layout) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """For a graph launch of a kernel not splittable by task: ``(writes, rows)``, the sorted byte
+def world_offsets(kernel, args_layout) -> tuple[tuple[int, ...], tuple[int, ...], bool] | None:
+    """For a graph launch of a kernel not splittable by task: ``(writes, rows, tiles)``, the sorted byte
     offsets in its packed arguments of the arrays it writes and of those it accesses only at the
-    world's row (``apic.record.world_split``), or None when its launches must stay serial.
+    world's row (``apic.record.world_split``), and whether it uses tiles (each thread must then run it
+    in its own loaded copy: ``KernelInfo.split_tiles``), or None when its launches must stay serial.
 
     Refused as in :func:`apic.record.splittable.written_offsets`: a ``@wp.struct`` argument and a 64-bit
     integer argument."""
@@ -432,7 +470,7 @@ def world_offsets(kernel, args_layout) -> tuple[tuple[int, ...], tuple[int, ...]
             writes.append(at)
         if arg.label in verdict.rows and at in plain:
             rows.append(at)
-    return tuple(sorted(writes)), tuple(sorted(rows))
+    return tuple(sorted(writes)), tuple(sorted(rows)), verdict.tiles
 
 
 def world_launch_refusal(data: bytes, blob, writes: tuple[int, ...], rows: tuple[int, ...], dim: tuple,

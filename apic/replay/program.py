@@ -106,7 +106,8 @@ class Program:
         runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.split_planner``); ``self``
         if nothing fans out.
 
-        ``range_entry_of(kernel)`` is the address of a kernel's range entry, or None (it stays serial).
+        ``range_entry_of(kernel, slots)`` is the address of a kernel's range entry, or None (it stays
+        serial), or a tuple of ``slots`` addresses, one per thread slot (``split_planner.plan``).
         """
         from apic.replay import split_pool  # lazy: imports Numba, which only a parallel replay needs
 

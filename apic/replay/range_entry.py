@@ -92,8 +92,35 @@ def range_source(cpp: str) -> tuple[str, list[str]]:
 
 
 _loaded: dict[str, str] = {}  # SHA-256 of (module source, build options) -> LLVM module of its range object
+_images: dict[str, bytes] = {}  # that key -> the compiled range object, to load copies of (per_thread_entries)
+_copies: dict[tuple[str, int], str] = {}  # (that key, thread slot) -> LLVM module of that slot's own copy
 _lock = threading.Lock()
 _forked_mid_build = False  # this process was forked while another thread was building (see _after_fork_in_child)
+
+
+def _range_object(module_name: str, module_exec) -> str:
+    """The key of a module's range object, compiled (once per process) and loaded; under ``_lock``."""
+    source, options = module_source(module_name, module_exec)
+    level = getattr(module_exec, "apic_cpu_level", None)  # a loaded object built for a CPU level
+    key = hashlib.sha256(source + repr((sorted(options.items()), level)).encode()).hexdigest()
+    if key not in _loaded and _forked_mid_build:
+        raise LookupError("this process was forked while another thread was building a range object: the "
+                          "compiler's own locks may be held for ever in it, so it builds none (serial launches)")
+    if key not in _loaded:
+        text, _ = range_source(source.decode("utf-8"))
+        image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
+        handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
+        _compat.load_object(image, handle)
+        _images[key], _loaded[key] = image, handle
+    return key
+
+
+def _lookup(handle: str, module_name: str, symbol_name: str, world: bool) -> int:
+    suffix = "_cpu_forward_world_range" if world else "_cpu_forward_range"
+    address = _compat.lookup_symbol(handle, symbol_name + suffix)
+    if not address:
+        raise LookupError(f"no range entry for kernel symbol '{symbol_name}' in module '{module_name}'")
+    return address
 
 
 def range_entry(module_name: str, module_exec, symbol_name: str, world: bool = False) -> int:
@@ -104,25 +131,35 @@ def range_entry(module_name: str, module_exec, symbol_name: str, world: bool = F
     The object is Warp's generated source plus the range entries, compiled with Warp's CPU compiler and
     the options the module was compiled with, so each task runs the same code as in Warp's own loop.
     """
-    source, options = module_source(module_name, module_exec)
-    level = getattr(module_exec, "apic_cpu_level", None)  # a loaded object built for a CPU level
-    key = hashlib.sha256(source + repr((sorted(options.items()), level)).encode()).hexdigest()
     with _lock:
-        handle = _loaded.get(key)
-        if handle is None and _forked_mid_build:
-            raise LookupError("this process was forked while another thread was building a range object: the "
-                              "compiler's own locks may be held for ever in it, so it builds none (serial launches)")
-        if handle is None:
-            text, _ = range_source(source.decode("utf-8"))
-            image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
-            handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
-            _compat.load_object(image, handle)
-            _loaded[key] = handle
-    suffix = "_cpu_forward_world_range" if world else "_cpu_forward_range"
-    address = _compat.lookup_symbol(handle, symbol_name + suffix)
-    if not address:
-        raise LookupError(f"no range entry for kernel symbol '{symbol_name}' in module '{module_name}'")
-    return address
+        handle = _loaded[_range_object(module_name, module_exec)]
+    return _lookup(handle, module_name, symbol_name, world)
+
+
+def per_thread_entries(module_name: str, module_exec, symbol_name: str, slots: int, world: bool = False) -> tuple:
+    """The range entry of :func:`range_entry` in ``slots`` copies of the range object, one per thread slot.
+
+    A kernel using tiles needs them. On x86-64 Warp's CPU tile code finds its tile memory (the 256 KiB
+    arena on the stack of the call that runs the tasks) through a pointer that is a ``static`` of the
+    loaded module (``tile.h``: LLVM's JIT has no thread-local storage): two threads in one loaded module
+    point each other's tiles into one arena, and corrupt them or crash. Each copy loaded here has its
+    own static, so each thread runs its chunks in its own copy, with its own arena. The copies are
+    used by split rows only, never by :func:`range_entry`'s callers, and are compiled once: the same
+    image is loaded again under another name.
+    """
+    addresses = []
+    with _lock:
+        key = _range_object(module_name, module_exec)
+        for slot in range(slots):
+            handle = _copies.get((key, slot))
+            if handle is None and _forked_mid_build:  # the loader's locks may be held for ever, as above
+                raise LookupError("this process was forked while another thread was loading a range object: "
+                                  "it loads no more copies (serial launches)")
+            if handle is None:
+                handle = _copies[(key, slot)] = f"apic_range_copy_{len(_copies)}_{os.getpid()}"
+                _compat.load_object(_images[key], handle)
+            addresses.append(_lookup(handle, module_name, symbol_name, world))
+    return tuple(addresses)
 
 
 class _Pool:

@@ -14,7 +14,9 @@ says which).
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
+import threading
 
 import numpy as np
 
@@ -28,6 +30,21 @@ _CALL = {arity: ctypes.CFUNCTYPE(None, *[_I64] * arity) for arity in tbl.CALL_OP
 _CALL_ARGV = ctypes.CFUNCTYPE(None, *[_I64] * tbl.ARGV_ARGS)
 _CALL5_D2 = ctypes.CFUNCTYPE(None, _I64, _I64, ctypes.c_double, _I64, _I64)
 _RANGE = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64)  # a range entry: (bounds, args, begin, end)
+
+
+# One split row at a time in the process, as the Numba interpreter's pool runs them (apic.replay.split_pool):
+# a kernel using tiles keeps its tile memory's address in a static of each loaded copy of its range
+# object, which two Python threads replaying at once would share.
+_split_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _split_lock
+    _split_lock = threading.Lock()  # a holder in another thread did not come along
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _as_double(bits: int) -> float:
@@ -101,14 +118,18 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
             elif opcode == tbl.OP_SPLIT:
                 # The cut of apic.replay.split_pool, the chunks run here one after the other, last first:
                 # the tasks of a split launch, and the launches of a row, must not depend on their
-                # order, and this order is not Warp's.
-                _control, items, count, _chunks = args[:4]
+                # order, and this order is not Warp's. An item with per-thread entries runs chunk c
+                # through slot c % slots's, so every loaded copy runs some.
+                _control, items, count, _chunks, slots = args[:5]
                 words = (_I64 * (count * tbl.ITEM_WORDS)).from_address(items)[:]
-                for k in reversed(range(count)):
-                    entry, bounds, args_ptr, tasks, chunks, _first = words[k * tbl.ITEM_WORDS : (k + 1) * tbl.ITEM_WORDS]
-                    run_range = function(opcode, entry, _RANGE)
-                    for c in reversed(range(chunks)):
-                        run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
+                with _split_lock:  # the copies' tile memory is one thread's at a time
+                    for k in reversed(range(count)):
+                        entry, bounds, args_ptr, tasks, chunks, _first, per_thread = (
+                            words[k * tbl.ITEM_WORDS : (k + 1) * tbl.ITEM_WORDS])
+                        entries = (_I64 * slots).from_address(per_thread)[:] if per_thread else [entry]
+                        for c in reversed(range(chunks)):
+                            run_range = function(opcode, entries[c % len(entries)], _RANGE)
+                            run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
             elif opcode != tbl.OP_NOP:  # as the Numba loop: the caller raises, naming the opcode
                 return -(i + 1)
             i += 1

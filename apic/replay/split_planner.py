@@ -27,6 +27,7 @@ import numpy as np
 from apic.record.ops import HandleRef
 from apic.record.splittable import spans_overlap
 from apic.replay import table as tbl
+from apic.replay import thread_count
 
 CHUNKS_PER_THREAD = 4  # more chunks than threads: a thread the OS runs late leaves its share to the others
 MAX_GROUP = 16  # launches in one row at most (a chunk's item is found by a linear search)
@@ -77,10 +78,11 @@ def _cuts(tasks: list[int], threads: int, min_tasks: int) -> list[int] | None:
 
 @dataclass(frozen=True)
 class Plan:
-    """A parallel table and what it fans out. ``items`` must stay alive as long as ``table``."""
+    """A parallel table and what it fans out. ``items`` and ``per_thread`` must stay alive as long as ``table``."""
 
     table: np.ndarray
     items: np.ndarray
+    per_thread: np.ndarray  # the per-thread range entries of items that have them, one row each
     chunks: dict  # table row of a launch that runs on several threads -> chunks it is cut into
     together: dict  # that row -> launches its OP_SPLIT row runs (1: split alone)
 
@@ -103,13 +105,15 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
          control: int) -> Plan | None:
     """The parallel version of ``table`` for ``threads`` threads, or None when nothing fans out.
 
-    ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel)`` a kernel's range entry
-    address (0 or None: its launches stay serial), ``splitter`` and ``control`` the native splitter and
-    its pool's control block (``apic.replay.split_pool``).
+    ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel, slots)`` a kernel's range
+    entry address (0 or None: its launches stay serial) or a tuple of ``slots`` of them, one per thread
+    slot (a kernel using tiles, ``range_entry.per_thread_entries``), ``splitter`` and ``control`` the
+    native splitter and its pool's control block (``apic.replay.split_pool``).
     """
-    candidates = {}  # table row -> (split, range entry)
+    slots = thread_count.running(threads)  # the threads the pool runs a replay of this table on, at most
+    candidates = {}  # table row -> (split, range entry or per-thread entries)
     for split in splits:
-        entry = range_entry_of(split.kernel)
+        entry = range_entry_of(split.kernel, slots)
         if entry:
             candidates.update((int(row), (split, entry)) for row in split.rows)
     chosen = []
@@ -121,18 +125,25 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
     if not chosen:
         return None
     items = np.zeros((sum(len(group) for group, _ in chosen), tbl.ITEM_WORDS), dtype=np.int64)
+    per_thread = np.array([candidates[row][1] for group, _ in chosen for row in group
+                           if isinstance(candidates[row][1], tuple)], dtype=np.int64).reshape(-1, slots)
     parallel = table.copy()
     chunks, together = {}, {}
-    k = 0
+    k = n_per_thread = 0
     for group, cuts in chosen:
-        first_item, first_chunk = k, 0
+        first_item, first_chunk, row_slots = k, 0, 0
         for row, cut in zip(group, cuts):
             split, entry = candidates[row]
-            items[k] = (entry, split.bounds, split.args, split.tasks, cut, first_chunk)
+            entries = 0
+            if isinstance(entry, tuple):  # each thread slot runs this launch in its own loaded copy
+                entry, entries, row_slots = entry[0], per_thread[n_per_thread].ctypes.data, slots
+                n_per_thread += 1
+            items[k] = (entry, split.bounds, split.args, split.tasks, cut, first_chunk, entries)
             first_chunk += cut
             chunks[row], together[row] = cut, len(group)
             parallel[row] = 0  # OP_NOP: the group's first row runs it
             k += 1
         address = items.ctypes.data + first_item * tbl.ITEM_WORDS * 8
-        parallel[group[0], : tbl.COL_ARG0 + 4] = (tbl.OP_SPLIT, splitter, control, address, len(group), first_chunk)
-    return Plan(parallel, items, chunks, together)
+        parallel[group[0], : tbl.COL_ARG0 + 5] = (tbl.OP_SPLIT, splitter, control, address, len(group), first_chunk,
+                                                  row_slots)
+    return Plan(parallel, items, per_thread, chunks, together)

@@ -4,12 +4,15 @@ worker threads.
 ``splitter_address()`` is the address of a C function (a Numba ``cfunc``) that an ``OP_SPLIT`` row
 calls from the interpreter, with the GIL released::
 
-    split(control, items, count, chunks)
+    split(control, items, count, chunks, slots)
 
 The row's ``count`` work items (``table.ITEM_*``) are launches that may run at the same time: one
 large launch, or several independent ones (``apic.replay.split_planner``). Item ``k`` owns chunks
 ``[first, first + n)`` of the row's ``chunks``; its chunk ``c`` runs tasks ``[tasks * c // n, tasks *
-(c + 1) // n)`` through the kernel's range entry (the cut the reference interpreter makes). The
+(c + 1) // n)`` through the kernel's range entry (the cut the reference interpreter makes), or, for an
+item with per-thread entries (a kernel using tiles), through the entry of the thread running it: the
+replaying thread is slot 0, worker ``k`` slot ``k + 1``, and a worker whose slot has no entry
+(``slots`` and above, when ``slots`` is not 0) runs no chunk of the row. The
 splitter publishes the row in the control block, wakes the workers and runs chunks itself. Every
 thread, the caller included, claims the next chunk with a compare-and-swap until none is left; the
 caller returns once every chunk has run. A worker that the OS does not schedule in time therefore
@@ -52,7 +55,7 @@ _DONE = 8  # chunks of the current generation that have run
 _SEQ = 16  # futex word (its low 32 bits): incremented at every launch
 _SLEEPERS = 24  # workers asleep (or about to be) on the futex
 _HELPED = 25  # chunks run by workers since the pool started (what tests and benchmarks read)
-_ITEMS, _COUNT, _CHUNKS, _ACTIVE = 32, 33, 34, 37  # the row's work items; workers allowed to help
+_ITEMS, _COUNT, _CHUNKS, _ROW_SLOTS, _ACTIVE = 32, 33, 34, 35, 37  # the row; workers allowed to help
 _SYSCALL, _YIELD, _FUTEX_NR = 40, 41, 42  # libc's syscall and sched_yield, the futex system call number
 _SLOTS = 48
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT / FUTEX_WAKE | FUTEX_PRIVATE_FLAG
@@ -61,32 +64,41 @@ _FUTEX_NUMBERS = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.ITEM_ENTRY, _table.ITEM_BOUNDS, _table.ITEM_ARGS, _table.ITEM_TASKS, _table.ITEM_CHUNKS,
-        _table.ITEM_FIRST, _table.ITEM_WORDS) == (0, 1, 2, 3, 4, 5, 6)
+        _table.ITEM_FIRST, _table.ITEM_PER_THREAD, _table.ITEM_WORDS) == (0, 1, 2, 3, 4, 5, 6, 7)
 
 lock = threading.Lock()  # one replay with split launches at a time uses the pool
 
 
 @njit(nogil=True, cache=CACHE)
-def _run_chunk(items, count, chunk):
-    """Run chunk ``chunk`` of a row's items: the item owning it, its share of that launch's tasks."""
+def _run_chunk(items, count, chunk, slot):
+    """Run chunk ``chunk`` of a row's items on thread slot ``slot``: the item owning it, its share of that
+    launch's tasks, through the item's range entry or that slot's own one."""
     k = 0
-    while k + 1 < count and load_i64_at(items, 6 * (k + 1) + 5) <= chunk:  # ITEM_FIRST of the next item
+    while k + 1 < count and load_i64_at(items, 7 * (k + 1) + 5) <= chunk:  # ITEM_FIRST of the next item
         k += 1
-    at = 6 * k
+    at = 7 * k
     tasks = load_i64_at(items, at + 3)
     chunks = load_i64_at(items, at + 4)
     c = chunk - load_i64_at(items, at + 5)
-    call4(load_i64_at(items, at), load_i64_at(items, at + 1), load_i64_at(items, at + 2),
-          tasks * c // chunks, tasks * (c + 1) // chunks)
+    entry = load_i64_at(items, at)
+    per_thread = load_i64_at(items, at + 6)
+    if per_thread != 0:
+        entry = load_i64_at(per_thread, slot)
+    call4(entry, load_i64_at(items, at + 1), load_i64_at(items, at + 2), tasks * c // chunks,
+          tasks * (c + 1) // chunks)
 
 
 @njit(nogil=True, cache=CACHE)
-def _help(base, generation, worker):
-    """Claim and run chunks of row ``generation`` until none is left (or another row began)."""
+def _help(base, generation, slot):
+    """Claim and run chunks of row ``generation`` on thread slot ``slot`` until none is left (or another
+    row began)."""
     claim = base + 8 * _CLAIM
     items = atomic_load(base + 8 * _ITEMS)
     count = atomic_load(base + 8 * _COUNT)
     chunks = atomic_load(base + 8 * _CHUNKS)
+    slots = atomic_load(base + 8 * _ROW_SLOTS)
+    if slots != 0 and slot >= slots:  # the row's per-thread entries have none for this thread
+        return
     while True:
         word = atomic_load(claim)
         chunk = word & 0xFFFFFFFF
@@ -95,8 +107,8 @@ def _help(base, generation, worker):
         if (word >> 32) != generation or chunk >= chunks:
             return
         if atomic_cas(claim, word, word + 1) == word:
-            _run_chunk(items, count, chunk)
-            if worker:
+            _run_chunk(items, count, chunk, slot)
+            if slot != 0:
                 atomic_add(base + 8 * _HELPED, 1)
             atomic_add(base + 8 * _DONE, 1)
 
@@ -113,7 +125,7 @@ def _worker(base, index):
         if generation != seen:
             seen = generation
             if index < atomic_load(base + 8 * _ACTIVE):
-                _help(base, generation, True)
+                _help(base, generation, index + 1)
             continue
         spins = 0
         while spins < _SPINS and (atomic_load(claim) >> 32) == seen:
@@ -128,19 +140,20 @@ def _worker(base, index):
 
 
 @cfunc(types.void(*[types.int64] * 10), nogil=True, cache=CACHE)
-def _splitter(base, items, count, chunks, _a4, _a5, _a6, _a7, _a8, _a9):
+def _splitter(base, items, count, chunks, slots, _a5, _a6, _a7, _a8, _a9):
     claim = base + 8 * _CLAIM
     generation = ((atomic_load(claim) >> 32) + 1) & 0x7FFFFFFF
     atomic_store(base + 8 * _ITEMS, items)
     atomic_store(base + 8 * _COUNT, count)
     atomic_store(base + 8 * _CHUNKS, chunks)
+    atomic_store(base + 8 * _ROW_SLOTS, slots)
     atomic_store(base + 8 * _DONE, 0)
     atomic_store(claim, generation << 32)  # publishes the row
     atomic_add(base + 8 * _SEQ, 1)
     if atomic_load(base + 8 * _SLEEPERS) > 0:
         call10(atomic_load(base + 8 * _SYSCALL), atomic_load(base + 8 * _FUTEX_NR), base + 8 * _SEQ, _FUTEX_WAKE,
                0x7FFFFFFF, 0, 0, 0, 0, 0, 0)
-    _help(base, generation, False)
+    _help(base, generation, 0)
     spins = 0
     while atomic_load(base + 8 * _DONE) < chunks:  # chunks claimed by workers, still running
         spins += 1

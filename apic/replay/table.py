@@ -11,11 +11,15 @@ move the program counter instead (their targets are row numbers; the table's len
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
 ``OP_SPLIT`` runs one or more independent kernel launches, each cut into contiguous task chunks (parallel
-replay, docs/PARALLEL.md): ``[OP_SPLIT, splitter, control block, items, count, chunks]``. ``items`` is the
-address of ``count`` work items of ``ITEM_WORDS`` int64 each (``ITEM_*`` below): a launch's range entry,
-bounds, arguments, tasks, its number of chunks and the index of its first chunk in the row's ``chunks``.
-The Numba interpreter calls ``splitter(control block, items, count, chunks)`` (``apic.replay.split_pool``:
-the chunks shared with worker threads); the reference interpreter runs each chunk in turn, itself.
+replay, docs/PARALLEL.md): ``[OP_SPLIT, splitter, control block, items, count, chunks, slots]``. ``items``
+is the address of ``count`` work items of ``ITEM_WORDS`` int64 each (``ITEM_*`` below): a launch's range
+entry, bounds, arguments, tasks, its number of chunks, the index of its first chunk in the row's
+``chunks``, and 0 or the address of ``slots`` range entries, one per thread slot (a kernel using tiles:
+each thread runs it in its own loaded copy, ``range_entry.per_thread_entries``). Thread slot 0 is the
+replaying thread, slot ``k`` pooled worker ``k - 1``; ``slots`` is 0 when no item has such entries, and
+otherwise no thread of slot ``slots`` or above runs a chunk of the row. The Numba interpreter calls
+``splitter(control block, items, count, chunks, slots)`` (``apic.replay.split_pool``: the chunks shared with
+worker threads); the reference interpreter runs each chunk in turn, itself.
 
 ``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,
 ends, segments]``: it first checks every segment range ``0 <= start <= end <= count`` in graph memory,
@@ -73,7 +77,7 @@ OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
-OP_SPLIT = 20  # launches run on several threads: [OP_SPLIT, splitter, control, items, count, chunks]
+OP_SPLIT = 20  # launches run on several threads: [OP_SPLIT, splitter, control, items, count, chunks, slots]
 ARGV_ARGS = 20
 OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
 OP_PADDED_TRANSPOSE = 22
@@ -81,8 +85,8 @@ OP_CHECK_INDICES = 23  # a loaded graph's check of index values (apic.replay.gua
 OP_CHECK_IDS = 24  # a loaded graph's check of an array of handle ids
 
 # An OP_SPLIT row's work item: int64 words at ``items + 8 * (ITEM_WORDS * k + ITEM_*)``.
-ITEM_ENTRY, ITEM_BOUNDS, ITEM_ARGS, ITEM_TASKS, ITEM_CHUNKS, ITEM_FIRST = range(6)
-ITEM_WORDS = 6
+ITEM_ENTRY, ITEM_BOUNDS, ITEM_ARGS, ITEM_TASKS, ITEM_CHUNKS, ITEM_FIRST, ITEM_PER_THREAD = range(7)
+ITEM_WORDS = 7
 
 # A branch row's fifth column: 0, or 1 + the slot of the loop it heads (a backward jump returns to it).
 # The interpreter counts each loop's iterations in its slot and resets the count when the loop exits.
@@ -173,7 +177,7 @@ OPCODES: dict[int, Opcode] = {spec.number: spec for spec in (
     Opcode(OP_BRANCH_IF_ZERO, "branch_if_zero", ("address", "target", "loop"), jump="target"),
     Opcode(OP_CALL_ARGV, "call_argv", ("argv",)),
     Opcode(OP_CALL5_D2, "call5_d2", _args(5)),
-    Opcode(OP_SPLIT, "split", ("control", "items", "count", "chunks")),
+    Opcode(OP_SPLIT, "split", ("control", "items", "count", "chunks", "slots")),
     Opcode(OP_SEGMENTED_SORT, "segmented_sort", ("keys", "values", "count", "starts", "ends", "segments"),
            stops=_segment_stop, calls=OP_CALL10,
            natives=(("segmented_sort_pairs_int_host", 6), ("segmented_sort_pairs_float_host", 6))),

@@ -146,8 +146,9 @@ def _batched(mjm, worlds: int, seed: int):
 
 @pytest.mark.parametrize("model", ["humanoid", "contacts"])
 def test_worlds_split_over_threads_every_data_array(model):
-    """Launches split by world (docs/PARALLEL.md): 64 worlds with their own velocities, replayed on two
-    threads; after several steps every Data array equals a serial replay's and eager's, bit for bit."""
+    """Launches split by world (docs/PARALLEL.md), the humanoid's tile kernels among them: 64 worlds with
+    their own velocities, replayed on two threads; after several steps every Data array equals a serial
+    replay's and eager's, bit for bit."""
     import os
 
     if model == "humanoid":
@@ -167,6 +168,9 @@ def test_worlds_split_over_threads_every_data_array(model):
     report = graphs[1].parallel_report(2)
     by_world = {k.key for k in graphs[1].recording.kernels if k.split_world is not None}
     assert any(e["chunks"] > 1 and e["kernel"] in by_world for e in report), report
+    if model == "humanoid":  # its per-world tile kernels (Cholesky, dense gradient, contact Jacobian) too
+        tiles = {k.key for k in graphs[1].recording.kernels if k.split_tiles}
+        assert sum(e["chunks"] > 1 and e["kernel"] in tiles for e in report) >= 3, report
     for step in range(4):
         mjw.step(m, eager)
         wp.capture_launch(graphs[0])
