@@ -89,7 +89,7 @@ _CHILD = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import tile_kernels as tk
-    from apic.replay import range_entry, split
+    from apic.replay import range_entry, split_pool
 
     if sys.argv[1] == "shared":  # every thread slot runs the one loaded copy: one tile-memory pointer
         def shared(module, module_exec, symbol, slots, world=False):
@@ -97,7 +97,7 @@ _CHILD = textwrap.dedent(
         range_entry.per_thread_entries = shared
     eager, replayed, graph = tk.run("cholesky_rows", 2, "numba", replays=20, worlds=4000)
     same = all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
-    print(json.dumps({"same": same, "helped": split.chunks_run_by_workers()}))
+    print(json.dumps({"same": same, "helped": split_pool.chunks_run_by_workers()}))
     """
 )
 
