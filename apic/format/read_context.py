@@ -98,7 +98,8 @@ class Context:
                 spans, descriptors, relocs, slots, claimed = known
                 data = value["data"]
                 if all(data[lo:hi] == seen for (lo, hi), seen in zip(spans, descriptors)):
-                    return rec.Blob(data, relocs, slots, self.param_slots(value, data, set(claimed), where))
+                    params = self.param_slots(value, data, set(claimed), where) if "params" in value else ()
+                    return rec.Blob(data, relocs, slots, params)
         else:
             structure = None
         blob = self.blob(value, where)
