@@ -28,7 +28,7 @@ def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
     entry = _map(entry, where, ("kind",))
     kind_value = entry["kind"]
     # what the kind decides (its required fields, its reader) is checked once per kind and target
-    known = _KINDS_READ.get((kind_value, target.name)) if type(kind_value) is int else None
+    known = ctx.checked_kinds.get((kind_value, target.name)) if type(kind_value) is int else None
     if known is None:
         kind_value = _int(kind_value, f"{where}.kind", 0, schema.MAX_OP_KIND)
         try:
@@ -43,16 +43,16 @@ def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
         spec = rec.SPEC_OF_KIND[kind]
         if target.name not in spec.targets:
             _fail(f"{where}.kind", f"op kind {kind_value} ({spec.name}) cannot appear in a graph with ABI {abi!r}")
-        known = _KINDS_READ[(kind_value, target.name)] = (required, READ[spec.type])
+        known = ctx.checked_kinds[(kind_value, target.name)] = (required, READ[spec.type])
     required, read = known
     _map(entry, where, required)
     return read(entry, where, ctx, kernels)
 
 
-_KINDS_READ: dict = {}  # (op kind, target name) -> (its required fields, its reader), once checked
-
-
 def _kernel_index(entry: dict, where: str, kernels) -> int:
+    index = entry["kernel"]
+    if type(index) is int and 0 <= index < len(kernels):  # a valid index: no field name to build
+        return index
     if not kernels:
         _fail(f"{where}.kernel", "the graph has no kernels")
     return _int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
