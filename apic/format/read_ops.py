@@ -55,7 +55,7 @@ def _kernel_index(entry: dict, where: str, kernels) -> int:
         return index
     if not kernels:
         _fail(f"{where}.kernel", "the graph has no kernels")
-    return _int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
+    return _int(index, f"{where}.kernel", 0, len(kernels) - 1)
 
 
 def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
