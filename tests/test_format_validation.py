@@ -320,3 +320,25 @@ def test_launch_bounds_checked_once_do_not_vouch_for_another_dim(doc):
     other = copy.deepcopy(doc["ops"][first])
     other["dim"] = [d + 1 for d in other["dim"]]
     rejects(edit(doc, ("ops",), doc["ops"] + [other]), "bounds")
+
+
+def test_an_op_kind_checked_once_does_not_vouch_for_a_later_op(doc):
+    """An op kind's checks run once per kind: a later op of a checked kind still needs its every field,
+    an integer kind and an integer kernel index."""
+    first = op_index(doc, schema.WireOp.LAUNCH)
+    appended = lambda op: edit(doc, ("ops",), doc["ops"] + [op])  # noqa: E731
+    later = len(doc["ops"])
+    rejects(appended(edit(doc, ("ops", first, "dim"), DELETE)["ops"][first]),
+            rf"ops\[{later}\]: missing field\(s\) dim")
+    rejects(appended(edit(doc, ("ops", first, "kind"), True)["ops"][first]), rf"ops\[{later}\]\.kind")
+    rejects(appended(edit(doc, ("ops", first, "kernel"), True)["ops"][first]), rf"ops\[{later}\]\.kernel")
+    rejects(appended(edit(doc, ("ops", first, "kernel"), len(doc["kernels"]))["ops"][first]),
+            rf"ops\[{later}\]\.kernel")
+
+
+def test_launch_bounds_checked_once_do_not_vouch_for_relocated_ones(doc):
+    """Bounds bytes checked for one launch do not pass another launch's same bytes with a relocation."""
+    first = op_index(doc, schema.WireOp.LAUNCH)
+    other = copy.deepcopy(doc["ops"][first])
+    other["bounds"]["relocs"] = [[0, owned_region(doc), 0]]
+    rejects(edit(doc, ("ops",), doc["ops"] + [other]), "cannot hold pointers")

@@ -47,6 +47,8 @@ def check_int(value, where: str, lo: int = 0, hi: int = schema.MAX_INT) -> int:
 
 def check_ints(value, where: str, lo: int = 0, hi: int = schema.MAX_INT, max_len: int = schema.MAX_DIMS) -> tuple:
     """``value`` as a tuple of at most ``max_len`` integers, each in ``[lo, hi]``."""
+    if all(type(v) is int and lo <= v <= hi for v in check_list(value, where, max_len)):
+        return tuple(value)
     return tuple(check_int(v, f"{where}[{i}]", lo, hi) for i, v in enumerate(check_list(value, where, max_len)))
 
 

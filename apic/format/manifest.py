@@ -375,7 +375,9 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
     checked: dict = {}  # what _check_blob reads -> its result: launches that differ in scalars only check once
 
     def check_blob(blob: rec.Blob, layout, where: str) -> list:
-        key = (id(layout), len(blob.data), blob.relocs, blob.arrays,
+        # relocations and slots by identity, not hashed per launch: launches read alike share them, and the
+        # ops hold them throughout (no id is reused); equal ones not shared are only checked again
+        key = (id(layout), len(blob.data), id(blob.relocs), id(blob.arrays),
                b"".join(blob.data[a[0] : a[0] + (cpu.INDEXEDARRAY_T_SIZE if a[2] else cpu.ARRAY_T_SIZE)]
                         for a in layout[1]))
         found = checked.get(key)

@@ -36,6 +36,7 @@ class Context:
         # kernel-argument structures found valid (``kernel_args``) -> what a launch sharing one needs
         self.checked_layouts: dict = {}
         self.checked_bounds: dict = {}  # (launch bounds bytes, dim) found valid -> the bounds a replay runs
+        self.checked_kinds: dict = {}  # (op kind, target name) found valid -> (its required fields, its reader)
         self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
         self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)
         self.launch_layouts: dict = {}  # kernel -> the argument layout its first launch in the file has
@@ -98,7 +99,8 @@ class Context:
                 spans, descriptors, relocs, slots, claimed = known
                 data = value["data"]
                 if all(data[lo:hi] == seen for (lo, hi), seen in zip(spans, descriptors)):
-                    return rec.Blob(data, relocs, slots, self.param_slots(value, data, set(claimed), where))
+                    params = self.param_slots(value, data, set(claimed), where) if "params" in value else ()
+                    return rec.Blob(data, relocs, slots, params)
         else:
             structure = None
         blob = self.blob(value, where)

@@ -26,25 +26,36 @@ from apic.targets.cuda import MAX_SMEM
 def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
     """The op of map ``entry`` (``ops[i]``) of a graph of ``target`` (its kernel ABI ``abi``), checked."""
     entry = _map(entry, where, ("kind",))
-    kind_value = _int(entry["kind"], f"{where}.kind", 0, schema.MAX_OP_KIND)
-    try:
-        kind = schema.WireOp(kind_value)
-    except ValueError:
-        _fail(f"{where}.kind", f"unknown op kind {kind_value} (this apic knows {[int(k) for k in schema.WireOp]})")
-    fields = schema.OP_FIELDS.get(kind)
-    if fields is None:  # a kind apic records but never writes
-        _fail(f"{where}.kind", f"op kind {kind_value} ({kind.name.lower()}) cannot appear in a graph file")
-    _map(entry, where, tuple(k for k, t in fields.items() if not t.endswith("?")))
-    spec = rec.SPEC_OF_KIND[kind]
-    if target.name not in spec.targets:
-        _fail(f"{where}.kind", f"op kind {kind_value} ({spec.name}) cannot appear in a graph with ABI {abi!r}")
-    return READ[spec.type](entry, where, ctx, kernels)
+    kind_value = entry["kind"]
+    # what the kind decides (its required fields, its reader) is checked once per kind and target
+    known = ctx.checked_kinds.get((kind_value, target.name)) if type(kind_value) is int else None
+    if known is None:
+        kind_value = _int(kind_value, f"{where}.kind", 0, schema.MAX_OP_KIND)
+        try:
+            kind = schema.WireOp(kind_value)
+        except ValueError:
+            _fail(f"{where}.kind", f"unknown op kind {kind_value} (this apic knows {[int(k) for k in schema.WireOp]})")
+        fields = schema.OP_FIELDS.get(kind)
+        if fields is None:  # a kind apic records but never writes
+            _fail(f"{where}.kind", f"op kind {kind_value} ({kind.name.lower()}) cannot appear in a graph file")
+        required = tuple(k for k, t in fields.items() if not t.endswith("?"))
+        _map(entry, where, required)
+        spec = rec.SPEC_OF_KIND[kind]
+        if target.name not in spec.targets:
+            _fail(f"{where}.kind", f"op kind {kind_value} ({spec.name}) cannot appear in a graph with ABI {abi!r}")
+        known = ctx.checked_kinds[(kind_value, target.name)] = (required, READ[spec.type])
+    required, read = known
+    _map(entry, where, required)
+    return read(entry, where, ctx, kernels)
 
 
 def _kernel_index(entry: dict, where: str, kernels) -> int:
+    index = entry["kernel"]
+    if type(index) is int and 0 <= index < len(kernels):  # a valid index: no field name to build
+        return index
     if not kernels:
         _fail(f"{where}.kernel", "the graph has no kernels")
-    return _int(entry["kernel"], f"{where}.kernel", 0, len(kernels) - 1)
+    return _int(index, f"{where}.kernel", 0, len(kernels) - 1)
 
 
 def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
@@ -52,9 +63,14 @@ def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
     # Unsigned extents: Warp launches a kernel that never reads wp.tid() over more than 2^31 threads
     # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.
     dim = _ints(entry["dim"], f"{where}.dim", 0, schema.MAX_UINT32)
-    bounds = ctx.blob(entry["bounds"], f"{where}.bounds", relocatable=False)
-    padded = ctx.checked_bounds.get((bounds.data, dim))  # launches of one dim share their bounds: checked once
+    raw = entry["bounds"]
+    # launches of one dim share their bounds: checked once (a value without relocations and with the bytes
+    # and dim of one checked before reads as it did)
+    padded = None
+    if type(raw) is dict and type(raw.get("data")) is bytes and raw.get("relocs") == []:
+        padded = ctx.checked_bounds.get((raw["data"], dim))
     if padded is None:
+        bounds = ctx.blob(raw, f"{where}.bounds", relocatable=False)
         sizes = (cpu_target.LEGACY_BOUNDS_SIZE,) if ctx.legacy_bounds else cpu_target.BOUNDS_SIZES
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))

@@ -15,7 +15,7 @@ from apic.replay import table as tbl
 
 def blobs_of(op) -> list[rec.Blob]:
     """The blobs an op holds (packed arguments, array descriptors, fill values)."""
-    return [getattr(op, f) for f in op.__dataclass_fields__ if isinstance(getattr(op, f), rec.Blob)]
+    return [value for value in map(op.__getattribute__, op.__dataclass_fields__) if isinstance(value, rec.Blob)]
 
 
 def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:

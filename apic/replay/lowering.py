@@ -80,9 +80,11 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             rows = list(range(first, len(distinct)))
             guard_rows[id(op)] = (rows[: len(before)], rows[len(before) :])
 
+    lowering = _Lowering(recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
+
     def distinct_row(op) -> int:
         """Lower ``op`` into a row of ``distinct``: its index, or -1 when it has nothing to run."""
-        lowered = _lower_op(op, recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
+        lowered = rec.handler(_LOWER, op, "lowering a graph for CPU replay")(op, lowering)
         row = row_of[id(op)] = -1 if lowered is None else len(distinct)
         if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
             launch_rows[row] = op
@@ -138,11 +140,23 @@ def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: l
     # share them (one kernel over the same arrays, other scalars) are judged once.
     judged: dict = {}
     tasks_of: dict = {}
+    # Equal relocations and slots, hashed once per tuple object (a loaded graph's launches read alike share
+    # theirs): the id of the first equal tuple. The ops hold every tuple, so no id is reused meanwhile.
+    first_equal: dict = {}
+    by_value: dict = {}
+
+    def same(parts: tuple) -> int:
+        found = first_equal.get(id(parts))
+        if found is None:
+            found = first_equal[id(parts)] = id(by_value.setdefault(parts, parts))
+        return found
+
     splits, refusals = [], []
     for (row, op), start, end in zip(launch_rows.items(), starts, ends):
         kernel = recording.kernels[op.kernel]
         args = op.args
-        key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None, args.relocs, args.arrays,
+        key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None,
+               same(args.relocs), same(args.arrays),
                b"".join(args.data[a.at : a.at + (INDEXEDARRAY_T_SIZE if a.indexed else ARRAY_T_SIZE)]
                         for a in args.arrays))
         verdict = judged.get(key)
@@ -202,10 +216,15 @@ def _argv_blob(op: rec.NativeCall) -> rec.Blob:
     return rec.Blob(bytes(data), tuple(relocs))
 
 
+_CALL_ARITY: dict[int, int] = {}  # number of arguments -> the arity of the call opcode that passes them
+
+
 def _call(fn: int, *args: int) -> list[int]:
     # A function of another arity is called with trailing zeros: extra integer arguments are harmless
     # to a C callee on every supported ABI (the caller owns and cleans up the argument area).
-    arity = min(n for n in tbl.CALL_OPCODES if n >= len(args))
+    arity = _CALL_ARITY.get(len(args))
+    if arity is None:
+        arity = _CALL_ARITY[len(args)] = min(n for n in tbl.CALL_OPCODES if n >= len(args))
     return [tbl.CALL_OPCODES[arity], fn, *args, *[0] * (arity - len(args))]
 
 
