@@ -10,7 +10,7 @@ from apic import _compat
 from apic import bindings as b
 from apic.errors import BindingError
 from apic.params import pack
-from apic.record.ops import HandleRef, Launch
+from apic.record.ops import HandleRef, launch_counts
 from apic.record.active_recorder import active
 from apic.record.recording import Recording
 from apic.replay import range_entry
@@ -168,13 +168,11 @@ class Graph(NamedParams):
 
     def _serial_kernels(self) -> list[dict]:
         """``parallel_report`` entries of the kernels never proved splittable, one per kernel launched."""
-        counts: dict[int, int] = {}
-        for op in self.recording.ops:
-            if isinstance(op, Launch) and self.recording.kernels[op.kernel].split_writes is None:
-                counts[op.kernel] = counts.get(op.kernel, 0) + 1
         report = []
-        for kernel, count in counts.items():
+        for kernel, count in launch_counts(self.recording.ops).items():
             info = self.recording.kernels[kernel]
+            if info.split_writes is not None:
+                continue
             why = ("backward launch" if info.adjoint else "runs as cooperative CPU blocks" if info.cpu_blocks
                    else info.split_refused or "not proved splittable when captured")
             report.append({"kernel": info.key, "tasks": 0, "chunks": 0, "together": 0, "count": count, "why": why})

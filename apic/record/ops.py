@@ -260,6 +260,15 @@ def cpu_launches(ops) -> list[Launch]:
     return [op for op in {id(op): op for op in ops}.values() if isinstance(op, Launch)]
 
 
+def launch_counts(ops) -> dict[int, int]:
+    """Kernel index -> how many positions of an op sequence launch it (repeats of a shared op counted)."""
+    counts: dict[int, int] = {}
+    for op in ops:
+        if isinstance(op, Launch):
+            counts[op.kernel] = counts.get(op.kernel, 0) + 1
+    return counts
+
+
 # --- the op-kind table ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class OpSpec:
