@@ -103,7 +103,10 @@ _CHILD = textwrap.dedent(
 
 
 def _child(mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _CHILD, mode], env=child_env(), capture_output=True, text=True,
+    # The pool's worker threads are what share or own a tile memory: the child replays through the Numba
+    # interpreter's pool even in a suite run with APIC_REPLAY=reference (which runs every chunk itself).
+    env = dict(child_env(), APIC_REPLAY="numba")
+    return subprocess.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True,
                           timeout=600, cwd=tk.__file__.rsplit("/", 1)[0])
 
 
