@@ -168,9 +168,9 @@ CUDA_CASES = [
     ("MAX_BLOCK_THREADS", lambda d, n: d["ops"][0].update(block=[n, 1, 1]), r"ops\[0\]\.block\[0\]: .* is outside"),
     ("MAX_GRID_YZ", lambda d, n: d["ops"][0].update(grid=[1, n, 1]), r"ops\[0\]: grid .* exceed CUDA's limits"),
 ]
-# Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests); MAX_TEXT is
-# the default of fields.check_str, and a pattern bounds every field read with it more tightly (tested
-# on its own below).
+# Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests;
+# MAX_MANIFEST_BYTES is tested on the trailer below); MAX_TEXT is the default of fields.check_str, and a
+# pattern bounds every field read with it more tightly (tested on its own below).
 NOT_READ_HERE = {"MAX_ID_WORDS", "MAX_MANIFEST_BYTES", "MAX_TEXT"}
 
 
@@ -210,6 +210,21 @@ def test_cuda_limit(limit, edit, refusal):
 
     doc, _ = _document("")  # the reader never parses the module's PTX
     _check(doc, limit, edit, refusal, limit not in ("MAX_KERNEL_PARAMS", "MAX_ARCH_SUFFIX"))
+
+
+def test_the_manifest_trailer_limit():
+    """A module file's manifest trailer may claim at most MAX_MANIFEST_BYTES, even where the file holds more."""
+    from apic.format import manifest
+
+    body = b"\0" * (schema.MAX_MANIFEST_BYTES + 2)
+    for size in (schema.MAX_MANIFEST_BYTES, schema.MAX_MANIFEST_BYTES + 1):
+        contents = body + manifest._TRAILER.pack(size, manifest._TRAILER_MAGIC)
+        if size == schema.MAX_MANIFEST_BYTES:
+            bare, carried = manifest.carried(contents, "module file m.o")
+            assert len(carried) == size and len(bare) == len(body) - size
+        else:
+            with pytest.raises(apic.FormatError, match="kernel manifest trailer"):
+                manifest.carried(contents, "module file m.o")
 
 
 def test_the_default_string_limit():
