@@ -48,7 +48,7 @@ took $start
 # The suite's copy: everything the tests read except the package itself.
 outside="$work/outside"
 mkdir "$outside"
-cp -r tests scripts examples benchmarks docs README.md CHANGELOG.md pyproject.toml "$outside/"
+cp -r tests scripts examples benchmarks docs README.md CHANGELOG.md LICENSE pyproject.toml "$outside/"
 find "$outside" -name __pycache__ -prune -exec rm -rf {} +
 
 write_probe='
