@@ -180,7 +180,7 @@ def native_target() -> dict:
         return cached
     target = _llvm_target()
     if path:
-        _store_json(path, {"key": key, "target": target})
+        host.store_in_cache(path, json.dumps({"key": key, "target": target}, sort_keys=True).encode())
     return target
 
 
@@ -221,24 +221,6 @@ def _read_target(path: str, key: dict) -> dict | None:
     if not shaped or target["system"] != sys.platform or target["pointer_bits"] != ctypes.sizeof(ctypes.c_void_p) * 8:
         return None
     return target
-
-
-def _store_json(path: str, value) -> None:
-    """Write ``value`` to ``path`` atomically; quietly nothing where the cache folder is not writable."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".target-", dir=os.path.dirname(path))
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, sort_keys=True)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
 
 
 #: Test hook: the name of a smaller CPU (``apic.targets.cpu.TEST_HOST_CPUS``: an x86-64 level or ``znver3``)

@@ -10,12 +10,33 @@ import mmap
 import os
 import platform
 import sys
+import tempfile
 
 
 def cache_folder() -> str:
     """apic's own cache folder: ``$XDG_CACHE_HOME/apic``, by default ``~/.cache/apic``."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "apic")
+
+
+def store_in_cache(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a reader sees the old file or the new one); quietly nothing
+    where the cache folder is not writable (what it would hold then lives in this process only)."""
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=".partial-", dir=folder)
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
 
 
 def distribution_version(package: str) -> str:

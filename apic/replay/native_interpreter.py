@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 
 import warp
 
@@ -96,26 +95,6 @@ def read_cached(path: str, key: dict) -> bytes | None:
     return code if line_end > 0 and whole else None
 
 
-def _store(path: str, key: dict, code: bytes) -> None:
-    """Write the object atomically (a reader sees the old file or the new one); quietly nothing where the
-    cache folder is not writable (the object then lives in this process only)."""
-    folder = os.path.dirname(path)
-    try:
-        os.makedirs(folder, exist_ok=True)
-        fd, temporary = tempfile.mkstemp(prefix=".serial-", dir=folder)
-    except OSError:
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(_pack(key, code))
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-
-
 def _build() -> bytes:
     from apic.replay.native_entry import build_object  # lazy: Numba compiles it, once per cache key
 
@@ -137,7 +116,7 @@ def load_serial_run():
     code = read_cached(path, key)
     if code is None:
         code = _build()
-        _store(path, key, code)
+        host.store_in_cache(path, _pack(key, code))
     _loaded += 1
     name = f"apic_serial_interpreter_{_digest(key)[:16]}_{os.getpid()}_{_loaded}"
     _compat.load_object(code, name)
