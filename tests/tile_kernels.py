@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from apic.replay import reference
+from world_kernels import arrays, replay
 
 CPU = "cpu"
 WORLDS = 301
@@ -117,10 +117,6 @@ CASES = {
 }
 
 
-def arrays(inputs) -> list[np.ndarray]:
-    return [value.numpy().copy() for value in inputs if isinstance(value, wp.array)]
-
-
 def run(name: str, threads: int, interpreter: str, replays: int = 3, seed: int = 21, worlds: int = WORLDS):
     """Launch case ``name`` tiled and eagerly ``replays`` times, and replay its capture as often on
     ``threads`` threads (``interpreter``: ``"numba"`` or ``"reference"``). Returns ``(eager arrays,
@@ -134,9 +130,5 @@ def run(name: str, threads: int, interpreter: str, replays: int = 3, seed: int =
     graph.min_tasks_per_thread = 1
     for _ in range(replays):
         wp.launch_tiled(kernel, dim=dim, inputs=eager, block_dim=1, device=CPU)
-        if interpreter == "numba":
-            wp.capture_launch(graph, threads=threads)
-        else:
-            program = graph.parallel_program(threads)
-            reference.run_table(program.table, 1, None, program.loops)
+        replay(graph, threads, interpreter)
     return arrays(eager), arrays(replayed), graph

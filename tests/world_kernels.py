@@ -198,6 +198,16 @@ def arrays(inputs) -> list[np.ndarray]:
     return [value.numpy().copy() for value in inputs if isinstance(value, wp.array)]
 
 
+def replay(graph, threads: int, interpreter: str) -> None:
+    """One replay of ``graph`` on ``threads`` threads: ``wp.capture_launch`` (``interpreter`` "numba") or the
+    reference interpreter running the parallel table itself ("reference")."""
+    if interpreter == "numba":
+        wp.capture_launch(graph, threads=threads)
+    else:
+        program = graph.parallel_program(threads)
+        reference.run_table(program.table, 1, None, program.loops)
+
+
 def run(name: str, threads: int, interpreter: str, replays: int = 3, seed: int = 21):
     """Launch case ``name`` eagerly ``replays`` times, and replay its capture as often on ``threads``
     threads (``interpreter``: ``"numba"`` or ``"reference"``, which runs a row's chunks last first).
@@ -210,11 +220,7 @@ def run(name: str, threads: int, interpreter: str, replays: int = 3, seed: int =
     graph.min_tasks_per_thread = 1
     for _ in range(replays):
         wp.launch(kernel, dim=dim, inputs=eager, device=CPU)
-        if interpreter == "numba":
-            wp.capture_launch(graph, threads=threads)
-        else:
-            program = graph.parallel_program(threads)
-            reference.run_table(program.table, 1, None, program.loops)
+        replay(graph, threads, interpreter)
     return arrays(eager), arrays(replayed), graph
 
 

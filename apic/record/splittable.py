@@ -145,14 +145,23 @@ def _function_problem(function, seen: set) -> str | None:
     return problem
 
 
+def source_definition(function) -> ast.FunctionDef | None:
+    """The parsed definition of a Warp kernel or ``@wp.func`` overload (``adj.tree``), or None where
+    Warp kept no source for it."""
+    tree = getattr(getattr(function, "adj", None), "tree", None)
+    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        return None
+    return tree.body[0]
+
+
 def _function_problem_uncached(function, seen: set) -> str | None:
     overloads = list(getattr(function, "user_overloads", {}).values()) or [function]
     for overload in overloads:
-        tree = getattr(getattr(overload, "adj", None), "tree", None)
-        if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+        definition = source_definition(overload)
+        if definition is None:
             return "has no source to analyse"
         scope = _scope(getattr(overload, "func", None))
-        for node in ast.walk(ast.Module(body=tree.body[0].body, type_ignores=[])):
+        for node in ast.walk(ast.Module(body=definition.body, type_ignores=[])):
             if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(isinstance(t, (ast.Subscript, ast.Attribute)) for target in targets for t in ast.walk(target)):
@@ -222,12 +231,12 @@ def kernel_verdict(kernel) -> Verdict:
 
 def _kernel_verdict(kernel) -> Verdict:
     adj = getattr(kernel, "adj", None)
-    tree = getattr(adj, "tree", None)
-    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+    definition = source_definition(kernel)
+    if definition is None:
         return Verdict(False, "kernel source not available")
     # Only the body: decorators (``@wp.kernel(...)``) and annotations are not kernel code.
-    kernel_def = ast.Module(body=tree.body[0].body, type_ignores=[])
-    arg_names = {a.arg for a in tree.body[0].args.args}
+    kernel_def = ast.Module(body=definition.body, type_ignores=[])
+    arg_names = {a.arg for a in definition.args.args}
     arg_types = {a.label: a.type for a in getattr(adj, "args", ())}
     tid = _tid_index(kernel_def)
     scope, seen = _scope(getattr(adj, "func", None)), set()

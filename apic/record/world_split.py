@@ -337,12 +337,11 @@ class _Proof:
             caller.refuse(node, f"calls {name} with **arguments")
         overloads = list(getattr(function, "user_overloads", {}).values()) or [function]
         for overload in overloads:
-            tree = getattr(getattr(overload, "adj", None), "tree", None)
             if getattr(overload, "native_snippet", None) is not None:
                 caller.refuse(node, f"calls {name}, a native snippet (not analysed)")
-            if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+            definition = _task.source_definition(overload)
+            if definition is None:
                 caller.refuse(node, f"calls {name}, which has no source to analyse")
-            definition = tree.body[0]
             params = [a.arg for a in definition.args.args]
             bound = dict(zip(params, passed))
             bound.update((k, v) for k, v in keywords.items() if k in params)
@@ -408,10 +407,9 @@ def world_verdict(kernel) -> WorldVerdict:
 
 def _world_verdict(kernel) -> WorldVerdict:
     adj = getattr(kernel, "adj", None)
-    tree = getattr(adj, "tree", None)
-    if tree is None or not tree.body or not isinstance(tree.body[0], ast.FunctionDef):
+    definition = _task.source_definition(kernel)
+    if definition is None:
         return WorldVerdict(False, "kernel source not available")
-    definition = tree.body[0]
     counts = _store_counts(definition.body)
     world = _world_name(definition.body, counts)
     if world is None:
