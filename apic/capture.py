@@ -9,7 +9,6 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 from __future__ import annotations
 
 import ctypes
-from threading import get_ident as _get_ident
 
 import warp as wp
 
@@ -23,7 +22,7 @@ from apic.graph import Graph
 from apic.record import active_recorder, cuda_recorder
 from apic.record.recorder import Recorder
 
-_recording = active_recorder.active
+_recording_threads = active_recorder.recording_threads
 _originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
 
 
@@ -119,10 +118,10 @@ def capture_launch(graph, stream=None, threads=None):
     the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
     """
     if isinstance(graph, Graph):
-        # The common replay in one bound native call, where the graph has made one for this thread
-        # (Graph.launch); whether a capture records on this thread can change at any time: checked per call.
+        # The common replay in one bound native call, where the graph has made one (Graph.launch); whether
+        # a capture records can change at any time: checked per call, on every thread at once (cheaper).
         replay = graph._fast_replay
-        if replay is not None and threads is None and graph._fast_thread == _get_ident() and _recording() is None:
+        if replay is not None and threads is None and not _recording_threads:
             status = replay()
             if status:
                 graph.fast_replay_failed(status)

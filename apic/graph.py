@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from threading import get_ident as _get_ident
 
 import numpy as np
 
@@ -17,7 +16,7 @@ from apic.replay import range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
-from apic.replay.program import Program, raise_status, replay_limits
+from apic.replay.program import Program, raise_status, replay_limits, short_replay
 from apic.replay.thread_count import check as _check_threads
 from apic.replay.thread_count import planned as _planned_threads
 from apic.targets import cpu as cpu_target
@@ -71,10 +70,9 @@ class Graph(NamedParams):
         self._range_entries: dict = {}  # (kernel, thread slots) -> what _range_entry returns
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
         # The plain replay as one bound native call (Program.fast_replay), made by the first launch it can
-        # stand for, and the thread it runs on; ``wp.capture_launch`` calls it directly. Dropped when what
-        # it stands for changes (``threads``); whether a capture records is checked per call.
+        # stand for; ``wp.capture_launch`` calls it directly. Dropped when what it stands for changes
+        # (``threads``); whether a capture records is checked per call.
         self._fast_replay = None
-        self._fast_thread = 0
 
     # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
     @property
@@ -212,10 +210,8 @@ class Graph(NamedParams):
         if not self._checks_blocks:
             program.run(repeats)
             if self._fast_replay is None and repeats == 1 and self._threads == 1 and program is self.program:
-                replay = program.fast_replay()  # None off the main thread: only that thread sets it
-                if replay is not None:
-                    self._fast_thread = _get_ident()
-                    self._fast_replay = replay
+                # None off the main thread: only that thread sets it
+                self._fast_replay = program.fast_replay(short_replay(self.recording.ops))
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work

@@ -163,3 +163,130 @@ def test_setting_threads_after_fast_launches_takes_effect():
     assert found["chunks"] > 0, "the launch was not proved splittable"
     assert found["serial_pool"] == 0 and found["split_pool"] >= 1
     assert found["same"]
+
+
+def test_a_capture_on_another_thread_leaves_this_threads_launches_running():
+    """While another thread captures, a launch here still runs (eagerly, as a launch of that graph on
+    this thread), and the other thread's capture records nothing of it."""
+    graph, eager, replayed = _graph_and_states()
+    _launch_both(graph, eager, replayed, 3)
+    capturing, release, errors, captured = threading.Event(), threading.Event(), [], []
+
+    def capture_on_worker():
+        try:
+            with wp.ScopedCapture(device=CPU) as capture:
+                capturing.set()
+                release.wait(60)
+            captured.append(capture.graph)
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            errors.append(error)
+            capturing.set()
+
+    worker = threading.Thread(target=capture_on_worker)
+    worker.start()
+    capturing.wait(60)
+    try:
+        _launch_both(graph, eager, replayed, 2)
+    finally:
+        release.set()
+        worker.join()
+    assert not errors
+    assert len(captured[0].recording.ops) == 0, "the other thread's capture recorded this thread's launches"
+    _launch_both(graph, eager, replayed, 2)  # and once it ended, the fast path again
+
+
+def test_capturing_threads_are_forgotten_when_their_captures_end():
+    from apic.record.active_recorder import recording_threads
+
+    def abandoned():
+        with wp.ScopedCapture(device=CPU):
+            raise RuntimeError("abandon the capture")
+
+    with pytest.raises(RuntimeError, match="abandon"):
+        abandoned()
+    with wp.ScopedCapture(device=CPU):
+        paused = wp.capture_pause()
+        assert not recording_threads, "a paused capture records nothing"
+        wp.capture_resume(paused)
+        assert recording_threads
+    assert not recording_threads
+
+
+@wp.kernel
+def spin(x: wp.array(dtype=float), rounds: int):
+    i = wp.tid()
+    s = x[i]
+    for _k in range(rounds):
+        s = s * 0.999999 + 1.0e-7
+    x[i] = s
+
+
+def _other_thread_progress(graph) -> int:
+    """How often another Python thread ran while one ``wp.capture_launch(graph)`` ran on this one.
+
+    A long switch interval keeps this thread from being made to hand the GIL over meanwhile: the other
+    thread runs only if the launch lets it go."""
+    ticks, go, stop = [0], threading.Event(), threading.Event()
+
+    def count():
+        go.wait(60)
+        while not stop.is_set():
+            ticks[0] += 1
+
+    interval = sys.getswitchinterval()
+    counter = threading.Thread(target=count)
+    counter.start()
+    sys.setswitchinterval(5.0)
+    try:
+        go.set()  # the counter now waits for the GIL, which this thread holds
+        before = ticks[0]
+        wp.capture_launch(graph)
+        return ticks[0] - before
+    finally:
+        stop.set()
+        sys.setswitchinterval(interval)
+        counter.join()
+
+
+def test_a_short_replay_keeps_the_gil_and_a_long_one_lets_other_threads_run():
+    """A graph of a few small ops keeps the GIL through its native call (``program.short_replay``); any
+    other releases it, as Warp's own launches do. One task spinning for a while tells them apart."""
+    from apic.replay.program import SHORT_REPLAY_TASKS, short_replay
+
+    x = wp.zeros(SHORT_REPLAY_TASKS + 1, dtype=float, device=CPU)
+    rounds = 4_000_000  # some milliseconds
+    with wp.ScopedCapture(device=CPU) as short:
+        wp.launch(spin, dim=1, inputs=[x, rounds], device=CPU)
+    with wp.ScopedCapture(device=CPU) as long:
+        wp.launch(spin, dim=SHORT_REPLAY_TASKS + 1, inputs=[x, rounds // SHORT_REPLAY_TASKS], device=CPU)
+    assert short_replay(short.graph.recording.ops) and not short_replay(long.graph.recording.ops)
+    for graph in (short.graph, long.graph):
+        wp.capture_launch(graph)  # the first launch makes the fast path
+    if short.graph._fast_replay is None:
+        pytest.skip(f"no fast path with APIC_REPLAY={os.environ.get('APIC_REPLAY')!r}: the Python interpreters")
+    assert _other_thread_progress(short.graph) == 0
+    assert _other_thread_progress(long.graph) > 0
+
+
+def test_what_counts_as_a_short_replay():
+    from apic.replay import program
+
+    x = wp.zeros(1 << 16, dtype=float, device=CPU)
+    y = wp.zeros(1 << 16, dtype=float, device=CPU)
+
+    def ops(body):
+        with wp.ScopedCapture(device=CPU) as capture:
+            body()
+        return capture.graph.recording.ops
+
+    def launches(count, dim):
+        return lambda: [wp.launch(relax, dim=dim, inputs=[x, y, 0.5], device=CPU) for _ in range(count)]
+
+    assert program.short_replay(ops(launches(program.SHORT_REPLAY_OPS, 1)))
+    assert not program.short_replay(ops(launches(program.SHORT_REPLAY_OPS + 1, 1)))
+    assert program.short_replay(ops(launches(2, program.SHORT_REPLAY_TASKS // 2)))
+    assert not program.short_replay(ops(launches(2, program.SHORT_REPLAY_TASKS // 2 + 1)))
+    quarter = program.SHORT_REPLAY_BYTES // 4 // 4  # floats in a quarter of the byte budget
+    assert program.short_replay(ops(lambda: [wp.copy(y, x, count=quarter) for _ in range(4)]))
+    assert not program.short_replay(ops(lambda: [wp.copy(y, x, count=quarter + 1) for _ in range(4)]))
+    assert not program.short_replay(ops(lambda: x.fill_(1.0)))  # other kinds: released, whatever their size

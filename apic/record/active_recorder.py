@@ -7,11 +7,24 @@ with Warp's thread-local CUDA capture. A paused recorder waits in this thread's 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 
 from apic.errors import CaptureError
 
 _local = threading.local()
+#: the threads on which a capture records now: ``wp.capture_launch``'s fast path runs only while it is
+#: empty (an emptiness test costs less per launch than finding this thread's recorder)
+recording_threads: set[int] = set()
+
+
+def _after_fork_in_child() -> None:
+    # the other threads did not come along: only this one may still be recording
+    recording_threads.intersection_update({threading.get_ident()} if active() is not None else ())
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def active():
@@ -22,6 +35,10 @@ def active():
 def set_active(recorder) -> None:
     """Make ``recorder`` (or None) the one this thread records into."""
     _local.recorder = recorder
+    if recorder is None:
+        recording_threads.discard(threading.get_ident())
+    else:
+        recording_threads.add(threading.get_ident())
 
 
 def paused_list() -> list:

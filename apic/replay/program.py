@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import operator
 import os
 import signal
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic.errors import LoopLimitError, ReplayError
+from apic.record import ops as rec
 from apic.replay import native_interpreter, split_planner
 from apic.replay import table as tbl
 
@@ -39,6 +41,13 @@ _LIMITS_MAIN_AT = _LIMITS_MAIN.ctypes.data  # their addresses, for the native in
 _LIMITS_THREAD_AT = _LIMITS_THREAD.ctypes.data
 _NO_LOOPS = np.zeros(1, dtype=np.int64)  # the loop counts of a table without loops: never written
 _NO_LOOPS_AT = _NO_LOOPS.ctypes.data
+# the native interpreter's entry (``native_interpreter.SERIAL_RUN``) called without releasing the GIL
+_SERIAL_RUN_HOLDING_GIL = ctypes.PYFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+# A replay of at most this many launches and memory ops, tasks and bytes in all, keeps the GIL through its
+# native call (``short_replay``): a few microseconds at most for kernels that do not loop for long.
+SHORT_REPLAY_OPS = 16
+SHORT_REPLAY_TASKS = 1024
+SHORT_REPLAY_BYTES = 64 << 10
 
 
 def _after_fork_in_child() -> None:
@@ -142,20 +151,28 @@ class Program:
         if status:
             raise_status(status, _LIMITS_MAIN if main else _LIMITS_THREAD, table)
 
-    def fast_replay(self):
+    def fast_replay(self, hold_gil: bool = False):
         """The common replay (once, on the main thread) as one call of a bound native function that returns
         its status (``raise_status``, with the main thread's limits); None where a replay needs more than
         that (the Python interpreters, loops, threads > 1, an empty table, another thread).
 
-        The caller keeps it for as long as the table is this one (a program's table is never replaced).
+        Any thread may call it: without loops, the main thread's limits are read only by the Ctrl-C poll,
+        which answers no off the main thread. ``hold_gil`` (a replay of a few microseconds at most,
+        ``short_replay``) keeps the GIL through the call: releasing and taking it back would cost a
+        third of the call. The caller keeps it for as long as the table is this one (a program's table is
+        never replaced).
         """
         native = _native or _load_interpreter()
         if native is True or self.loops or self.threads != 1 or _get_ident() != _MAIN_THREAD:
             return None
         if self.table is not self._bound:
             self._bind(self.table)
+        if not self._rows:
+            return None
+        if hold_gil:
+            native = _SERIAL_RUN_HOLDING_GIL(ctypes.cast(native, ctypes.c_void_p).value)
         # a partial of the ctypes function, the call block's address bound: no argument tuple to build per call
-        return functools.partial(native, self._call_at) if self._rows else None
+        return functools.partial(native, self._call_at)
 
     def _run_native(self, native, repeats: int, main: bool) -> int:
         """A native replay with a call block of its own (repeats, another thread, loops or threads)."""
@@ -193,6 +210,23 @@ class Program:
             status = _run_table(self.table, repeats, limits, self.loops)
         if status:
             raise_status(status, limits, self.table)
+
+
+def short_replay(ops) -> bool:
+    """Whether a replay of ``ops`` is short enough to keep the GIL through its native call: at most
+    ``SHORT_REPLAY_OPS`` kernel launches and plain memory ops, ``SHORT_REPLAY_TASKS`` tasks and
+    ``SHORT_REPLAY_BYTES`` bytes copied or set in all (any other kind of op: no)."""
+    if len(ops) > SHORT_REPLAY_OPS:
+        return False
+    tasks = nbytes = 0
+    for op in ops:
+        if isinstance(op, rec.Launch):
+            tasks += math.prod(op.dim)
+        elif isinstance(op, (rec.Memcpy, rec.Memset)):
+            nbytes += op.nbytes
+        else:
+            return False
+    return tasks <= SHORT_REPLAY_TASKS and nbytes <= SHORT_REPLAY_BYTES
 
 
 def replay_limits() -> np.ndarray:
