@@ -91,10 +91,31 @@ def test_independent_large_launches_share_their_chunks(interpreter):
     eager, replayed = _state(chains, n, 2), _state(chains, n, 2)
     graph = _captured(lambda s: _interleaved(s, chains, steps, n), replayed, 1000)
     rows = _split_rows(graph, 2)
-    # the row is cut as one launch of 27,000 tasks would be (2 threads x 4 chunks), 3 chunks a launch
-    assert len(rows) == steps and (rows[:, CHUNKS] == 9).all()
-    assert all(entry["chunks"] == 3 and entry["together"] == chains for entry in graph.parallel_report(2))
+    # the row is cut as one launch of 27,000 tasks would be (2 threads x 4 chunks): round(8 / 3) = 3 chunks
+    # a launch, rounded up to a multiple of the 2 threads that would share each alone
+    assert len(rows) == steps and (rows[:, CHUNKS] == 12).all()
+    assert all(entry["chunks"] == 4 and entry["together"] == chains for entry in graph.parallel_report(2))
     _check(eager, replayed, graph, lambda s: _interleaved(s, chains, steps, n), 2, interpreter)
+
+
+def _uneven(s: dict) -> None:
+    """A launch of few tasks beside one of many: independent, so they share one row."""
+    wp.launch(P.square, dim=30_000, inputs=[s["a0"], s["b0"]], device=CPU)
+    wp.launch(P.square, dim=2_000, inputs=[s["a1"][:2_000], s["b1"][:2_000]], device=CPU)
+
+
+@pytest.mark.parametrize("interpreter", INTERPRETERS)
+def test_a_launch_of_few_tasks_beside_a_large_one_still_shares_its_tasks(interpreter):
+    """Shared by tasks alone, the 2,000-task launch would get no chunk of its own (8 x 2,000 / 32,000);
+    tasks say nothing of time (one task per world of a tile kernel can outweigh thousands of small
+    ones), so a launch large enough to split alone keeps one chunk per thread that would share it."""
+    eager, replayed = _state(2, 30_000, 3), _state(2, 30_000, 3)
+    graph = _captured(_uneven, replayed, 1000)
+    rows = _split_rows(graph, 2)
+    assert len(rows) == 1 and rows[0, COUNT] == 2
+    chunks = {entry["chunks"] for entry in graph.parallel_report(2)}
+    assert chunks == {8, 2}, graph.parallel_report(2)  # round(8 x 30 / 32) and one per thread
+    _check(eager, replayed, graph, _uneven, 2, interpreter)
 
 
 def _dependent(s, n):

@@ -68,12 +68,22 @@ def _chunks(tasks: int, threads: int, min_tasks: int) -> int:
 def _cuts(tasks: list[int], threads: int, min_tasks: int) -> list[int] | None:
     """The chunks of each launch of a row of independent launches, or None when the row is too small
     to fan out. The row as a whole gets the chunks its total would get as one launch, shared in
-    proportion to the launches' tasks; a launch too small to split alone runs whole. (Each chunk costs
-    a range-entry call: W4's rows of four 25,000-task launches on 2 threads run 8 chunks, not 32.)"""
+    proportion to the launches' tasks and rounded up to a multiple of the threads that would share the
+    launch alone (at least one chunk each); a launch too small to split alone runs whole. (Each chunk costs
+    a range-entry call: W4's rows of four 25,000-task launches on 2 threads run 8 chunks, not 32. Tasks
+    are no measure of time, though: in a mujoco-warp step, a tile kernel's 256 tasks, one per world,
+    take fifty times as long as the 4,000 small tasks launched beside them.)"""
     row = _chunks(sum(tasks), threads, min_tasks)
     if row == 1:
         return None
-    return [min(_chunks(n, threads, min_tasks), max(1, round(row * n / sum(tasks)))) for n in tasks]
+    cuts = []
+    for n in tasks:
+        alone = _chunks(n, threads, min_tasks)
+        ranges = alone // CHUNKS_PER_THREAD  # the threads that would share it alone (0: it runs whole)
+        share = round(row * n / sum(tasks))
+        # a multiple of those threads: 7 chunks of one launch on 2 threads would leave one thread 4 of them
+        cuts.append(min(alone, max(ranges, -(-share // ranges) * ranges)) if ranges else 1)
+    return cuts
 
 
 @dataclass(frozen=True)
