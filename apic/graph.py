@@ -7,7 +7,7 @@ import numpy as np
 
 from apic import _compat
 from apic import bindings as b
-from apic.errors import BindingError
+from apic.errors import BindingError, ReplayError
 from apic.params import pack
 from apic.record.ops import HandleRef, launch_counts
 from apic.record.active_recorder import active
@@ -220,7 +220,7 @@ class Graph(NamedParams):
         if error:
             # Reported after the replay, not at the failing launch (the interpreter does not stop).
             message = error.decode("utf-8", errors="replace")
-            raise RuntimeError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
+            raise ReplayError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
 
     def fast_replay_failed(self, status: int) -> None:
         """Raise what a replay stopped with ``status`` by the fast path of ``wp.capture_launch`` means."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from apic import _compat
 from apic._text import escape
+from apic.errors import ReplayError
 from apic.record import ops as rec
 from apic.record.effects import EFFECTS, effects_of
 from apic.replay import program as _program
@@ -178,6 +179,6 @@ def profile(graph, replays: int = 100) -> ProfileReport:
         error = take_error()
         if error:
             message = error.decode("utf-8", errors="replace")
-            raise RuntimeError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
+            raise ReplayError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
     return ProfileReport(replays, wall, row_ns, row_calls, labels, clock_cost_ns(20_000),
                          _aggregate(row_ns, row_calls, labels))
