@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from apic._probes import host
+from apic._probes import cpu, host
 from apic.replay import native_interpreter
 from test_native_interpreter import CHILD, REPO, _env
 
@@ -147,6 +147,7 @@ def test_a_read_marks_the_file_used_at_most_hourly(tmp_path):
     assert host.read_cache_file(str(tmp_path), 100) is None  # a folder
     os.mkfifo(tmp_path / "fifo")
     assert host.read_cache_file(str(tmp_path / "fifo"), 100) is None  # a FIFO: no wait for a writer
+    assert cpu._read_target(str(tmp_path / "fifo"), {}) is None  # the kept host target reads it so too
     assert host.read_cache_file("/dev/zero", 100) is None  # a device: not read forever
 
 
