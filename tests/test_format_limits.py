@@ -169,7 +169,7 @@ CUDA_CASES = [
     ("MAX_GRID_YZ", lambda d, n: d["ops"][0].update(grid=[1, n, 1]), r"ops\[0\]: grid .* exceed CUDA's limits"),
 ]
 # Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests;
-# MAX_MANIFEST_BYTES is tested on the trailer below); MAX_TEXT is the default of fields.check_str, and a
+# MAX_MANIFEST_BYTES is tested on the trailer below, MAX_ID_WORDS on saved arrays of Mesh ids); MAX_TEXT is the default of fields.check_str, and a
 # pattern bounds every field read with it more tightly (tested on its own below).
 NOT_READ_HERE = {"MAX_ID_WORDS", "MAX_MANIFEST_BYTES", "MAX_TEXT"}
 
@@ -225,6 +225,53 @@ def test_the_manifest_trailer_limit():
         else:
             with pytest.raises(apic.FormatError, match="kernel manifest trailer"):
                 manifest.carried(contents, "module file m.o")
+
+
+def _saved_mesh_ids(folder, count: int):
+    """A graph whose kernel reads Mesh ids from a uint64 array of ``count`` of them, saved and loaded;
+    its path, the loaded graph, eager Warp's result and the live objects."""
+    import numpy as np
+
+    from test_harden_manifest import _query_meshes
+
+    points = wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]], np.float32), dtype=wp.vec3)
+    indices = wp.array(np.array([0, 1, 2, 1, 3, 2], np.int32), dtype=wp.int32)
+    meshes = [wp.Mesh(points=points, indices=indices), wp.Mesh(points=points, indices=indices)]
+    grid = wp.HashGrid(4, 4, 4)
+    ids = wp.array(np.resize(np.array([m.id for m in meshes], np.uint64), count), dtype=wp.uint64)
+    out, eager = wp.zeros(4, dtype=float), wp.zeros(4, dtype=float)
+    with wp.ScopedCapture(device="cpu", apic=True) as cap:
+        wp.launch(_query_meshes, dim=4, inputs=[ids, grid.id, points, out])
+    wp.launch(_query_meshes, dim=4, inputs=[ids, grid.id, points, eager])
+    path = str(folder / f"ids{count}")
+    wp.capture_save(cap.graph, path, outputs={"out": out})
+    return path, wp.capture_load(path), eager.numpy(), (meshes, grid, ids)
+
+
+def test_the_handle_id_array_limit(tmp_path):
+    """An array argument of MAX_ID_WORDS handle ids is recorded as one (its manifest entry makes a replay
+    check every id, the last one too); one of MAX_ID_WORDS + 1 is not, and replays as plain data."""
+    from apic.replay import table as tbl
+
+    path, graph, eager, live = _saved_mesh_ids(tmp_path, schema.MAX_ID_WORDS)
+    assert int((graph.program.table[:, 0] == tbl.OP_CHECK_IDS).sum()) == 1
+    wp.capture_launch(graph)
+    assert graph.param_numpy("out").tobytes() == eager.tobytes()
+    with open(path + ".wrp", "rb") as f:
+        doc = msgpack.unpackb(f.read()[schema.HEADER.size :], raw=False)
+    offsets = [offset for _, offset, _ in doc["handle_slots"]]
+    last = offsets.index(max(offsets))  # the array's last id
+    doc["handle_slots"][last][2] = next(i for i, h in enumerate(doc["handles"]) if h["kind"] == "HashGrid")
+    with open(path + ".wrp", "wb") as f:
+        f.write(writer.encode(doc))
+    with pytest.raises(apic.ReplayIndexError, match="handle id"):
+        wp.capture_launch(wp.capture_load(path))
+    del doc, offsets  # a million slots: not kept through the second graph
+
+    _, graph, eager, live = _saved_mesh_ids(tmp_path, schema.MAX_ID_WORDS + 1)
+    assert int((graph.program.table[:, 0] == tbl.OP_CHECK_IDS).sum()) == 0
+    wp.capture_launch(graph)
+    assert graph.param_numpy("out").tobytes() == eager.tobytes()
 
 
 def test_the_default_string_limit():

@@ -180,7 +180,7 @@ def native_target() -> dict:
         return cached
     target = _llvm_target()
     if path:
-        host.store_in_cache(path, json.dumps({"key": key, "target": target}, sort_keys=True).encode())
+        host.store_in_cache(path, json.dumps({"key": key, "target": target}, sort_keys=True).encode(), _TARGET_MAGIC)
     return target
 
 
@@ -204,11 +204,14 @@ def _llvm_target() -> dict:
     }
 
 
+_MAX_TARGET_BYTES = 1 << 20
+_TARGET_MAGIC = b'{"key": '  # how a kept target's file starts (its keys sorted)
+
+
 def _read_target(path: str, key: dict) -> dict | None:
     """The target kept in ``path`` for ``key``, if the file holds exactly that; else None (asked again)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            kept = json.loads(f.read(1 << 20))
+        kept = json.loads((host.read_cache_file(path, _MAX_TARGET_BYTES) or b"").decode())
         target = kept["target"]
         shaped = (kept["key"] == key and set(target) == {"system", "machine", "cpu", "features", "known_features",
                                                          "byteorder", "pointer_bits"}

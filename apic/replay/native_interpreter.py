@@ -9,7 +9,8 @@ The cache key covers everything the machine code depends on: apic's version and 
 modules the interpreter is compiled from, the Numba, llvmlite and warp-lang versions, the platform
 and this CPU (its vendor, model and instruction-set flags, from CPUID). A cached file holds its full
 key and the digest of its object: a file whose key or digest does not match (another CPU, another
-apic, a truncated or changed file) is rebuilt, never loaded.
+apic, a truncated or changed file) is rebuilt, never loaded. Storing a new object prunes the objects
+no longer used (``host.prune_cache``).
 """
 
 from __future__ import annotations
@@ -77,12 +78,8 @@ def _pack(key: dict, code: bytes) -> bytes:
 def read_cached(path: str, key: dict) -> bytes | None:
     """The object in ``path`` if it was built for ``key`` and is whole; None otherwise (absent, foreign,
     stale or damaged: the caller rebuilds it)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_FILE_BYTES + 1)
-    except OSError:
-        return None
-    if not data.startswith(_MAGIC) or len(data) > _MAX_FILE_BYTES:
+    data = host.read_cache_file(path, _MAX_FILE_BYTES)
+    if data is None or not data.startswith(_MAGIC) or len(data) > _MAX_FILE_BYTES:
         return None
     line_end = data.find(b"\n", len(_MAGIC))
     try:
@@ -116,7 +113,7 @@ def load_serial_run():
     code = read_cached(path, key)
     if code is None:
         code = _build()
-        host.store_in_cache(path, _pack(key, code))
+        host.store_in_cache(path, _pack(key, code), _MAGIC)
     _loaded += 1
     name = f"apic_serial_interpreter_{_digest(key)[:16]}_{os.getpid()}_{_loaded}"
     _compat.load_object(code, name)
