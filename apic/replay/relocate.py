@@ -38,11 +38,21 @@ class Arena:
     def fill(self, address_of) -> None:
         """Copy every blob in, each pointer rewritten to ``address_of(its target)``."""
         staging = bytearray(len(self.buffer))  # built in Python bytes, copied into the buffer once
+        # id(relocations) -> (at, packed address) of each: blobs read alike share their relocations, resolved
+        # once (the blobs hold them throughout: no id is reused)
+        words: dict[int, list] = {}
+        offsets = self._offsets
         for blob in self._blobs:
-            at = self._offsets[id(blob)]
-            staging[at : at + len(blob.data)] = blob.data
-            for reloc in blob.relocs:
-                _U64.pack_into(staging, at + reloc.at, address_of(reloc.target))
+            at = offsets[id(blob)]
+            data = blob.data
+            staging[at : at + len(data)] = data
+            relocs = blob.relocs
+            if relocs:
+                found = words.get(id(relocs))
+                if found is None:
+                    found = words[id(relocs)] = [(r.at, _U64.pack(address_of(r.target))) for r in relocs]
+                for offset, word in found:
+                    staging[at + offset : at + offset + 8] = word
         self.buffer[:] = np.frombuffer(staging, dtype=np.uint8)
 
     def address(self, blob: rec.Blob) -> int:
