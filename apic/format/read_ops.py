@@ -24,6 +24,31 @@ from apic.targets import cpu as cpu_target
 from apic.targets.cuda import MAX_SMEM
 
 
+def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
+    """The ops of ``entries`` (the file's ``ops``) of a graph of ``target``, each checked (``read_op``).
+
+    A launch with the ``launch_template`` of one found valid only has its array descriptors' bytes
+    compared and its parameters checked, here, without the per-kind dispatch: a graph may hold thousands
+    of launches that differ in a scalar."""
+    ops = []
+    launch = int(schema.WireOp.LAUNCH)
+    for i, entry in enumerate(entries):
+        known = None
+        if type(entry) is dict and type(entry.get("kind")) is int and entry["kind"] == launch:
+            kind = ctx.checked_kinds.get((launch, target.name))
+            if kind is not None and entry.keys() >= kind[1]:  # its required fields are there
+                template = launch_template(entry)
+                known = None if template is None else ctx.checked_launches.get(template)
+        if known is not None:
+            kernel, dim, bounds, layout = known
+            args = ctx.alike_args(entry["args"], layout, f"ops[{i}].args")
+            if args is not None:
+                ops.append(rec.Launch(kernel, dim, bounds, args, None))
+                continue
+        ops.append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
+    return ops
+
+
 def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
     """The op of map ``entry`` (``ops[i]``) of a graph of ``target`` (its kernel ABI ``abi``), checked."""
     kind_value = entry.get("kind") if type(entry) is dict else None
@@ -79,15 +104,9 @@ def launch_template(entry: dict) -> bytes | None:
 
 
 def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
-    template = launch_template(entry)
-    known = ctx.checked_launches.get(template) if template is not None else None
-    if known is not None:
-        kernel, dim, bounds, layout = known
-        args = ctx.alike_args(entry["args"], layout, f"{where}.args")
-        if args is not None:
-            return rec.Launch(kernel, dim, bounds, args, None)
     launch = _checked_launch(entry, where, ctx, kernels)
-    if template is not None:
+    template = launch_template(entry)
+    if template is not None:  # what read_ops takes a launch of this template with
         ctx.checked_launches[template] = (launch.kernel, launch.dim, launch.bounds,
                                           ctx.checked_layouts[args_structure(entry["args"])])
     return launch

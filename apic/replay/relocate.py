@@ -24,14 +24,15 @@ class Arena:
     """
 
     def __init__(self, blobs: list[rec.Blob]) -> None:
-        self._offsets: dict[int, int] = {}
-        self._blobs = []
+        offsets: dict[int, int] = {}
+        kept = []
         size = 0
         for blob in blobs:
-            if id(blob) not in self._offsets:
-                self._offsets[id(blob)] = size
-                self._blobs.append(blob)
-                size += -(-max(len(blob.data), 1) // ALIGN) * ALIGN
+            if id(blob) not in offsets:
+                offsets[id(blob)] = size
+                kept.append(blob)
+                size += ((len(blob.data) or 1) + ALIGN - 1) & -ALIGN
+        self._offsets, self._blobs = offsets, kept  # one entry per blob, in the same order
         self.buffer = np.zeros(max(size, ALIGN), dtype=np.uint8)
         self.base = self.buffer.ctypes.data
 
@@ -41,9 +42,7 @@ class Arena:
         # id(relocations) -> (at, packed address) of each: blobs read alike share their relocations, resolved
         # once (the blobs hold them throughout: no id is reused)
         words: dict[int, list] = {}
-        offsets = self._offsets
-        for blob in self._blobs:
-            at = offsets[id(blob)]
+        for blob, at in zip(self._blobs, self._offsets.values()):
             data = blob.data
             staging[at : at + len(data)] = data
             relocs = blob.relocs
