@@ -396,15 +396,18 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
             found = checked[key] = _check_blob(blob, layout, recording.handles, meshes, where(op, field))
         return list(found)
 
+    listed = {}  # kernel index -> its manifest entry (None: its module has no manifest)
+    for index, kernel in enumerate(recording.kernels):
+        table = tables.get(kernel.module)
+        listed[index] = None if table is None else table[kernel.symbol]
     # each distinct op once (ops repeat)
     for op in dict(zip(map(id, ops), ops)).values():
         if not isinstance(op, rec.Launch):
             continue
-        kernel = recording.kernels[op.kernel]
-        table = tables.get(kernel.module)
-        if table is None:
+        entry = listed[op.kernel]
+        if entry is None:
             continue
-        _, args, adj = table[kernel.symbol]
+        _, args, adj = entry
         found = check_blob(op.args, args, op, "args")
         if (op.adj_args is None) != (adj is None):
             _fail(where(op, "adj_args"), "present or absent against the kernel's manifest")

@@ -91,14 +91,15 @@ def launch_template(entry: dict) -> bytes | None:
 
     A launch with the key of one found valid (one kernel over the same arrays, another scalar) is valid
     if its array descriptors' bytes are those of that one and its parameters check: only that is checked.
-    marshal keeps every type apart (1, True and 1.0 give different keys) and is faster than msgpack here.
+    marshal keeps every type apart (1, True and 1.0 give different keys) and is faster than msgpack here;
+    its version 2 writes no back-references, so equal values give equal keys.
     """
     args = entry["args"]
     if type(args) is not dict or type(args.get("data")) is not bytes or entry.get("adj_args") is not None:
         return None
     try:
         return marshal.dumps((entry["kernel"], entry["dim"], entry["bounds"], len(args["data"]), args.get("relocs"),
-                              args.get("arrays"), args.get("handles")))
+                              args.get("arrays"), args.get("handles")), 2)
     except ValueError:  # nested deeper than marshal goes: checked in full
         return None
 
