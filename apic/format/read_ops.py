@@ -32,19 +32,20 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
     of launches that differ in a scalar."""
     ops = []
     launch = int(schema.WireOp.LAUNCH)
+    required = None  # the fields of a launch, once one was read
     for i, entry in enumerate(entries):
-        known = None
-        if type(entry) is dict and type(entry.get("kind")) is int and entry["kind"] == launch:
-            kind = ctx.checked_kinds.get((launch, target.name))
-            if kind is not None and entry.keys() >= kind[1]:  # its required fields are there
-                template = launch_template(entry)
-                known = None if template is None else ctx.checked_launches.get(template)
-        if known is not None:
-            kernel, dim, bounds, layout = known
-            args = ctx.alike_args(entry["args"], layout, f"ops[{i}].args")
-            if args is not None:
-                ops.append(rec.Launch(kernel, dim, bounds, args, None))
-                continue
+        if required is None:
+            required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
+        # its required fields there: a launch of a template read before (all else, read_op)
+        if type(entry) is dict and type(entry.get("kind")) is int and entry["kind"] == launch and required is not None \
+                and entry.keys() >= required:
+            template = launch_template(entry)
+            known = None if template is None else ctx.checked_launches.get(template)
+            if known is not None:
+                args = ctx.alike_args(entry["args"], known[3], f"ops[{i}].args")
+                if args is not None:
+                    ops.append(rec.Launch(known[0], known[1], known[2], args, None))
+                    continue
         ops.append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
     return ops
 

@@ -15,6 +15,8 @@ from apic.record import ops as rec
 
 ALIGN = 16  # every blob starts 16-byte aligned (a launch's argument struct may hold 16-byte members)
 _U64 = struct.Struct("<Q")
+_WORD = np.arange(8)  # the bytes of a pointer
+_SHARED = 16  # relocations held by this many blobs are written with NumPy, fewer one by one
 
 
 class Arena:
@@ -39,20 +41,30 @@ class Arena:
     def fill(self, address_of) -> None:
         """Copy every blob in, each pointer rewritten to ``address_of(its target)``."""
         staging = bytearray(len(self.buffer))  # built in Python bytes, copied into the buffer once
-        # id(relocations) -> (at, packed address) of each: blobs read alike share their relocations, resolved
-        # once (the blobs hold them throughout: no id is reused)
-        words: dict[int, list] = {}
+        # the blobs that hold each tuple of relocations (blobs read alike share theirs; the blobs hold them
+        # throughout, so no id is reused): id -> (the relocations, the blobs' offsets)
+        holders: dict[int, tuple] = {}
         for blob, at in zip(self._blobs, self._offsets.values()):
             data = blob.data
             staging[at : at + len(data)] = data
             relocs = blob.relocs
             if relocs:
-                found = words.get(id(relocs))
-                if found is None:
-                    found = words[id(relocs)] = [(r.at, _U64.pack(address_of(r.target))) for r in relocs]
-                for offset, word in found:
-                    staging[at + offset : at + offset + 8] = word
-        self.buffer[:] = np.frombuffer(staging, dtype=np.uint8)
+                held = holders.get(id(relocs))
+                if held is None:
+                    held = holders[id(relocs)] = (relocs, [])
+                held[1].append(at)
+        words = np.frombuffer(staging, dtype=np.uint8)  # a view: writes go to staging
+        for relocs, offsets in holders.values():
+            if len(offsets) < _SHARED:
+                for reloc in relocs:
+                    word = _U64.pack(address_of(reloc.target))
+                    for at in offsets:
+                        staging[at + reloc.at : at + reloc.at + 8] = word
+                continue
+            starts = np.array(offsets, dtype=np.intp)[:, None] + _WORD
+            for reloc in relocs:  # each address resolved once, written into every blob that holds it at once
+                words[starts + reloc.at] = np.frombuffer(_U64.pack(address_of(reloc.target)), dtype=np.uint8)
+        self.buffer[:] = words
 
     def address(self, blob: rec.Blob) -> int:
         """The host address of ``blob`` in the arena."""
