@@ -32,13 +32,12 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
     of launches that differ in a scalar."""
     ops = []
     launch = int(schema.WireOp.LAUNCH)
-    required = None  # the fields of a launch, once one was read
+    required = None  # a launch's required fields (known once read_op has read a launch)
     for i, entry in enumerate(entries):
         if required is None:
             required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
-        # its required fields there: a launch of a template read before (all else, read_op)
-        if type(entry) is dict and type(entry.get("kind")) is int and entry["kind"] == launch and required is not None \
-                and entry.keys() >= required:
+        if (required is not None and type(entry) is dict and type(entry.get("kind")) is int
+                and entry["kind"] == launch and entry.keys() >= required):
             template = launch_template(entry)
             known = None if template is None else ctx.checked_launches.get(template)
             if known is not None:
