@@ -37,6 +37,7 @@ CUDA graphs carry no manifest: their kernels' parameter layouts are checked agai
 from __future__ import annotations
 
 import hashlib
+import operator
 import re
 import struct
 from dataclasses import dataclass
@@ -373,34 +374,45 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
                                               "(the graph saved with this module never launched it)")
     ops, id_arrays = recording.ops, {}
     checked: dict = {}  # what _check_blob reads -> its result: launches that differ in scalars only check once
+    descriptors_of: dict = {}  # id(layout) -> what takes the bytes of its array descriptors from a blob's data
 
-    def check_blob(blob: rec.Blob, layout, where: str) -> list:
+    first: dict = {}  # id(op) -> its first position (found when a blob is first checked)
+
+    def where(op, field: str) -> str:  # what a message calls the launch: its first position
+        if not first:
+            first.update(zip(map(id, reversed(ops)), range(len(ops) - 1, -1, -1)))
+        return f"the launch at position {first[id(op)]} (kernels[{op.kernel}]).{field}"
+
+    def check_blob(blob: rec.Blob, layout, op, field: str) -> list:
         # relocations and slots by identity, not hashed per launch: launches read alike share them, and the
         # ops hold them throughout (no id is reused); equal ones not shared are only checked again
-        key = (id(layout), len(blob.data), id(blob.relocs), id(blob.arrays),
-               b"".join(blob.data[a[0] : a[0] + (cpu.INDEXEDARRAY_T_SIZE if a[2] else cpu.ARRAY_T_SIZE)]
-                        for a in layout[1]))
+        take = descriptors_of.get(id(layout))
+        if take is None:
+            spans = [slice(a[0], a[0] + (cpu.INDEXEDARRAY_T_SIZE if a[2] else cpu.ARRAY_T_SIZE)) for a in layout[1]]
+            take = descriptors_of[id(layout)] = (lambda data: ()) if not spans else operator.itemgetter(*spans)
+        key = (id(layout), len(blob.data), id(blob.relocs), id(blob.arrays), take(blob.data))
         found = checked.get(key)
         if found is None:
-            found = checked[key] = _check_blob(blob, layout, recording.handles, meshes, where)
+            found = checked[key] = _check_blob(blob, layout, recording.handles, meshes, where(op, field))
         return list(found)
 
-    # each distinct op once (ops repeat), named by its first position
-    first = dict(zip(map(id, reversed(ops)), range(len(ops) - 1, -1, -1)))
+    listed = {}  # kernel index -> its manifest entry (None: its module has no manifest)
+    for index, kernel in enumerate(recording.kernels):
+        table = tables.get(kernel.module)
+        listed[index] = None if table is None else table[kernel.symbol]
+    # each distinct op once (ops repeat)
     for op in dict(zip(map(id, ops), ops)).values():
         if not isinstance(op, rec.Launch):
             continue
-        position = first[id(op)]
-        table = tables.get(recording.kernels[op.kernel].module)
-        if table is None:
+        entry = listed[op.kernel]
+        if entry is None:
             continue
-        _, args, adj = table[recording.kernels[op.kernel].symbol]
-        where = f"the launch at position {position} (kernels[{op.kernel}])"
-        found = check_blob(op.args, args, f"{where}.args")
+        _, args, adj = entry
+        found = check_blob(op.args, args, op, "args")
         if (op.adj_args is None) != (adj is None):
-            _fail(f"{where}.adj_args", "present or absent against the kernel's manifest")
+            _fail(where(op, "adj_args"), "present or absent against the kernel's manifest")
         if op.adj_args is not None:
-            found += check_blob(op.adj_args, adj, f"{where}.adj_args")
+            found += check_blob(op.adj_args, adj, op, "adj_args")
         if found:
             id_arrays[id(op)] = found
     return id_arrays

@@ -5,6 +5,7 @@ the memory the graph allocates."""
 from __future__ import annotations
 
 import math
+import operator
 import struct
 
 import msgpack
@@ -23,6 +24,14 @@ from apic.record.regions import Region
 from apic.targets import cpu
 
 
+def args_structure(value) -> bytes | None:
+    """A key of everything in kernel arguments ``value`` but their bytes and parameters, exactly (msgpack
+    tells 1 from True and 1.0), or None where ``value`` is not a map with binary data."""
+    if type(value) is not dict or type(value.get("data")) is not bytes:
+        return None
+    return msgpack.packb([len(value["data"])] + [(k, v) for k, v in value.items() if k not in ("data", "params")])
+
+
 class Context:
     """What field checks need to know about the tables read so far."""
 
@@ -36,6 +45,9 @@ class Context:
         # kernel-argument structures found valid (``kernel_args``) -> what a launch sharing one needs
         self.checked_layouts: dict = {}
         self.checked_bounds: dict = {}  # (launch bounds bytes, dim) found valid -> the bounds a replay runs
+        # launches found valid, keyed by all but their argument bytes (``read_ops.launch_template``) -> (kernel,
+        # dim, bounds, the entry of ``checked_layouts`` their arguments share)
+        self.checked_launches: dict = {}
         self.checked_kinds: dict = {}  # (op kind, target name) found valid -> (its required fields, its reader)
         self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
         self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)
@@ -90,19 +102,13 @@ class Context:
         and the descriptors' bytes: launches that share them (one kernel over the same arrays, differing in
         scalars) are checked once, and a later one only compares its descriptors' bytes and its parameters.
         """
-        if isinstance(value, dict) and isinstance(value.get("data"), bytes):
-            # everything but the bytes and the parameters, exactly (msgpack tells 1 from True and 1.0)
-            structure = msgpack.packb([len(value["data"])] + [(k, v) for k, v in value.items()
-                                                               if k not in ("data", "params")])
+        structure = args_structure(value)
+        if structure is not None:
             known = self.checked_layouts.get(structure)
             if known is not None:
-                spans, descriptors, relocs, slots, claimed = known
-                data = value["data"]
-                if all(data[lo:hi] == seen for (lo, hi), seen in zip(spans, descriptors)):
-                    params = self.param_slots(value, data, set(claimed), where) if "params" in value else ()
-                    return rec.Blob(data, relocs, slots, params)
-        else:
-            structure = None
+                found = self.alike_args(value, known, where)
+                if found is not None:
+                    return found
         blob = self.blob(value, where)
         handles = wire_handles.read_blob_handles(value, where, len(blob.data), self.handle_count)
         entries = _list(value.get("arrays", []), f"{where}.arrays", len(blob.data) // schema.ARRAY_T_SIZE)
@@ -137,12 +143,24 @@ class Context:
                 _fail(where, f"a handle id at byte {reloc.at} overlaps an array descriptor or another handle")
             claimed.update(range(reloc.at, reloc.at + 8))
         if structure is not None:
-            spans = [(slot.at, slot.at + (schema.INDEXEDARRAY_T_SIZE if slot.indexed else schema.ARRAY_T_SIZE))
+            # the bytes of its array descriptors, taken in one call (None: it has none)
+            spans = [slice(slot.at, slot.at + (schema.INDEXEDARRAY_T_SIZE if slot.indexed else schema.ARRAY_T_SIZE))
                      for slot in slots]
-            self.checked_layouts[structure] = (spans, [blob.data[lo:hi] for lo, hi in spans],
+            descriptors_of = operator.itemgetter(*spans) if spans else None
+            self.checked_layouts[structure] = (descriptors_of, descriptors_of and descriptors_of(blob.data),
                                                blob.relocs + tuple(handles), tuple(slots), frozenset(claimed))
         params = self.param_slots(value, blob.data, claimed, where)
         return rec.Blob(blob.data, blob.relocs + tuple(handles), tuple(slots), params)
+
+    def alike_args(self, value: dict, known: tuple, where: str) -> rec.Blob | None:
+        """The arguments ``value`` as a blob, if they share a structure checked before (``known``, an entry of
+        ``checked_layouts``) and its array descriptors' bytes; else None (they are checked in full)."""
+        descriptors_of, descriptors, relocs, slots, claimed = known
+        data = value["data"]
+        if descriptors_of is None or descriptors_of(data) == descriptors:
+            params = self.param_slots(value, data, set(claimed), where) if "params" in value else ()
+            return rec.Blob(data, relocs, slots, params)
+        return None
 
     def param_slots(self, value: dict, data: bytes, claimed: set, where: str) -> tuple:
         """``params``: where named scalar parameters lie in a launch's argument blob (format 3). Each slot

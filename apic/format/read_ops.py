@@ -4,6 +4,7 @@ kind the graph's target cannot hold)."""
 
 from __future__ import annotations
 
+import marshal
 import math
 import struct
 
@@ -15,7 +16,7 @@ from apic.format.fields import check_list as _list
 from apic.format.fields import check_map as _map
 from apic.format.fields import check_str as _str
 from apic.format.fields import fail as _fail
-from apic.format.read_context import Context
+from apic.format.read_context import Context, args_structure
 from apic.record import natives
 from apic.record import ops as rec
 from apic.record.handles import GRID_POINT_SIZES
@@ -23,13 +24,38 @@ from apic.targets import cpu as cpu_target
 from apic.targets.cuda import MAX_SMEM
 
 
+def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
+    """The ops of ``entries`` (the file's ``ops``) of a graph of ``target``, each checked (``read_op``).
+
+    A launch with the ``launch_template`` of one found valid only has its array descriptors' bytes
+    compared and its parameters checked, here, without the per-kind dispatch: a graph may hold thousands
+    of launches that differ in a scalar."""
+    ops = []
+    launch = int(schema.WireOp.LAUNCH)
+    required = None  # a launch's required fields (known once read_op has read a launch)
+    for i, entry in enumerate(entries):
+        if required is None:
+            required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
+        if (required is not None and type(entry) is dict and type(entry.get("kind")) is int
+                and entry["kind"] == launch and entry.keys() >= required):
+            template = launch_template(entry)
+            known = None if template is None else ctx.checked_launches.get(template)
+            if known is not None:
+                args = ctx.alike_args(entry["args"], known[3], f"ops[{i}].args")
+                if args is not None:
+                    ops.append(rec.Launch(known[0], known[1], known[2], args, None))
+                    continue
+        ops.append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
+    return ops
+
+
 def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
     """The op of map ``entry`` (``ops[i]``) of a graph of ``target`` (its kernel ABI ``abi``), checked."""
-    entry = _map(entry, where, ("kind",))
-    kind_value = entry["kind"]
+    kind_value = entry.get("kind") if type(entry) is dict else None
     # what the kind decides (its required fields, its reader) is checked once per kind and target
     known = ctx.checked_kinds.get((kind_value, target.name)) if type(kind_value) is int else None
     if known is None:
+        entry = _map(entry, where, ("kind",))
         kind_value = _int(kind_value, f"{where}.kind", 0, schema.MAX_OP_KIND)
         try:
             kind = schema.WireOp(kind_value)
@@ -43,9 +69,10 @@ def read_op(entry, where: str, ctx: Context, kernels, target, abi: str):
         spec = rec.SPEC_OF_KIND[kind]
         if target.name not in spec.targets:
             _fail(f"{where}.kind", f"op kind {kind_value} ({spec.name}) cannot appear in a graph with ABI {abi!r}")
-        known = ctx.checked_kinds[(kind_value, target.name)] = (required, READ[spec.type])
-    required, read = known
-    _map(entry, where, required)
+        known = ctx.checked_kinds[(kind_value, target.name)] = (required, frozenset(required), READ[spec.type])
+    required, keys, read = known
+    if not entry.keys() >= keys:
+        _map(entry, where, required)  # names the missing fields
     return read(entry, where, ctx, kernels)
 
 
@@ -58,7 +85,36 @@ def _kernel_index(entry: dict, where: str, kernels) -> int:
     return _int(index, f"{where}.kernel", 0, len(kernels) - 1)
 
 
+def launch_template(entry: dict) -> bytes | None:
+    """A key of all that ``_launch`` reads of launch ``entry`` but its arguments' bytes and parameters; None
+    for a backward launch, or arguments that are not a map with binary data.
+
+    A launch with the key of one found valid (one kernel over the same arrays, another scalar) is valid
+    if its array descriptors' bytes are those of that one and its parameters check: only that is checked.
+    marshal keeps every type apart (1, True and 1.0 give different keys) and is faster than msgpack here;
+    its version 2 writes no back-references, so equal values give equal keys.
+    """
+    args = entry["args"]
+    if type(args) is not dict or type(args.get("data")) is not bytes or entry.get("adj_args") is not None:
+        return None
+    try:
+        return marshal.dumps((entry["kernel"], entry["dim"], entry["bounds"], len(args["data"]), args.get("relocs"),
+                              args.get("arrays"), args.get("handles")), 2)
+    except ValueError:  # nested deeper than marshal goes: checked in full
+        return None
+
+
 def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
+    launch = _checked_launch(entry, where, ctx, kernels)
+    template = launch_template(entry)
+    if template is not None:  # what read_ops takes a launch of this template with
+        ctx.checked_launches[template] = (launch.kernel, launch.dim, launch.bounds,
+                                          ctx.checked_layouts[args_structure(entry["args"])])
+    return launch
+
+
+def _checked_launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
+    """A launch checked in full."""
     kernel = _kernel_index(entry, where, kernels)
     # Unsigned extents: Warp launches a kernel that never reads wp.tid() over more than 2^31 threads
     # (as upstream's format accepts). Replay runs the bounds blob; dim describes the launch.

@@ -33,10 +33,10 @@ from apic.format.fields import check_map as _map
 from apic.format.fields import check_str as _str
 from apic.format.fields import fail as _fail
 from apic.format.read_context import Context
-from apic.format.read_ops import read_op
+from apic.format.read_ops import read_ops
 from apic.format.read_tables import ModuleEntry
 from apic.record.control_flow import control_flow_problem
-from apic.record.effects import control_of
+from apic.record.effects import EFFECTS, control_of
 from apic.record.recording import ModuleInfo, Recording
 from apic.targets import cpu as cpu_target
 from apic.targets.cpu import KERNEL_ABIS
@@ -195,10 +195,10 @@ def read(data) -> SavedGraph:
     ctx.legacy_bounds = abi == cpu_target.ABI_BY_VALUE
     if graph_target is CPU:
         ctx.args_sizes = tables.args_sizes(doc["kernels"])
-    distinct = [read_op(entry, f"ops[{i}]", ctx, kernels, graph_target, abi)
-                for i, entry in enumerate(_list(doc["ops"], "ops"))]
+    distinct = read_ops(_list(doc["ops"], "ops"), ctx, kernels, graph_target, abi)
     sequence = tables.sequence(doc["sequence"], len(distinct))
-    for i, op in enumerate(distinct):
+    moves = any(EFFECTS[kind].control for kind in set(map(type, distinct)))  # a branch or jump: its target
+    for i, op in enumerate(distinct if moves else ()):
         if control_of(op) and op.target > len(sequence):
             _fail(f"ops[{i}].target", f"position {op.target} is past the end of the {len(sequence)}-op sequence")
     ops = tuple(map(distinct.__getitem__, sequence.tolist()))

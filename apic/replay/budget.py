@@ -28,7 +28,8 @@ def needs(saved) -> list[tuple[str, int]]:
     recording = saved.recording
     parts = [("memory regions", sum(r.nbytes + REGION_ALIGN for r in recording.regions))]
     reserved: dict[int, int] = {}  # hash grid handle -> the most points any build or reserve asks for
-    for op in dict(zip(map(id, recording.ops), recording.ops)).values():
+    sizing = {kind for kind in set(map(type, recording.ops)) if EFFECTS[kind].grid_points is not None}
+    for op in dict(zip(map(id, recording.ops), recording.ops)).values() if sizing else ():
         grid_points = EFFECTS[type(op)].grid_points
         sized = grid_points(op) if grid_points is not None else None
         if sized is not None:

@@ -15,6 +15,8 @@ from apic.replay import table as tbl
 
 def blobs_of(op) -> list[rec.Blob]:
     """The blobs an op holds (packed arguments, array descriptors, fill values)."""
+    if type(op) is rec.Launch:  # most ops of most graphs: their fields named
+        return [op.bounds, op.args] if op.adj_args is None else [op.bounds, op.args, op.adj_args]
     return [value for value in map(op.__getattribute__, op.__dataclass_fields__) if isinstance(value, rec.Blob)]
 
 
@@ -49,6 +51,28 @@ def guards(op, meshes, id_arrays=None) -> tuple[list, list]:
         written = effects.writes(op)
         after = [mesh for mesh in meshes if mesh[0].region in written]
     return before, after
+
+
+def guarded_ops(ops, meshes, id_arrays=None) -> dict[int, tuple[list, list]]:
+    """``id(op)`` -> ``guards(op, ...)`` of each of ``ops`` (distinct) that has index checks.
+
+    A forward launch none of whose arguments is an indexed array, passing no array of handle ids, in a
+    graph without Meshes, has none: found by its array slots (shared by launches read alike) alone."""
+    id_arrays = id_arrays or {}
+    found = {}
+    plain: dict[int, bool] = {}  # id(array slots) -> none is indexed (the ops hold the slots: no id is reused)
+    for op in ops:
+        if type(op) is rec.Launch and op.adj_args is None and not meshes and id(op) not in id_arrays:
+            slots = op.args.arrays
+            unindexed = plain.get(id(slots))
+            if unindexed is None:
+                unindexed = plain[id(slots)] = not any(slot.indexed for slot in slots)
+            if unindexed:
+                continue
+        before, after = guards(op, meshes, id_arrays)
+        if before or after:
+            found[id(op)] = (before, after)
+    return found
 
 
 def kept_guards(ops, guarded: dict) -> list[list[int]]:

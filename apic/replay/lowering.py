@@ -21,7 +21,7 @@ from apic.record.splittable import graph_launch_refusal
 from apic.record.world_split import world_launch_refusal
 from apic.replay import split_planner
 from apic.replay import table as tbl
-from apic.replay.guards import blobs_of, guard_row, guards, ids_blob, kept_guards, mesh_indices
+from apic.replay.guards import blobs_of, guard_row, guarded_ops, ids_blob, kept_guards, mesh_indices
 from apic.replay.program import Program, Split
 from apic.replay.relocate import Arena as _Arena
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, ARRAY_T_SIZE, INDEXEDARRAY_T_SIZE
@@ -29,6 +29,7 @@ from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, ARRAY_T_SIZE, INDEXED
 SUPPORTED_ABIS = (ABI_BY_POINTER, ABI_BY_VALUE)  # the ABI tags a lowering can call (apic._compat.KERNEL_ABI)
 _BOUNDS_QWORDS = struct.Struct("<4q")
 _I64 = struct.Struct("<q")  # signed: the table holds int64 (same bits)
+_UNGUARDED = ((), ())  # the checks before and after an op that has none
 
 
 def lower(recording, address_of, kernel_addresses: list[int], checked: bool = False, id_arrays=None) -> Program:
@@ -45,7 +46,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): _argv_blob(op) for op in wide}
     meshes = mesh_indices(recording) if checked else []
-    guarded = {id(op): guards(op, meshes, id_arrays) for op in distinct_ops} if checked else {}
+    guarded = guarded_ops(distinct_ops, meshes, id_arrays) if checked else {}  # id(op) -> checks, if it has any
     id_blobs = {g[2]: ids_blob(g[2], recording.handles)
                 for before, _ in guarded.values() for g in before if isinstance(g[2], frozenset)}
     arena = _Arena(blobs + list(argvs.values()) + list(id_blobs.values()))
@@ -56,7 +57,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     def rows_of(position: int, op) -> int:
         if kept is None:
             return EFFECTS[type(op)].rows
-        return EFFECTS[type(op)].rows + len(kept[position]) + len(guarded[id(op)][1])
+        return EFFECTS[type(op)].rows + len(kept[position]) + len(guarded.get(id(op), _UNGUARDED)[1])
 
     def row_at(position: int) -> int:
         if not rows_before:
@@ -71,7 +72,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     sequence = []
     guard_rows: dict[int, tuple[list, list]] = {}  # id(op) -> rows of its checks before and after
     for op in distinct_ops:
-        before, after = guarded.get(id(op), ((), ()))
+        before, after = guarded.get(id(op), _UNGUARDED)
         if before or after:
             first = len(distinct)
             for g in (*before, *after):
@@ -82,13 +83,29 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
 
     lowering = _Lowering(recording.abi, arena, address_of, kernel_addresses, row_at, argvs)
 
+    launch_rows_of: dict = {}  # (kernel, id(bounds), id(adj_args)) -> (_launch_row padded, its column, splittable)
+
     def distinct_row(op) -> int:
         """Lower ``op`` into a row of ``distinct``: its index, or -1 when it has nothing to run."""
+        row = row_of[id(op)] = len(distinct)
+        if type(op) is rec.Launch:  # the ops hold their bounds and adjoint arguments: no id is reused
+            key = (op.kernel, id(op.bounds), id(op.adj_args))
+            shared = launch_rows_of.get(key)
+            if shared is None:
+                lowered, column = _launch_row(op, lowering)
+                shared = launch_rows_of[key] = (lowered + [0] * (tbl.OP_COLUMNS - len(lowered)), column,
+                                                recording.kernels[op.kernel].split_writes is not None)
+            lowered, column, splittable = shared
+            lowered = lowered.copy()
+            lowered[column] = arena.address(op.args)
+            if splittable:
+                launch_rows[row] = op
+            distinct.append(lowered)
+            return row
         lowered = rec.handler(_LOWER, op, "lowering a graph for CPU replay")(op, lowering)
-        row = row_of[id(op)] = -1 if lowered is None else len(distinct)
-        if isinstance(op, rec.Launch) and recording.kernels[op.kernel].split_writes is not None:
-            launch_rows[row] = op
-        if lowered is not None:
+        if lowered is None:
+            row = row_of[id(op)] = -1
+        else:
             distinct.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
         return row
 
@@ -118,17 +135,18 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
                 sequence.append(row)
             sequence.extend(after)
     table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
-    splits, refusals = _splits(recording, arena, address_of, launch_rows, sequence)
-    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), splits, refusals)
+    verdicts = ((), ())
+    if launch_rows:  # judged when a replay on more threads first asks (the arena's descriptors never change)
+        bases = [address_of(rec.Ref(region, 0)) for region in range(len(recording.regions))]
+        verdicts = lambda: _splits(recording, arena, bases, launch_rows, sequence)  # noqa: E731
+    return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), verdicts)
 
 
-def _splits(recording, arena: _Arena, address_of, launch_rows: dict, sequence: list[int]):
-    """The launches of splittable kernels that may run split (``Split``), and why the others may not."""
-    if not launch_rows:
-        return (), ()
+def _splits(recording, arena: _Arena, bases: list[int], launch_rows: dict, sequence) -> tuple:
+    """The launches of splittable kernels that may run split (``Split``), and why the others may not
+    (``bases``: the address of each region)."""
     def region_span(ref) -> tuple[int, int]:
-        region = recording.regions[ref.region]
-        return address_of(rec.Ref(ref.region, 0)), region.nbytes
+        return bases[ref.region], recording.regions[ref.region].nbytes
 
     # the positions of each row: the sequence sorted by row (stable, so positions stay in order), cut at each row
     sequence = np.asarray(sequence, dtype=np.intp)
@@ -250,18 +268,25 @@ def _lower_op(op, abi: str, arena: _Arena, address_of, kernel_addresses, row_at,
 
 
 def _lower_launch(op: rec.Launch, low: _Lowering) -> list[int]:
+    row, column = _launch_row(op, low)
+    row[column] = low.arena.address(op.args)
+    return row
+
+
+def _launch_row(op: rec.Launch, low: _Lowering) -> tuple[list[int], int]:
+    """The row of launch ``op`` with 0 where the address of its arguments goes, and that column: launches
+    that differ in their arguments only (one kernel, bounds and adjoint arguments) share the rest."""
     fn = low.kernel_addresses[op.kernel]
-    args = low.arena.address(op.args)
     adj = low.arena.address(op.adj_args) if op.adj_args is not None else None
     if low.abi == ABI_BY_VALUE and _compat.SYSV_X86_64:
         # The 32-byte bounds struct goes on the stack after the six register arguments:
         # call f(args, [adj], 0, ..., q0, q1, q2, q3) with ten integer arguments.
-        regs = [args] if adj is None else [args, adj]
+        regs = [0] if adj is None else [0, adj]
         regs += [0] * (6 - len(regs))
-        return _call(fn, *regs, *_BOUNDS_QWORDS.unpack_from(op.bounds.data.ljust(32, b"\0")))
+        return _call(fn, *regs, *_BOUNDS_QWORDS.unpack_from(op.bounds.data.ljust(32, b"\0"))), tbl.COL_ARG0
     # By pointer (1.13+), or by value on Win64/AArch64, where the caller passes a pointer to a copy.
     bounds = low.arena.address(op.bounds)
-    return _call(fn, bounds, args) if adj is None else _call(fn, bounds, args, adj)
+    return (_call(fn, bounds, 0) if adj is None else _call(fn, bounds, 0, adj)), tbl.COL_ARG0 + 1
 
 
 def _lower_native_call(op: rec.NativeCall, low: _Lowering) -> list[int]:

@@ -16,6 +16,7 @@ import signal
 import threading
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -98,8 +99,10 @@ class Program:
     loops: int = 0  # loop heads in the table (branches a backward jump returns to)
     # named scalar parameter -> arena byte offsets of its slots (one per distinct blob that holds it)
     param_offsets: dict = dataclasses.field(default_factory=dict)
-    splits: tuple[Split, ...] = ()  # launches proved splittable (docs/PARALLEL.md)
-    refusals: tuple[tuple[int, str], ...] = ()  # (kernel, why) of launches of splittable kernels kept serial
+    # (splits, refusals): the launches proved splittable (``Split``, docs/PARALLEL.md) and (kernel, why) of those
+    # of splittable kernels kept serial; or a function that finds them, called when first asked (only a
+    # parallel replay or its report reads them, so a load that replays serially never judges its launches)
+    verdicts: tuple | Callable = ((), ())
     threads: int = 1  # > 1: the table has OP_SPLIT rows, cut for this many threads (run on at most as many)
     plan: split_planner.Plan | None = None  # what those rows run (their work items live there)
     # the table whose address and row count the native calls use, and the call block of a plain replay
@@ -109,6 +112,21 @@ class Program:
     _rows: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
     _call: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
     _call_at: int = dataclasses.field(default=0, init=False, repr=False, compare=False)
+
+    @property
+    def splits(self) -> tuple[Split, ...]:
+        """The launches proved splittable (docs/PARALLEL.md)."""
+        return self._verdicts()[0]
+
+    @property
+    def refusals(self) -> tuple[tuple[int, str], ...]:
+        """``(kernel, why)`` of each launch of a splittable kernel kept serial."""
+        return self._verdicts()[1]
+
+    def _verdicts(self) -> tuple:
+        if callable(self.verdicts):
+            self.verdicts = self.verdicts()
+        return self.verdicts
 
     def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
         """This program on ``threads`` threads (sharing this arena): its large split launches, and its
@@ -124,7 +142,7 @@ class Program:
                                    split_pool.splitter_address(), split_pool.pool().base)
         if found is None:
             return self
-        return Program(found.table, self.arena, self.loops, self.param_offsets, self.splits, self.refusals, threads,
+        return Program(found.table, self.arena, self.loops, self.param_offsets, self._verdicts(), threads,
                        found)
 
     def run(self, repeats: int = 1) -> None:

@@ -1,0 +1,157 @@
+"""Launches that differ only in a scalar are read, checked and lowered once per kind of launch
+(``apic.format.read_ops.read_ops``, ``launch_template``): what a later launch changes beyond its scalar
+bytes is still refused, and a loaded graph replays bit for bit as eager Warp.
+
+Each edit below is made to a launch after the first of its kind (same kernel, arrays and bounds), the one
+the reader takes in one step when it matches.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import msgpack
+import numpy as np
+import pytest
+import warp as wp
+
+import apic
+from apic.format import reader, schema, writer
+
+
+@wp.kernel
+def scaled_add(src: wp.array(dtype=float), dst: wp.array(dtype=float), s: float):
+    i = wp.tid()
+    dst[i] = dst[i] * 0.5 + src[i] + s
+
+
+LAUNCHES = 12
+
+
+def _arrays():
+    return [wp.array(np.arange(8, dtype=np.float32) + b, dtype=float, device="cpu") for b in range(2)]
+
+
+def _warm(arrays) -> None:  # compiles the kernel outside the capture (the saved contents start after it)
+    wp.launch(scaled_add, dim=8, inputs=[arrays[0], arrays[1], 0.0], device="cpu")
+
+
+def _issue(arrays) -> None:
+    for i in range(LAUNCHES):
+        wp.launch(scaled_add, dim=8, inputs=[arrays[0], arrays[1], 0.25 * i], device="cpu")
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """(stem, decoded body) of a saved graph of LAUNCHES launches, each with its own scalar."""
+    wp.config.quiet = True
+    arrays = _arrays()
+    _warm(arrays)
+    with wp.ScopedCapture(device="cpu", apic=True) as capture:
+        _issue(arrays)
+    stem = str(tmp_path_factory.mktemp("alike") / "graph")
+    apic.capture_save(capture.graph, stem, inputs={"src": arrays[0], "dst": arrays[1]})
+    with open(stem + ".wrp", "rb") as f:
+        body = msgpack.unpackb(f.read()[schema.HEADER.size:], raw=False)
+    return stem, body
+
+
+def _read(body):
+    return reader.read(writer.encode(body))
+
+
+def _last(body) -> dict:
+    launches = [op for op in body["ops"] if op["kind"] == schema.WireOp.LAUNCH]
+    assert len(launches) == LAUNCHES  # each its own scalar: each a distinct op of the file
+    return launches[-1]
+
+
+def test_a_loaded_graph_of_distinct_scalars_replays_bit_for_bit_as_eager(saved):
+    stem, _ = saved
+    graph = apic.capture_load(stem, device="cpu")
+    ops = graph.recording.ops
+    assert len({id(op) for op in ops}) == LAUNCHES and len({op.args.data for op in ops}) == LAUNCHES
+    assert len({id(op.args.relocs) for op in ops}) == 1  # one kind of launch: read once, its relocations shared
+    wp.capture_launch(graph)
+    eager = _arrays()
+    _warm(eager)
+    _issue(eager)
+    out = wp.zeros(8, dtype=float, device="cpu")
+    graph.get_param("dst", out)
+    assert out.numpy().view(np.uint32).tolist() == eager[1].numpy().view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("kernel", True),  # equal to 1 in Python, not an integer: refused where the first launch's 0 is read
+    ("kernel", 0.0),
+    ("dim", [8.0]),
+    ("dim", [True] * 1),
+])
+def test_a_later_launch_with_a_number_of_another_type_is_refused(saved, field, value):
+    _, body = saved
+    edited = copy.deepcopy(body)
+    _last(edited)[field] = value
+    with pytest.raises(apic.FormatError, match=rf"ops\[\d+\]\.{field}"):
+        _read(edited)
+
+
+def test_a_later_launch_with_a_bool_for_an_indexed_flag_of_another_type_is_refused(saved):
+    _, body = saved
+    edited = copy.deepcopy(body)
+    arrays = _last(edited)["args"]["arrays"]
+    arrays[0][2] = 0  # False in the first launch: equal, but not a boolean
+    with pytest.raises(apic.FormatError, match=r"arrays\[0\]\[2\]"):
+        _read(edited)
+
+
+def test_a_later_launch_whose_descriptor_reaches_past_its_region_is_refused(saved):
+    _, body = saved
+    edited = copy.deepcopy(body)
+    args = _last(edited)["args"]
+    data = bytearray(args["data"])
+    data[16:20] = (1 << 20).to_bytes(4, "little")  # shape[0] of the first array: a million floats
+    args["data"] = bytes(data)
+    with pytest.raises(apic.FormatError, match=r"reaches bytes"):
+        _read(edited)
+
+
+def test_a_later_launch_with_other_bounds_is_refused(saved):
+    _, body = saved
+    edited = copy.deepcopy(body)
+    bounds = _last(edited)["bounds"]
+    data = bytearray(bounds["data"])
+    data[0] = 9  # shape[0] of 9 threads for a dim of 8
+    bounds["data"] = bytes(data)
+    with pytest.raises(apic.FormatError, match=r"ops\[\d+\]\.bounds"):
+        _read(edited)
+
+
+def test_a_later_launch_missing_a_field_names_it(saved):
+    _, body = saved
+    edited = copy.deepcopy(body)
+    del _last(edited)["bounds"]
+    with pytest.raises(apic.FormatError, match=r"missing field\(s\) bounds"):
+        _read(edited)
+
+
+def test_a_later_launch_with_a_shorter_argument_struct_is_refused(saved):
+    _, body = saved
+    edited = copy.deepcopy(body)
+    args = _last(edited)["args"]
+    args["data"] = args["data"][:-8]
+    with pytest.raises(apic.FormatError, match=r"args_size|\d+ bytes"):
+        _read(edited)
+
+
+def test_split_verdicts_are_judged_when_first_asked_and_equal_to_judging_at_once(saved):
+    stem, _ = saved
+    graph = apic.capture_load(stem, device="cpu")
+    program = graph.program
+    assert callable(program.verdicts)  # a serial load judged nothing
+    wp.capture_launch(graph)
+    assert callable(program.verdicts)  # nor did a serial replay
+    splits, refusals = program.splits, program.refusals
+    assert not callable(program.verdicts)
+    assert program.verdicts == (splits, refusals)
+    assert splits or refusals  # the kernel writes its dst by thread id: each launch is judged
+    assert sum(len(split.rows) for split in splits) + len(refusals) == LAUNCHES
