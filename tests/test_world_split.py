@@ -112,9 +112,9 @@ def _proof_only_kernels():
         s.acc[w, 0] = 1.0
 
     @wp.kernel
-    def field_to_builtin(s: wk.WorldState):
+    def field_to_builtin(n: wk.Nested):
         w, j = wp.tid()
-        s.acc[w, 0] = wp.length(s.x)
+        n.state.acc[w, 0] = float(wp.lower_bound(n.col, 1))
 
     @wp.kernel
     def stores_a_field(s: wk.WorldState, other: wk.WorldState):
@@ -151,7 +151,7 @@ def _proof_only_kernels():
         wk.bump_next_world(s.acc, w, j % 3, 1.0)
 
     return {
-        "field_to_builtin": (field_to_builtin, "uses array s.x other than by indexing it"),
+        "field_to_builtin": (field_to_builtin, "uses array n.col other than by indexing it"),
         "stores_a_field": (stores_a_field, "stores an array, or a struct holding one, into a field"),
         "stores_a_struct": (stores_a_struct, "stores an array, or a struct holding one, into a field"),
         "struct_rebound": (struct_rebound, "rebinds its struct argument s"),
