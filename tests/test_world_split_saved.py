@@ -171,7 +171,8 @@ def _world(**fields):
     return lambda kernel: kernel["split_world"].update(fields)
 
 
-_BACKWARD = lambda kernel: kernel.update(adjoint=True, symbol=kernel["symbol"].replace("_cpu_forward", "_cpu_backward"))  # noqa: E731
+def _backward(kernel):
+    kernel.update(adjoint=True, symbol=kernel["symbol"].replace("_cpu_forward", "_cpu_backward"))
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -188,7 +189,7 @@ _BACKWARD = lambda kernel: kernel.update(adjoint=True, symbol=kernel["symbol"].r
     (_world(writes=[], rows=[1 << 20]), r"split_world\.rows: offset 1048576 leaves no array descriptor"),
     (_world(tiles=1), r"split_world\.tiles: expected a boolean"),
     (lambda k: k.update(split_writes=k["split_world"]["writes"]), r"split_writes and split_world"),
-    (_BACKWARD, r"split_world: only a CPU forward"),
+    (_backward, r"split_world: only a CPU forward"),
 ])
 def test_invalid_split_world_refused(saved_docs, edit, message):
     with pytest.raises(apic.FormatError, match=message):
@@ -201,8 +202,8 @@ def test_a_file_without_split_world_reads_as_serial(saved_docs):
 
 
 def test_split_world_at_the_array_limit_reads(saved_docs):
-    """Both lists hold up to MAX_SPLIT_WRITES offsets (the limit's cases for split_writes are in
-    test_format_limits); a read-only row past the launches' arrays keeps no launch from splitting."""
+    """A list of MAX_SPLIT_WRITES offsets reads (one more is refused above; split_writes' cases of the
+    limit are in test_format_limits). Without args_size, offsets past the arguments are not refused."""
     offsets = list(range(0, 8 * schema.MAX_SPLIT_WRITES, 8))
     doc = _edited(saved_docs["float_atomics"], lambda k: (k.pop("args_size"), _world(rows=offsets)(k)))
     (info,) = _read(doc).recording.kernels
