@@ -2,10 +2,11 @@
 
 Each form the world-split proof accepts (``world_kernels.CASES``: stores, ``a[w][j]``, in-place
 updates at computed columns, float atomics, row views, rows and worlds passed to ``@wp.func``s, one
-view passed in and out) is replayed split over 2 and 64 threads by both interpreters and must equal
-eager Warp; each form it refuses (a global counter, another world's row, ``w % n``, a rebound world,
-a function writing the next world, launches whose written rows overlap) must stay serial, with the
-reason in ``parallel_report``. Mutation checks, in child processes: with the proof forced to accept
+view passed in and out, and the same through ``@wp.struct`` fields) is replayed split over 2 and 64
+threads by both interpreters and must equal eager Warp; each form it refuses (a global counter,
+another world's row, ``w % n``, a rebound world, a function writing the next world, launches whose
+written rows overlap, a struct used other than through its fields) must stay serial, with the reason
+in ``parallel_report``. Mutation checks, in child processes: with the proof forced to accept
 everything, the refused order-dependent forms must come out different from eager, and with chunks
 cut without regard to worlds the accepted order-dependent forms must too; so these tests can fail.
 """
