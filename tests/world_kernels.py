@@ -33,6 +33,37 @@ def bump_next_world(a: wp.array2d(dtype=float), w: int, j: int, x: float):
     a[(w + 1) % a.shape[0], j] += x
 
 
+@wp.struct
+class WorldState:
+    x: wp.array2d(dtype=float)
+    acc: wp.array2d(dtype=float)
+    scale: float
+
+
+@wp.struct
+class Pair:
+    x: wp.array2d(dtype=float)
+    y: wp.array2d(dtype=float)
+
+
+@wp.struct
+class Nested:
+    state: WorldState
+    col: wp.array(dtype=int)
+
+
+@wp.struct
+class WithWord:
+    acc: wp.array2d(dtype=float)
+    seed: wp.uint64  # 64-bit: maybe a handle id, which the launch check cannot follow
+
+
+@wp.func
+def bump_struct_row(s: WorldState, w: int, j: int):
+    row = s.acc[w]
+    row[j % 3] = row[j % 3] * 0.75 + s.x[w, j] * s.scale
+
+
 # --- accepted -----------------------------------------------------------------------------------------
 @wp.kernel
 def store(x: wp.array2d(dtype=float), y: wp.array2d(dtype=float)):
@@ -92,6 +123,31 @@ def per_world_loop(x: wp.array2d(dtype=float), total: wp.array(dtype=float)):
     total[w] = total[w] * 0.5 + s
 
 
+@wp.kernel
+def struct_atomics(s: WorldState):
+    w, j = wp.tid()
+    wp.atomic_add(s.acc, w, j % 3, s.x[w, j] * s.scale)  # float sums through a struct's field
+
+
+@wp.kernel
+def struct_to_func(s: WorldState):
+    w, j = wp.tid()
+    bump_struct_row(s, w, j)
+
+
+@wp.kernel
+def nested_struct(n: Nested, out: wp.array2d(dtype=float)):
+    w, j = wp.tid()
+    n.state.acc[w, n.col[j]] += n.state.x[w, j]
+    out[w, j] = n.state.x[(w + 1) % n.state.x.shape[0], j]  # a read-only field is read at any world
+
+
+@wp.kernel
+def struct_chained_rows(p: Pair):
+    w, j = wp.tid()
+    p.y[w][j] = p.y[w][j] * 0.5 + p.x[w][j]
+
+
 # --- refused ------------------------------------------------------------------------------------------
 @wp.kernel
 def global_counter(x: wp.array2d(dtype=float), n: wp.array(dtype=int), slot: wp.array2d(dtype=int)):
@@ -129,6 +185,19 @@ def func_writes_next_world(x: wp.array2d(dtype=float), acc: wp.array2d(dtype=flo
 def reads_next_world(src: wp.array2d(dtype=float), dst: wp.array2d(dtype=float)):
     w, j = wp.tid()
     dst[w, j] += src[(w + 1) % src.shape[0], j] * 0.5  # launched with one view as both: refused
+
+
+@wp.kernel
+def struct_reads_previous_world(s: WorldState):
+    w, j = wp.tid()
+    if w > 0:
+        s.acc[w, j % 3] = s.acc[w, j % 3] + s.acc[w - 1, j % 3] * 0.5 + s.x[w, j]
+
+
+@wp.kernel
+def struct_word(s: WithWord, x: wp.array2d(dtype=float)):
+    w, j = wp.tid()
+    s.acc[w, j % 3] += x[w, j]
 
 
 def _x(rng, rows=WORLDS):
@@ -170,6 +239,35 @@ def _loop(rng):
     return [_x(rng), wp.array(rng.standard_normal(WORLDS).astype(np.float32), device=CPU)]
 
 
+def _state(rng):
+    state = WorldState()
+    state.x, state.acc, state.scale = _x(rng), _acc(rng), 0.5
+    return state
+
+
+def _pair(x, y):
+    pair = Pair()
+    pair.x, pair.y = x, y
+    return pair
+
+
+def _nested(rng):
+    nested = Nested()
+    nested.state, nested.col = _state(rng), wp.array(rng.integers(0, COLUMNS, TASKS).astype(np.int32), device=CPU)
+    return [nested, _x(rng)]
+
+
+def _pair_overlapping(rng):
+    big = _x(rng, WORLDS + 1)
+    return [_pair(big[:WORLDS], big[1:])]
+
+
+def _with_word(rng):
+    held = WithWord()
+    held.acc, held.seed = _acc(rng), 7
+    return [held, _x(rng)]
+
+
 GRID = (WORLDS, TASKS)
 # name -> (kernel, launch dim, inputs from a Generator, expected: "split", "kernel" (the proof refuses
 # it) or "launch" (a launch check refuses it))
@@ -183,6 +281,10 @@ CASES = {
     "world_to_func": (world_to_func, GRID, _x_acc, "split"),
     "one_view_in_and_out": (smooth_in_place, GRID, _one_view_twice, "split"),
     "per_world_loop": (per_world_loop, (WORLDS,), _loop, "split"),
+    "struct_atomics": (struct_atomics, GRID, lambda rng: [_state(rng)], "split"),
+    "struct_to_func": (struct_to_func, GRID, lambda rng: [_state(rng)], "split"),
+    "nested_struct": (nested_struct, GRID, _nested, "split"),
+    "struct_chained_rows": (struct_chained_rows, GRID, lambda rng: [_pair(_x(rng), _x(rng))], "split"),
     "global_counter": (global_counter, GRID, _counter, "kernel"),
     "reads_previous_world": (reads_previous_world, GRID, _x_acc, "kernel"),
     "modulo_world": (modulo_world, GRID, _x_acc, "kernel"),
@@ -191,11 +293,24 @@ CASES = {
     "one_view_read_at_next_world": (reads_next_world, GRID, _one_view_twice, "launch"),
     "more_rows_than_worlds": (chained_rows, GRID, _too_many_rows, "launch"),
     "overlapping_rows": (chained_rows, GRID, _overlapping_rows, "launch"),
+    "struct_reads_previous_world": (struct_reads_previous_world, GRID, lambda rng: [_state(rng)], "kernel"),
+    "struct_more_rows_than_worlds": (struct_chained_rows, GRID, lambda rng: [_pair(_x(rng), _x(rng, WORLDS + 1))],
+                                     "launch"),
+    "struct_overlapping_rows": (struct_chained_rows, GRID, _pair_overlapping, "launch"),
 }
+# Proved splittable by world, but its launches carry a 64-bit integer the launch check cannot follow
+WORD_CASE = (struct_word, GRID, _with_word)
 
 
 def arrays(inputs) -> list[np.ndarray]:
-    return [value.numpy().copy() for value in inputs if isinstance(value, wp.array)]
+    """The contents of the arrays among ``inputs``, and of the array fields of the ``wp.struct`` values among them."""
+    found = []
+    for value in inputs:
+        if isinstance(value, wp.array):
+            found.append(value.numpy().copy())
+        elif hasattr(value, "_cls"):  # a wp.struct value
+            found += arrays([getattr(value, name) for name in value._cls.vars])
+    return found
 
 
 def replay(graph, threads: int, interpreter: str) -> None:

@@ -213,9 +213,24 @@ def kernels(value, module_count: int, target: Target) -> tuple[KernelInfo, ...]:
             adjoint=adjoint,
             cpu_blocks=_bool(entry.get("cpu_blocks", False), f"{where}.cpu_blocks"),
             params=_KERNEL_PARAMS[target.name](entry.get("params"), f"{where}.params"),
-            split_writes=_split_writes(entry.get("split_writes"), f"{where}.split_writes", adjoint or target is not CPU),
+            **_split(entry, where, adjoint or target is not CPU),
         ))
     return tuple(kernels)
+
+
+def _split(entry: dict, where: str, refused: bool) -> dict:
+    """The ``KernelInfo`` fields of a kernel's optional parallel-replay keys: ``split_writes`` (split by
+    task) or ``split_world`` (split by whole worlds), never both."""
+    writes = _split_writes(entry.get("split_writes"), f"{where}.split_writes", refused)
+    world = entry.get("split_world")
+    if world is None:
+        return {"split_writes": writes}
+    if writes is not None:
+        _fail(where, "has split_writes and split_world: a kernel is split by task or by world, not both")
+    args_size = entry.get("args_size")
+    if args_size is not None:
+        args_size = _int(args_size, f"{where}.args_size", 0, schema.MAX_ARGS_BYTES)
+    return _split_world(world, f"{where}.split_world", refused, args_size)
 
 
 def _split_writes(value, where: str, refused: bool) -> tuple[int, ...] | None:
@@ -228,6 +243,35 @@ def _split_writes(value, where: str, refused: bool) -> tuple[int, ...] | None:
         return None
     if refused:
         _fail(where, "only a CPU forward kernel may be split")
+    return _offsets(value, where)
+
+
+def _split_world(value, where: str, refused: bool, args_size: int | None) -> dict:
+    """A kernel's optional ``split_world`` (parallel replay by whole worlds): ``{"writes", "rows",
+    "tiles"}``, the byte offsets of the arrays it writes and of those it accesses only at the world's
+    row (every written one among them), and whether each thread must run it in its own loaded copy.
+
+    Only a CPU forward kernel may have it; with ``args_size`` (the kernel's recorded argument struct),
+    every offset must leave room for an array descriptor in it. The lowering checks each launch as for
+    a kernel proved at capture (``apic.record.world_split.world_launch_refusal``)."""
+    if refused:
+        _fail(where, "only a CPU forward kernel may be split")
+    value = _map(value, where, ("writes", "rows"))
+    writes, rows = _offsets(value["writes"], f"{where}.writes"), _offsets(value["rows"], f"{where}.rows")
+    for name, offsets in (("writes", writes), ("rows", rows)):
+        if args_size is not None and offsets and offsets[-1] + schema.ARRAY_T_SIZE > args_size:
+            _fail(f"{where}.{name}", f"offset {offsets[-1]} leaves no array descriptor in the {args_size}-byte "
+                                     "arguments (args_size)")
+    outside = sorted(set(writes) - set(rows))
+    if outside:
+        _fail(f"{where}.writes", f"offset {outside[0]} is not in rows (a written array is accessed only at the "
+                                 "world's row)")
+    tiles = _bool(value.get("tiles", False), f"{where}.tiles")
+    return {"split_writes": writes, "split_world": rows, "split_tiles": tiles}
+
+
+def _offsets(value, where: str) -> tuple[int, ...]:
+    """Strictly increasing byte offsets of array arguments in a kernel's packed argument struct."""
     offsets = _ints(value, where, 0, schema.MAX_ARGS_BYTES, max_len=schema.MAX_SPLIT_WRITES)
     if any(b <= a for a, b in zip(offsets, offsets[1:])):
         _fail(where, "offsets must be strictly increasing")

@@ -34,6 +34,9 @@ Changelog (one entry per format version; never change the meaning of a written v
   CUDA graph, and build options; docs/FORMAT.md 2.5.1 and 8), both also valid in version 1 files: readers that predate them ignore them.
   Also 2026-11-25, still version 2 (and valid in every version): the optional kernel key ``split_writes`` (parallel replay: the byte
   offsets of the arrays a kernel proved splittable writes); a reader that predates it replays serially.
+  2026-11-26, valid in every version: the optional kernel key ``split_world`` (a kernel proved splittable
+  by whole worlds: ``writes``, ``rows``, ``tiles``); such a kernel has no ``split_writes``, so a reader that
+  predates the key ignores it and replays the kernel serially.
   Also 2026-11-25, valid in every version (1 to 3): the optional module key ``manifest`` (the module's
   kernel manifest, a content-addressed ``.kernels`` file beside the binary that fixes each launched
   symbol's argument layout and handle kinds; docs/FORMAT.md 2.5.2); readers that predate it ignore it.
@@ -148,7 +151,7 @@ MAX_HANDLES = 1 << 16  # native handles of one graph
 MAX_HANDLE_ARRAYS = 8  # arrays of one native handle (a Mesh has the most)
 MAX_HANDLE_OPTIONS = 8  # options of one native handle
 MAX_NATIVE_TYPES = 64  # native Warp struct types one module reads
-MAX_SPLIT_WRITES = 4096  # written arrays of a kernel proved splittable
+MAX_SPLIT_WRITES = 4096  # array offsets in one list of a kernel proved splittable (split_writes, split_world)
 MAX_KERNEL_PARAMS = 4096  # parameters of a CUDA kernel (its [offset, size] pairs)
 MAX_OP_KIND = 1 << 16  # an op's kind number, read before it is looked up
 MAX_SOURCE_FLAGS = 16  # compiler flags of a module's saved source (Warp's defaults are fewer)

@@ -237,10 +237,20 @@ def _args_sizes(ops, kernel: int) -> dict:
 def _kernel(recording, i: int, kernel) -> dict:
     return {"module": kernel.module, "key": kernel.key, "symbol": kernel.symbol, "adjoint": bool(kernel.adjoint),
             **({"cpu_blocks": True} if kernel.cpu_blocks else {}), **_args_sizes(recording.ops, i),
-            # a kernel split by world is not saved as splittable: a reader would take it as split by task
-            **({"split_writes": list(kernel.split_writes)}
-               if kernel.split_writes is not None and kernel.split_world is None else {}),
+            **_split(kernel),
             **({"params": [list(p) for p in kernel.params]} if kernel.params else {})}
+
+
+def _split(kernel) -> dict:
+    """A kernel's parallel-replay key: ``split_writes`` (proved splittable by task) or ``split_world`` (by
+    whole worlds: a key of its own, which a reader that knows only ``split_writes`` ignores, rather than
+    splitting the kernel by task)."""
+    if kernel.split_writes is None:
+        return {}
+    if kernel.split_world is None:
+        return {"split_writes": list(kernel.split_writes)}
+    return {"split_world": {"writes": list(kernel.split_writes), "rows": list(kernel.split_world),
+                            "tiles": bool(kernel.split_tiles)}}
 
 
 def _binding(binding: Binding) -> dict:

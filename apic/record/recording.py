@@ -42,7 +42,7 @@ class KernelInfo:
     # of the arrays it accesses only at the world's row; its launches split into ranges of whole worlds
     split_world: tuple[int, ...] | None = None
     # ... and it uses tiles: each thread runs its chunks in its own loaded copy of the range object, whose
-    # tile memory no other thread's code points into (apic.replay.range_entry.per_thread_entries); not saved
+    # tile memory no other thread's code points into (apic.replay.range_entry.per_thread_entries)
     split_tiles: bool = False
     # why a forward CPU kernel's launches stay serial (apic.record.world_split.split_refusal), for
     # parallel_report; not saved

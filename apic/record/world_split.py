@@ -15,6 +15,9 @@ calls, with each call's arguments bound to what they are at the call), this modu
   passed to a function and written there);
 * every other access of an array the kernel writes is at first index ``w`` too.
 
+An array field of a ``@wp.struct`` argument (``p.acc[w, j]``, through nested structs and functions
+the struct is passed to) is an array argument of its own, named ``p.acc`` (:mod:`apic.record.world_structs`).
+
 Anything it cannot follow raises the refusal with its reason: an array used other than by indexing
 (passed to a builtin, returned, stored in a struct), a write to memory not a kernel argument, a slice,
 an unsafe builtin (tiles, printing, ``store``, ``address``), a call through an expression. The launch
@@ -25,10 +28,11 @@ reaches) are :func:`world_launch_refusal`'s.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from apic import _compat
 from apic.record import splittable as _task
+from apic.record import world_structs
 from apic.record.layout import extent
 from apic.record.ops import HandleRef
 from apic.targets import cpu as _cpu
@@ -68,6 +72,14 @@ class _View:
     root: str
     state: str
     ndim: int
+
+
+@dataclass(frozen=True)
+class _Struct:
+    """A ``@wp.struct`` value holding arrays: kernel argument ``root`` or a struct field of one."""
+
+    root: str
+    struct: object = field(compare=False)
 
 
 class _Refused(Exception):
@@ -126,17 +138,17 @@ class _Body:
             self.block(node.body)
             self.block(node.orelse)
         elif isinstance(node, ast.Return):
-            if node.value is not None and isinstance(self.value_or_view(node.value), _View):
-                self.refuse(node, "returns an array")
+            if node.value is not None and isinstance(self.value_or_view(node.value), (_View, _Struct)):
+                self.refuse(node, "returns an array or a struct holding one")
         elif not isinstance(node, (ast.Pass, ast.Break, ast.Continue)):
             self.refuse(node, f"{type(node).__name__} statement not analysed")
 
     def bind(self, target, held, node) -> None:
         """``target = <held>``: a name holds an array view or the world only when bound exactly once."""
         if isinstance(target, ast.Name):
-            if isinstance(held, _View):
+            if isinstance(held, (_View, _Struct)):
                 if self.counts.get(target.id, 0) != 1:
-                    self.refuse(node, f"binds {target.id}, an array view, more than once")
+                    self.refuse(node, f"binds {target.id}, an array view or a struct holding one, more than once")
                 self.env[target.id] = held
             elif held == WORLD and self.counts.get(target.id, 0) == 1:
                 self.env[target.id] = WORLD
@@ -147,8 +159,8 @@ class _Body:
                 self.refuse(node, "unpacks an array or the world index")
             for element in target.elts:
                 self.bind(element, None, node)
-        elif isinstance(held, _View):
-            self.refuse(node, "stores an array into a field or an element")
+        elif isinstance(held, (_View, _Struct)):
+            self.refuse(node, "stores an array, or a struct holding one, into a field or an element")
         else:
             self.store(target, node)
 
@@ -192,6 +204,35 @@ class _Body:
             if base is not None:
                 selected = self.indexed(base, node)
                 return selected if selected.ndim > 0 else None
+        if isinstance(node, ast.Attribute):
+            member = self.member(node)
+            return member if isinstance(member, _View) else None
+        return None
+
+    def struct_of(self, node) -> _Struct | None:
+        """The struct holding arrays that ``node`` evaluates to, or None."""
+        if isinstance(node, ast.Name):
+            held = self.env.get(node.id)
+            return held if isinstance(held, _Struct) else None
+        if isinstance(node, ast.Attribute):
+            member = self.member(node)
+            return member if isinstance(member, _Struct) else None
+        return None
+
+    def member(self, node: ast.Attribute):
+        """``struct.field`` of a struct holding arrays: an array view (``_View``, named ``root.field``), a
+        struct holding arrays, or None (a value, or ``node`` is no field of such a struct)."""
+        struct = self.struct_of(node.value)
+        if struct is None:
+            return None
+        var = struct.struct.vars.get(node.attr)
+        if var is None:
+            self.refuse(node, f"reads {struct.root}.{node.attr}, not a field of its struct")
+        root = f"{struct.root}.{node.attr}"
+        if world_structs.is_array(var.type):
+            return _View(root, WHOLE, var.type.ndim)
+        if world_structs.is_struct(var.type) and world_structs.array_fields(root, var.type):
+            return _Struct(root, var.type)
         return None
 
     def element(self, node: ast.Subscript, write: bool) -> None:
@@ -210,8 +251,8 @@ class _Body:
         self.proof.use(selected.root, selected.state, write)
 
     def value_or_view(self, node):
-        if isinstance(node, (ast.Name, ast.Subscript)):
-            found = self.view(node)
+        if isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)):
+            found = self.view(node) or self.struct_of(node)
             if found is not None:
                 return found
         return self.value(node)
@@ -223,12 +264,21 @@ class _Body:
             held = self.env.get(node.id)
             if isinstance(held, _View):
                 self.refuse(node, f"uses array {node.id} other than by indexing it")
+            if isinstance(held, _Struct):
+                self.refuse(node, f"uses {node.id}, a struct holding arrays, other than through its fields")
             return held
         if isinstance(node, ast.Subscript):
             self.element(node, write=False)
             return None
         if isinstance(node, ast.Attribute):
-            if isinstance(node.value, (ast.Name, ast.Subscript)) and self.view(node.value) is not None:
+            member = self.member(node)
+            if isinstance(member, _View):
+                self.refuse(node, f"uses array {member.root} other than by indexing it")
+            if isinstance(member, _Struct):
+                self.refuse(node, f"uses {member.root}, a struct holding arrays, other than through its fields")
+            if self.struct_of(node.value) is not None:
+                return None  # a value field of a struct argument
+            if isinstance(node.value, (ast.Name, ast.Subscript, ast.Attribute)) and self.view(node.value) is not None:
                 if node.attr not in _METADATA:
                     self.refuse(node, f"reads .{node.attr} of an array")
                 return None
@@ -354,8 +404,8 @@ class _Proof:
                 if held is None:
                     continue
                 if counts.get(param, 0):
-                    if isinstance(held, _View):
-                        caller.refuse(node, f"calls {name}, which rebinds its array parameter {param}")
+                    if isinstance(held, (_View, _Struct)):
+                        caller.refuse(node, f"calls {name}, which rebinds its array or struct parameter {param}")
                     continue  # a reassigned world parameter is no world
                 env[param] = held
             self._active.add(key)
@@ -416,16 +466,23 @@ def _world_verdict(kernel) -> WorldVerdict:
         return WorldVerdict(False, "no world index: wp.tid() is not bound once, or its first name is rebound")
     arg_types = {a.label: a.type for a in getattr(adj, "args", ())}
     env: dict = {world: WORLD}
+    array_types = {}  # array name (an argument, or a struct argument's field "p.f") -> its Warp type
     for label, arg_type in arg_types.items():
-        if isinstance(arg_type, _compat.wp_codegen.Struct) or isinstance(
-                getattr(arg_type, "dtype", None), _compat.wp_codegen.Struct):
-            # a struct's fields may hold arrays, written through it behind the analysis' back
-            return WorldVerdict(False, f"argument {label} is or holds a @wp.struct (not analysed)")
-        ndim = getattr(arg_type, "ndim", None)
-        if isinstance(ndim, int) and ndim > 0 and hasattr(arg_type, "dtype"):
+        elements = world_structs.struct_elements(label, arg_type)
+        if elements is not None:
+            # memory behind its elements' fields is no array of the launch: written behind the analysis' back
+            return WorldVerdict(False, f"argument {label} holds {elements}, an array of @wp.struct (not analysed)")
+        fields = world_structs.array_fields(label, arg_type) if world_structs.is_struct(arg_type) else {}
+        if fields:
+            if counts.get(label, 0):
+                return WorldVerdict(False, f"rebinds its struct argument {label}")
+            env[label] = _Struct(label, arg_type)
+            array_types.update(fields)
+        elif world_structs.is_array(arg_type) and arg_type.ndim > 0:
             if counts.get(label, 0):
                 return WorldVerdict(False, f"rebinds its array argument {label}")
-            env[label] = _View(label, WHOLE, ndim)
+            env[label] = _View(label, WHOLE, arg_type.ndim)
+            array_types[label] = arg_type
     proof = _Proof()
     try:
         _Body(proof, _task._scope(getattr(adj, "func", None)), env, counts).block(definition.body)
@@ -433,7 +490,7 @@ def _world_verdict(kernel) -> WorldVerdict:
         return WorldVerdict(False, str(refused))
     written = {root for root, _, write in proof.uses if write}
     for root in sorted(written):
-        if not _compat.is_plain_array_type(arg_types.get(root)):
+        if not _compat.is_plain_array_type(array_types.get(root)):
             return WorldVerdict(False, f"writes {root}, not a plain wp.array")
         if (root, OTHER, True) in proof.uses:
             return WorldVerdict(False, f"writes {root} at a first index other than the world {world}")
@@ -451,23 +508,19 @@ def world_offsets(kernel, args_layout) -> tuple[tuple[int, ...], tuple[int, ...]
     world's row (``apic.record.world_split``), and whether it uses tiles (each thread must then run it
     in its own loaded copy: ``KernelInfo.split_tiles``), or None when its launches must stay serial.
 
-    Refused as in :func:`apic.record.splittable.written_offsets`: a ``@wp.struct`` argument and a 64-bit
-    integer argument."""
+    An array field of a ``@wp.struct`` argument counts as an array argument of its own (its descriptor
+    is an array slot of the launch: :mod:`apic.record.world_structs`). Refused as in
+    :func:`apic.record.splittable.written_offsets`: a 64-bit integer argument (or struct field), and a
+    written array that is not a plain array slot."""
     verdict = world_verdict(kernel)
     if not verdict.splittable or args_layout.words:
         return None
     plain = {slot.at for slot in args_layout.slots if not slot.indexed}
-    writes, rows = [], []
-    for i, arg in enumerate(kernel.adj.args):
-        if isinstance(arg.type, _compat.wp_codegen.Struct):
-            return None
-        at = getattr(args_layout.struct_type, f"a{i}").offset
-        if arg.label in verdict.written:
-            if at not in plain:
-                return None
-            writes.append(at)
-        if arg.label in verdict.rows and at in plain:
-            rows.append(at)
+    offsets = world_structs.array_offsets(kernel, args_layout)
+    writes = [offsets.get(root) for root in verdict.written]
+    if any(at not in plain for at in writes):
+        return None
+    rows = [at for at in map(offsets.get, verdict.rows) if at in plain]
     return tuple(sorted(writes)), tuple(sorted(rows)), verdict.tiles
 
 
@@ -526,7 +579,10 @@ def split_refusal(kernel) -> str:
     """Why a kernel's launches stay serial, when neither :func:`apic.record.splittable.written_offsets` nor
     :func:`world_offsets` accepted it (for ``parallel_report``)."""
     task, world = _task.kernel_verdict(kernel), world_verdict(kernel)
-    if task.splittable or world.splittable:
-        return ("an argument is a @wp.struct (arrays inside it are not analysed) or a 64-bit integer (maybe a "
-                "handle id), or a written argument is not a plain array")
+    if world.splittable:
+        return ("an argument or a struct field is a 64-bit integer (maybe a handle id), or a written array is "
+                "not a plain array")
+    if task.splittable:
+        return (f"by task, an argument is a @wp.struct or a 64-bit integer, or a written argument is not a plain "
+                f"array; not splittable by world ({world.reason})")
     return f"not splittable by task ({task.reason}) nor by world ({world.reason})"
