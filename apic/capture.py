@@ -118,10 +118,14 @@ def capture_launch(graph, stream=None, threads=None):
     the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
     """
     if isinstance(graph, Graph):
-        # The common replay in one bound native call, where the graph has made one (Graph.launch); whether
-        # a capture records can change at any time: checked per call, on every thread at once (cheaper).
-        replay = graph._fast_replay
-        if replay is not None and threads is None and not _recording_threads:
+        # The common replay in one bound native call, where the graph has made one for this thread count
+        # (Graph.launch; an exact int: 2.0 or True must still be refused); whether a capture records can
+        # change at any time: checked per call, on every thread at once (cheaper).
+        if threads is None:
+            replay = graph._fast_replay
+        else:
+            replay = graph._fast_counts.get(threads) if type(threads) is int else None
+        if replay is not None and not _recording_threads:
             status = replay()
             if status:
                 graph.fast_replay_failed(status)

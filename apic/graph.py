@@ -70,9 +70,13 @@ class Graph(NamedParams):
         self._range_entries: dict = {}  # (kernel, thread slots) -> what _range_entry returns
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
         # The plain replay as one bound native call (Program.fast_replay), made by the first launch it can
-        # stand for; ``wp.capture_launch`` calls it directly. Dropped when what it stands for changes
-        # (``threads``); whether a capture records is checked per call.
+        # stand for; ``wp.capture_launch`` calls it directly: for the graph's own ``threads``, and for each
+        # thread count asked for whose plan splits nothing (it runs the serial program). Dropped when what
+        # it stands for changes (``threads``, ``min_tasks_per_thread``); whether a capture records is
+        # checked per call.
         self._fast_replay = None
+        self._fast_counts: dict[int, object] = {}
+        self._serial_replay = None  # the serial program's, once made
 
     # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
     @property
@@ -87,7 +91,7 @@ class Graph(NamedParams):
     @threads.setter
     def threads(self, value: int) -> None:
         self._threads = _check_threads(value)
-        self._fast_replay = None  # it runs the serial program: made again by the next serial launch
+        self._fast_replay = None  # made again by the next launch whose plan splits nothing
 
     @property
     def min_tasks_per_thread(self) -> int:
@@ -100,6 +104,8 @@ class Graph(NamedParams):
         if type(value) is not int or value < 1:
             raise ValueError(f"min_tasks_per_thread must be an integer >= 1, got {value!r}")
         self._min_tasks = value
+        self._fast_replay = None  # what splits may change
+        self._fast_counts.clear()
 
     def _range_entry(self, kernel: int, slots: int):
         """A kernel's range entry (0: none, its launches stay serial), or, for a kernel using tiles, the
@@ -204,14 +210,14 @@ class Graph(NamedParams):
             for _ in range(repeats):
                 recorder.record_graph(self)
             return
+        asked = threads
         if threads is None:
             threads = self._threads
         program = self.program if threads == 1 and type(threads) is int else self.parallel_program(threads)
         if not self._checks_blocks:
             program.run(repeats)
-            if self._fast_replay is None and repeats == 1 and self._threads == 1 and program is self.program:
-                # None off the main thread: only that thread sets it
-                self._fast_replay = program.fast_replay(short_replay(self.recording.ops))
+            if repeats == 1 and program is self.program:
+                self._keep_fast_replay(asked)
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
@@ -221,6 +227,15 @@ class Graph(NamedParams):
             # Reported after the replay, not at the failing launch (the interpreter does not stop).
             message = error.decode("utf-8", errors="replace")
             raise ReplayError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
+
+    def _keep_fast_replay(self, threads: int | None) -> None:
+        """Keep the serial program's bound native call for launches with ``threads`` (None: the graph's own)."""
+        if self._serial_replay is None:  # None off the main thread: only that thread makes it
+            self._serial_replay = self.program.fast_replay(short_replay(self.recording.ops))
+        if threads is None:
+            self._fast_replay = self._serial_replay
+        elif self._serial_replay is not None:
+            self._fast_counts[threads] = self._serial_replay
 
     def fast_replay_failed(self, status: int) -> None:
         """Raise what a replay stopped with ``status`` by the fast path of ``wp.capture_launch`` means."""

@@ -290,3 +290,34 @@ def test_what_counts_as_a_short_replay():
     assert program.short_replay(ops(lambda: [wp.copy(y, x, count=quarter) for _ in range(4)]))
     assert not program.short_replay(ops(lambda: [wp.copy(y, x, count=quarter + 1) for _ in range(4)]))
     assert not program.short_replay(ops(lambda: x.fill_(1.0)))  # other kinds: released, whatever their size
+
+
+def test_a_thread_count_whose_plan_splits_nothing_takes_the_fast_path_and_still_checks():
+    """``threads=2`` on a graph too small to split runs the serial program: after one launch it takes the
+    fast path too; 2.0 and True are still refused, and a lower ``min_tasks_per_thread``, which makes
+    the launch split, takes effect."""
+    graph, eager, replayed = _graph_and_states()
+    for _ in range(3):
+        _step(eager, 0.25)
+        wp.capture_launch(graph, threads=2)
+    assert_same(snapshot(eager), snapshot(replayed), "three launches with threads=2")
+    if graph._fast_counts.get(2) is None:
+        pytest.skip(f"no fast path with APIC_REPLAY={os.environ.get('APIC_REPLAY')!r}: the Python interpreters")
+    for bad in (2.0, True):
+        with pytest.raises(ValueError, match="threads"):
+            wp.capture_launch(graph, threads=bad)
+    graph.min_tasks_per_thread = 1
+    assert not graph._fast_counts, "the plans may change with the threshold"
+    for _ in range(2):
+        _step(eager, 0.25)
+        wp.capture_launch(graph, threads=2)
+    assert_same(snapshot(eager), snapshot(replayed), "launches split after min_tasks_per_thread = 1")
+    if not split_pool_unavailable():
+        assert graph.parallel_report(2)[0]["chunks"] > 1
+        assert 2 not in graph._fast_counts, "a plan that splits runs through the pool, not the serial call"
+
+
+def split_pool_unavailable():
+    from apic.replay.split_pool import unavailable
+
+    return unavailable()
