@@ -16,7 +16,9 @@ from apic.replay import range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
-from apic.replay.program import Program, raise_status, replay_limits, short_replay
+from apic.replay.profile import CLOCK_MONOTONIC, clock_address
+from apic.replay.program import Program, native_replay, raise_status, replay_limits, short_replay
+from apic.replay.split_planner import MIN_NS_PER_THREAD
 from apic.replay.thread_count import check as _check_threads
 from apic.replay.thread_count import planned as _planned_threads
 from apic.targets import cpu as cpu_target
@@ -67,6 +69,10 @@ class Graph(NamedParams):
         self._threads = 1
         self._min_tasks = MIN_TASKS_PER_THREAD
         self._parallel: dict[tuple[int, int], Program] = {}  # (threads, min tasks) -> parallel program
+        # Each table row's time in a serial replay (ns), measured by the first replay on more threads whose
+        # plan keeps a launch serial for its size (_measured_replay); the plans made after use it.
+        self._row_ns: np.ndarray | None = None
+        self._to_measure: set[tuple[int, int]] = set()  # keys of _parallel whose next replay measures
         self._range_entries: dict = {}  # (kernel, thread slots) -> what _range_entry returns
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
         # The plain replay as one bound native call (Program.fast_replay), made by the first launch it can
@@ -96,7 +102,8 @@ class Graph(NamedParams):
     @property
     def min_tasks_per_thread(self) -> int:
         """A launch splits only into ranges of at least this many tasks (default 4096): smaller launches
-        cost less than waking a thread, so they run serially."""
+        cost less than waking a thread, so they run serially, unless a measured replay found them long
+        enough (``split_planner.MIN_NS_PER_THREAD`` per thread; docs/PARALLEL.md, "Measured time")."""
         return self._min_tasks
 
     @min_tasks_per_thread.setter
@@ -136,9 +143,38 @@ class Graph(NamedParams):
         if program is None:
             program = self.program
             if threads > 1 and self.program.splits and _split_unavailable() is None:
-                program = self.program.parallel(threads, self._min_tasks, self._range_entry)
+                program = self.program.parallel(threads, self._min_tasks, self._range_entry, self._row_ns)
+                if self._row_ns is None and self._kept_for_size(program) and native_replay():
+                    self._to_measure.add(key)
             self._parallel[key] = program
         return program
+
+    def _kept_for_size(self, program: Program) -> list:
+        """The split launches ``program`` keeps serial though they have a range entry and two tasks: too
+        few tasks for ``min_tasks_per_thread``, which their measured time may overrule."""
+        chunks = program.plan.chunks if program.plan else {}
+        return [split for split in self.program.splits
+                if split.tasks >= 2 and split.kernel not in self._range_missing
+                and any(int(row) not in chunks for row in split.rows)]
+
+    def _measured_replay(self, repeats: int) -> None:
+        """Replay serially through the profiled interpreter, keeping each row's time: the plans are made
+        again with it, and a launch whose time pays for a split splits whatever its tasks (the same
+        results: any plan replays bit for bit as the serial one)."""
+        from apic.replay.interpreter import run_table_profiled  # Numba: a parallel replay imports it anyway
+
+        table, limits = self.program.table, replay_limits()
+        row_ns = np.zeros(len(table), dtype=np.int64)
+        calls = np.zeros(len(table), dtype=np.int64)
+        status = run_table_profiled(table, repeats, limits, self.program.loops, clock_address(), CLOCK_MONOTONIC,
+                                    row_ns, calls)
+        if status:
+            raise_status(status, limits, table)
+        self._row_ns = row_ns // np.maximum(calls, 1)
+        self._parallel.clear()
+        self._to_measure.clear()
+        self._fast_replay = None
+        self._fast_counts.clear()
 
     def parallel_report(self, threads: int | None = None) -> list[dict]:
         """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per distinct
@@ -161,7 +197,8 @@ class Graph(NamedParams):
             if not chunks:
                 why = (("threads=1" if threads == 1 else None) or _split_unavailable()
                        or self._range_missing.get(split.kernel)
-                       or f"fewer than 2 x {self._min_tasks} tasks, alone or with the independent launches next to it")
+                       or f"fewer than 2 x {self._min_tasks} tasks, alone or with the independent launches next to it"
+                       + self._measured_why(split, threads))
             report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
                            "chunks": chunks, "together": together_of.get(row, 0),
                            "count": len(split.rows), "why": why})
@@ -169,6 +206,15 @@ class Graph(NamedParams):
             report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "together": 0,
                            "count": 0, "why": why})
         return report + self._serial_kernels()
+
+    def _measured_why(self, split, threads: int) -> str:
+        """What the measured times say of a launch kept serial for its size (``parallel_report``)."""
+        if self._row_ns is not None:
+            us = max(int(self._row_ns[row]) for row in split.rows) / 1e3
+            return f"; {us:.0f} us in a serial replay, under 2 x {MIN_NS_PER_THREAD / 1e3:.0f} us"
+        if (_planned_threads(threads), self._min_tasks) in self._to_measure:
+            return f"; the next replay on {threads} threads runs serially and times it"
+        return ""
 
     def _serial_kernels(self) -> list[dict]:
         """``parallel_report`` entries of the kernels never proved splittable, one per kernel launched."""
@@ -214,14 +260,21 @@ class Graph(NamedParams):
         if threads is None:
             threads = self._threads
         program = self.program if threads == 1 and type(threads) is int else self.parallel_program(threads)
+        measure = bool(self._to_measure) and (_planned_threads(threads), self._min_tasks) in self._to_measure
         if not self._checks_blocks:
+            if measure:
+                self._measured_replay(repeats)
+                return
             program.run(repeats)
             if repeats == 1 and program is self.program:
                 self._keep_fast_replay(asked)
             return
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
-        program.run(repeats)
+        if measure:
+            self._measured_replay(repeats)
+        else:
+            program.run(repeats)
         error = take_error()
         if error:
             # Reported after the replay, not at the failing launch (the interpreter does not stop).

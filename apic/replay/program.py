@@ -128,18 +128,19 @@ class Program:
             self.verdicts = self.verdicts()
         return self.verdicts
 
-    def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of) -> Program:
+    def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of, row_ns=None) -> Program:
         """This program on ``threads`` threads (sharing this arena): its large split launches, and its
         runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.split_planner``); ``self``
         if nothing fans out.
 
         ``range_entry_of(kernel, slots)`` is the address of a kernel's range entry, or None (it stays
-        serial), or a tuple of ``slots`` addresses, one per thread slot (``split_planner.plan``).
+        serial), or a tuple of ``slots`` addresses, one per thread slot (``split_planner.plan``); ``row_ns``
+        each row's measured time in a serial replay, or None.
         """
         from apic.replay import split_pool  # lazy: imports Numba, which only a parallel replay needs
 
         found = split_planner.plan(self.table, self.splits, threads, min_tasks_per_thread, range_entry_of,
-                                   split_pool.splitter_address(), split_pool.pool().base)
+                                   split_pool.splitter_address(), split_pool.pool().base, row_ns)
         if found is None:
             return self
         return Program(found.table, self.arena, self.loops, self.param_offsets, self._verdicts(), threads,
@@ -272,6 +273,12 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
 _native = None  # the native serial interpreter (``native_interpreter.SERIAL_RUN``), or True: ``_run_table``
 _run_table = None  # the Numba dispatcher or the reference interpreter, where ``_native`` is True
 _run_table_pooled = True  # whether it runs OP_SPLIT rows on the splitter's pool (the reference one runs them itself)
+
+
+def native_replay() -> bool:
+    """Whether replays run through the native serial interpreter (not the Numba dispatcher's fallback,
+    nor ``APIC_REPLAY=reference``)."""
+    return (_native or _load_interpreter()) is not True
 
 
 def _load_interpreter():

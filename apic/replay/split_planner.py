@@ -30,6 +30,9 @@ from apic.replay import table as tbl
 from apic.replay import thread_count
 
 CHUNKS_PER_THREAD = 4  # more chunks than threads: a thread the OS runs late leaves its share to the others
+# A launch measured at this long per thread also splits, whatever its tasks (``plan``'s ``row_ns``): waking a
+# worker and waiting for it cost a few microseconds
+MIN_NS_PER_THREAD = 25_000
 MAX_GROUP = 16  # launches in one row at most (a chunk's item is found by a linear search)
 
 
@@ -58,29 +61,34 @@ def jump_targets(table: np.ndarray) -> set[int]:
     return {int(target) for spec in tbl.JUMPS for target in table[ops == spec.number, spec.column(spec.jump)]}
 
 
-def _chunks(tasks: int, threads: int, min_tasks: int) -> int:
+def _chunks(tasks: int, threads: int, min_tasks: int, ns: int | None = None) -> int:
     """The chunks ``tasks`` tasks are cut into: ``CHUNKS_PER_THREAD`` per thread, on as many threads (up to
-    ``threads``) as have ``min_tasks`` tasks each (1: too few to share between two threads)."""
+    ``threads``) as have ``min_tasks`` tasks each, or, given its measured time ``ns``, as have
+    ``MIN_NS_PER_THREAD`` of it (1: too little to share between two threads)."""
     ranges = min(threads, tasks // max(min_tasks, 1))
+    if ns is not None:
+        ranges = max(ranges, min(threads, tasks, ns // MIN_NS_PER_THREAD))
     return min(tasks, ranges * CHUNKS_PER_THREAD) if ranges >= 2 else 1
 
 
-def _cuts(tasks: list[int], threads: int, min_tasks: int) -> list[int] | None:
+def _cuts(tasks: list[int], threads: int, min_tasks: int, times: list[int] | None = None) -> list[int] | None:
     """The chunks of each launch of a row of independent launches, or None when the row is too small
     to fan out. The row as a whole gets the chunks its total would get as one launch, shared in
     proportion to the launches' tasks and rounded up to a multiple of the threads that would share the
     launch alone (at least one chunk each); a launch too small to split alone runs whole. (Each chunk costs
     a range-entry call: W4's rows of four 25,000-task launches on 2 threads run 8 chunks, not 32. Tasks
     are no measure of time, though: in a mujoco-warp step, a tile kernel's 256 tasks, one per world,
-    take fifty times as long as the 4,000 small tasks launched beside them.)"""
-    row = _chunks(sum(tasks), threads, min_tasks)
+    take fifty times as long as the 4,000 small tasks launched beside them.) Given the launches' measured
+    ``times`` (ns), they also decide what splits, and the row's chunks are shared by time."""
+    row = _chunks(sum(tasks), threads, min_tasks, sum(times) if times is not None else None)
     if row == 1:
         return None
+    weights = times if times is not None and sum(times) > 0 else tasks
     cuts = []
-    for n in tasks:
-        alone = _chunks(n, threads, min_tasks)
+    for k, n in enumerate(tasks):
+        alone = _chunks(n, threads, min_tasks, times[k] if times is not None else None)
         ranges = alone // CHUNKS_PER_THREAD  # the threads that would share it alone (0: it runs whole)
-        share = round(row * n / sum(tasks))
+        share = round(row * weights[k] / sum(weights))
         # a multiple of those threads: 7 chunks of one launch on 2 threads would leave one thread 4 of them
         cuts.append(min(alone, max(ranges, -(-share // ranges) * ranges)) if ranges else 1)
     return cuts
@@ -112,13 +120,14 @@ def _groups(table: np.ndarray, candidates: dict) -> list[list[int]]:
 
 
 def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of, splitter: int,
-         control: int) -> Plan | None:
+         control: int, row_ns: np.ndarray | None = None) -> Plan | None:
     """The parallel version of ``table`` for ``threads`` threads, or None when nothing fans out.
 
     ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel, slots)`` a kernel's range
     entry address (0 or None: its launches stay serial) or a tuple of ``slots`` of them, one per thread
     slot (a kernel using tiles, ``range_entry.per_thread_entries``), ``splitter`` and ``control`` the
-    native splitter and its pool's control block (``apic.replay.split_pool``).
+    native splitter and its pool's control block (``apic.replay.split_pool``). ``row_ns``, each row's time
+    in a serial replay (ns), lets a launch whose time pays for a split split whatever its tasks.
     """
     slots = thread_count.running(threads)  # the threads the pool runs a replay of this table on, at most
     candidates = {}  # table row -> (split, range entry or per-thread entries)
@@ -129,7 +138,8 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
     chosen = []
     for group in _groups(table, candidates):
         tasks = [candidates[row][0].tasks for row in group]
-        cuts = _cuts(tasks, threads, min_tasks)
+        times = [int(row_ns[row]) for row in group] if row_ns is not None else None
+        cuts = _cuts(tasks, threads, min_tasks, times)
         if cuts is not None:
             chosen.append((group, cuts))
     if not chosen:
