@@ -15,7 +15,7 @@ from apic.replay import range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
-from apic.replay.profile import CLOCK_MONOTONIC, clock_address
+from apic.replay.profile import timed_rows
 from apic.replay.program import Program, native_replay, raise_status, replay_limits, short_replay
 from apic.replay.split_planner import MIN_NS_PER_THREAD
 from apic.replay.thread_count import check as _check_threads
@@ -160,15 +160,7 @@ class Graph(NamedParams):
         """Replay serially through the profiled interpreter, keeping each row's time: the plans are made
         again with it, and a launch whose time pays for a split splits whatever its tasks (the same
         results: any plan replays bit for bit as the serial one)."""
-        from apic.replay.interpreter import run_table_profiled  # Numba: a parallel replay imports it anyway
-
-        table, limits = self.program.table, replay_limits()
-        row_ns = np.zeros(len(table), dtype=np.int64)
-        calls = np.zeros(len(table), dtype=np.int64)
-        status = run_table_profiled(table, repeats, limits, self.program.loops, clock_address(), CLOCK_MONOTONIC,
-                                    row_ns, calls)
-        if status:
-            raise_status(status, limits, table)
+        row_ns, calls, _ = timed_rows(self.program, repeats)
         self._row_ns = row_ns // np.maximum(calls, 1)
         self._parallel.clear()
         self._to_measure.clear()

@@ -146,35 +146,44 @@ def clock_cost_ns(reads: int = 100_000, batches: int = 10) -> float:
     return best
 
 
+def timed_rows(program, replays: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Replay ``program``'s table ``replays`` times through the profiled interpreter: each row's summed
+    time (ns) and executions, and the wall time of the replays (ns; the loop is compiled before it
+    starts). Raises what ``wp.capture_launch`` raises for a replay stopped early (Ctrl-C, a loop past the
+    cap); the memory is then as the replay left it."""
+    from apic.replay.interpreter import run_table_profiled  # lazy: imports Numba
+
+    table = program.table
+    row_ns = np.zeros(len(table), dtype=np.int64)
+    row_calls = np.zeros(len(table), dtype=np.int64)
+    if not len(table):
+        return row_ns, row_calls, 0
+    fn, limits = clock_address(), _program.replay_limits()
+    run_table_profiled(table, 0, limits, program.loops, fn, CLOCK_MONOTONIC, row_ns, row_calls)  # compiles
+    start = time.perf_counter_ns()
+    status = run_table_profiled(table, replays, limits, program.loops, fn, CLOCK_MONOTONIC, row_ns, row_calls)
+    wall = time.perf_counter_ns() - start
+    if status:
+        _program.raise_status(status, limits, table)
+    return row_ns, row_calls, wall
+
+
 def profile(graph, replays: int = 100) -> ProfileReport:
     """Replay ``graph`` ``replays`` times timing every op from inside the interpreter; return the report.
 
     The graph's memory changes exactly as ``replays`` calls of ``wp.capture_launch`` would change it.
     A CUDA graph is refused (only apic's CPU interpreter is profiled).
     """
-    from apic.replay.interpreter import run_table_profiled  # lazy: imports Numba
-
     if getattr(graph, "program", None) is None or not hasattr(graph, "recording"):
         raise TypeError("apic.profile: expected an apic CPU graph (from a CPU capture or wp.capture_load)")
     if replays < 0:
         raise ValueError(f"apic.profile: replays must be 0 or more, got {replays}")
     labels = row_labels(graph)
-    table = graph.program.table
-    row_ns = np.zeros(len(table), dtype=np.int64)
-    row_calls = np.zeros(len(table), dtype=np.int64)
-    fn = clock_address()
     checks_blocks = getattr(graph, "_checks_blocks", False)
     take_error = _compat.runtime().core.wp_take_cpu_block_error if checks_blocks else None
     if take_error:
         take_error()  # as eager Warp: forget a failure left over from earlier work
-    limits, loops = _program.replay_limits(), graph.program.loops
-    if len(table):  # compile outside the timing
-        run_table_profiled(table, 0, limits, loops, fn, CLOCK_MONOTONIC, row_ns, row_calls)
-    start = time.perf_counter_ns()
-    status = run_table_profiled(table, replays, limits, loops, fn, CLOCK_MONOTONIC, row_ns, row_calls) if len(table) else 0
-    wall = time.perf_counter_ns() - start
-    if status:
-        _program.raise_status(status, limits, table)  # Ctrl-C or a loop past the cap, as wp.capture_launch
+    row_ns, row_calls, wall = timed_rows(graph.program, replays)
     if take_error:
         error = take_error()
         if error:
