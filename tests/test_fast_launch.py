@@ -258,7 +258,8 @@ def test_a_short_replay_keeps_the_gil_and_a_long_one_lets_other_threads_run():
     with wp.ScopedCapture(device=CPU) as short:
         wp.launch(spin, dim=1, inputs=[x, rounds], device=CPU)
     with wp.ScopedCapture(device=CPU) as long:
-        wp.launch(spin, dim=SHORT_REPLAY_TASKS + 1, inputs=[x, rounds // SHORT_REPLAY_TASKS], device=CPU)
+        # ten times as long: the other thread must get scheduled within it, on a busy machine too
+        wp.launch(spin, dim=SHORT_REPLAY_TASKS + 1, inputs=[x, 10 * rounds // SHORT_REPLAY_TASKS], device=CPU)
     assert short_replay(short.graph.recording.ops) and not short_replay(long.graph.recording.ops)
     for graph in (short.graph, long.graph):
         wp.capture_launch(graph)  # the first launch makes the fast path

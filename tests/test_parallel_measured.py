@@ -90,8 +90,15 @@ def test_a_few_cheap_tasks_stay_serial_and_say_their_time():
     for k in range(3):
         _replay_both(graph, eager, replayed, 1, f"replay {k + 1}")
     report = graph.parallel_report(2)
-    assert all(e["chunks"] == 0 for e in report[:2])
-    assert all(f"us in a serial replay, under 2 x {MIN_NS_PER_THREAD // 1000} us" in e["why"] for e in report[:2])
+    measured = [max(int(graph._row_ns[row]) for row in split.rows) for split in graph.program.splits]
+    assert min(measured) < 2 * MIN_NS_PER_THREAD, measured  # one round over 8 tasks: microseconds
+    # each launch is judged on its own time (a busy machine may stop the timed replay inside a row)
+    for entry, ns in zip(report[:2], measured):
+        if ns < 2 * MIN_NS_PER_THREAD:
+            assert entry["chunks"] == 0, entry
+            assert f"us in a serial replay, under 2 x {MIN_NS_PER_THREAD // 1000} us" in entry["why"], entry
+        else:
+            assert entry["chunks"] >= 2, entry
 
 
 def test_a_graph_that_splits_by_its_tasks_is_never_measured():
