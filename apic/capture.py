@@ -9,6 +9,7 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import warp as wp
 
@@ -94,14 +95,24 @@ def capture_end(device=None, stream=None):
             )
         raise CaptureError("no CPU graph capture is in progress on this thread")
     recorder = cuda_recorder.active()
-    if recorder is None or not recorder.owns(dev):
-        return _originals["capture_end"](device=device, stream=stream)
     try:
-        warp_graph = _originals["capture_end"](device=device, stream=stream)
+        if recorder is None or not recorder.owns(dev):
+            return _originals["capture_end"](device=device, stream=stream)
+        try:
+            warp_graph = _originals["capture_end"](device=device, stream=stream)
+        finally:
+            recorder.abort()
+        return CapturedCudaGraph(warp_graph, recorder.end(), dev, _originals["capture_launch"],
+                                 keepalive=[recorder.keepalive])
     finally:
-        recorder.abort()
-    return CapturedCudaGraph(warp_graph, recorder.end(), dev, _originals["capture_launch"],
-                             keepalive=[recorder.keepalive])
+        _release_loaded_graphs_freed_during_capture()
+
+
+def _release_loaded_graphs_freed_during_capture() -> None:
+    """Loaded CUDA graphs collected during a capture wait for its end to free their driver objects."""
+    loaded_graphs = sys.modules.get("apic.replay.cuda_loaded_graph")  # never imported: none was loaded
+    if loaded_graphs is not None and loaded_graphs._PENDING:
+        loaded_graphs.release_pending()
 
 
 def capture_launch(graph, stream=None, threads=None):

@@ -138,6 +138,7 @@ class Method:
 
 def _kernel():
     """The one-thread kernel every launch runs (its Warp module is this file's)."""
+    global wp  # Warp resolves the annotation (a string: this module's annotations are postponed) in its globals
     import warp as wp
 
     @wp.kernel

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "apic-gpu-check/1"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_GPU_UNUSABLE = 0, 1, 2, 3, 4
-DEFAULT_BUDGET = 330  # seconds for all jobs together: the check runs in about 6 minutes at most
+DEFAULT_BUDGET = 420  # seconds for all jobs together: the check runs in about 7 minutes at most
 
 # Tests that need a CUDA device besides tests/test_cuda_gpu.py (they skip, saying so, without one), and the
 # offline CUDA suites, which compile with the same NVRTC and run their device-dependent parts there.
@@ -70,9 +70,13 @@ def build_jobs(out: str, python: str = sys.executable) -> list[Job]:
         pytest("cuda-gpu-tests", ["tests/test_cuda_gpu.py"], 240),
         Job("benchmark", (python, "-m", "benchmarks.cuda_replay", "--json", os.path.join(out, "cuda_replay.json")),
             120),
-        pytest("cuda-device-tests", list(DEVICE_TESTS), 150),
-        Job("mujoco-warp (optional)", pytest("mujoco", ["tests/clients/test_mujoco_warp.py"], 60).argv, 60,
+        # the client on the GPU: its modules compile with NVRTC once (Warp's kernel cache is shared by the jobs)
+        Job("mujoco-warp (optional)", pytest("mujoco", ["tests/clients/test_mujoco_warp_gpu.py"], 180).argv, 180,
             os.path.join(out, "junit-mujoco.xml"), optional=True, requires="mujoco_warp"),
+        Job("mujoco-warp benchmark (optional)",
+            (python, "-m", "benchmarks.cuda_mujoco", "--json", os.path.join(out, "cuda_mujoco.json")), 120,
+            optional=True, requires="mujoco_warp"),
+        pytest("cuda-device-tests", list(DEVICE_TESTS), 150),
     ]
 
 
@@ -299,6 +303,11 @@ def summary(results: dict) -> str:
         from benchmarks.cuda_replay import table
 
         lines += ["", table(bench)]
+    client = results.get("client_benchmark")
+    if client and client.get("methods"):
+        from benchmarks.cuda_mujoco import table as client_table
+
+        lines += ["", client_table(client)]
     lines.append(f"results: {results.get('json')}  log: {results.get('log')}")
     return "\n".join(lines)
 
@@ -307,7 +316,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/gpu_check.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.getcwd(), "gpu-results"),
                         help="where the results go (default $OUT, else ./gpu-results)")
-    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="seconds for all jobs (default 330)")
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help=f"seconds for all jobs (default {DEFAULT_BUDGET})")
     parser.add_argument("--jobs", help="only these jobs (comma-separated names; --list shows them)")
     parser.add_argument("--list", action="store_true", help="print the jobs and exit")
     return parser.parse_args(argv)
@@ -330,11 +339,12 @@ def check(args: argparse.Namespace, results: dict, log) -> None:
                                     "reason": f"the {args.budget} s budget was spent"})
             continue
         results["jobs"].append(run_job(job, min(job.timeout, left), log))
-        if job.name == "benchmark":
-            bench = os.path.join(args.out, "cuda_replay.json")
-            if os.path.exists(bench):
-                with open(bench) as f:
-                    results["benchmark"] = json.load(f)
+        for name, file, key in (("benchmark", "cuda_replay.json", "benchmark"),
+                                ("mujoco-warp benchmark (optional)", "cuda_mujoco.json", "client_benchmark")):
+            path = os.path.join(args.out, file)
+            if job.name == name and os.path.exists(path):
+                with open(path) as f:
+                    results[key] = json.load(f)
     results["status"], results["exit_code"] = overall(results)
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU, run every test that needs one and the CUDA replay benchmark
-# (benchmarks/cuda_replay.py: Warp's own replays next to apic's), in about 6 minutes at most, writing
+# (benchmarks/cuda_replay.py: Warp's own replays next to apic's; mujoco-warp's GPU test and benchmarks/cuda_mujoco.py where
+# mujoco-warp is importable), in about 7 minutes at most, writing
 # gpu-check.json (the card, each job, each test's outcome, the figures) and gpu-check.log under $OUT if
 # set, else ./gpu-results. Prints a short summary. No network needed.
 #
@@ -20,6 +21,11 @@
 #        cp .devkit/p2/part.* /tmp/apic-kit/
 #   3. with .devkit/p3 and .devkit/bin:
 #        cp .devkit/p3/part.* /tmp/apic-kit/ && bash .devkit/bin/install_on_device.sh && export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh
+# For the mujoco-warp jobs, bring its wheels too (here: pip download --no-deps for Python 3.12 of mujoco, mujoco-core,
+# mujoco-warp and glfw into .devkit/clients, about 12 MiB), one more command before the last:
+#        python3 -m pip install -q --no-index --no-deps --target /tmp/apic-clients .devkit/clients/*.whl
+#   and PYTHONPATH=/tmp/apic-site:/tmp/apic-clients:$PWD in the last. A part and the clients together pass the
+#   64 MiB a command may upload: keep them in separate commands.
 # If the machine was released in between (the installer says a part is missing or its SHA-256 does not
 # match), start again at 1. While it is still up, a rerun needs only
 #        export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh [--jobs cuda-gpu-tests]

@@ -401,6 +401,29 @@ def test_loaded_graph_replays_inside_a_warp_capture(tmp_path, mode):
         cw.same(cw.snapshot(eager, DEV), outputs_of(held[0]), f"outer replay {run}")
 
 
+def test_a_loaded_graph_freed_inside_a_capture_leaves_that_capture_valid(tmp_path):
+    """Found on an H100: a loaded graph collected while the caller captured (a garbage collection can run at any
+    allocation) synchronized the context in its finalizer, which invalidated the caller's capture (CUDA error 901
+    at the next launch). Its driver objects now wait for the capture's end."""
+    needs_cuda_python()
+    loaded = wp.capture_load(save(tmp_path), device=DEV)
+    resources = loaded._resources
+    x = wp.array(np.arange(N, dtype=np.float32), device=DEV)
+    y, y_eager = wp.zeros(N, dtype=wp.float32, device=DEV), wp.zeros(N, dtype=wp.float32, device=DEV)
+    with wp.ScopedCapture(device=DEV) as cap:
+        wp.launch(ck.saxpy, dim=N, inputs=[2.0, x, y], device=DEV)
+        del loaded
+        gc.collect()  # the loaded graph's finalizer runs here, inside the capture
+        assert resources.context is not None, "released inside the capture"
+        wp.launch(ck.saxpy, dim=N, inputs=[0.5, x, y], device=DEV)
+    assert resources.context is None, "not released when the capture ended"
+    for _ in range(2):
+        wp.capture_launch(cap.graph)
+        wp.launch(ck.saxpy, dim=N, inputs=[2.0, x, y_eager], device=DEV)
+        wp.launch(ck.saxpy, dim=N, inputs=[0.5, x, y_eager], device=DEV)
+    assert np.array_equal(y.numpy(), y_eager.numpy())
+
+
 def test_loaded_graph_replays_inside_an_external_capture(tmp_path):
     """wp.capture_begin(external=True) on a stream cuda-python began capturing."""
     cu = driver()

@@ -70,12 +70,18 @@ def check_arch(saved, arch: int) -> None:
 
 
 class _Resources:
-    """Every driver object a loaded graph owns, released together (when the graph is freed)."""
+    """Every driver object a loaded graph owns, released together (when the graph is freed).
+
+    The release synchronizes the context and frees memory, which a stream capture forbids: run while any
+    capture Warp knows of is in progress (a garbage collection can free a graph at any moment, inside the
+    caller's ``wp.ScopedCapture`` too), it would invalidate that capture. Then it waits in ``_PENDING``
+    until ``release_pending`` finds no capture running (the next load or replay, or the end of a capture)."""
 
     def __init__(self, cu: Driver) -> None:
         self.cu = cu
         self.context = None
         self.device = None
+        self.warp_device = None  # the graph's Warp device: its captures are looked at with every other device's
         self.stream = None
         self.graph = None
         self.exec = None
@@ -83,9 +89,15 @@ class _Resources:
         self.memory: list = []
 
     def release(self) -> None:
-        cu = self.cu.cu
         if self.context is None:
             return
+        if _captures_running(self.warp_device):
+            _PENDING.append(self)
+            return
+        self._release_now()
+
+    def _release_now(self) -> None:
+        cu = self.cu.cu
         try:
             cu.cuCtxPushCurrent(self.context)
             cu.cuCtxSynchronize()
@@ -104,6 +116,31 @@ class _Resources:
         except Exception:  # interpreter shutdown: the driver may be gone already
             pass
         self.context = None
+
+
+# Resources of graphs freed while a capture ran (see _Resources), released by release_pending.
+_PENDING: list[_Resources] = []
+
+
+def _captures_running(device=None) -> bool:
+    """Whether Warp is capturing a graph on ``device`` or any other CUDA device (a look at each ``captures``)."""
+    try:
+        devices = [device, *wp.get_cuda_devices()]
+    except Exception:  # interpreter shutdown
+        devices = [device]
+    return any(getattr(d, "captures", None) for d in devices)
+
+
+def release_pending() -> None:
+    """Release what graphs freed during a capture left in ``_PENDING``, unless a capture still runs."""
+    while _PENDING:
+        if _captures_running(_PENDING[-1].warp_device):
+            return
+        try:
+            res = _PENDING.pop()
+        except IndexError:  # another thread emptied it meanwhile
+            return
+        res._release_now()
 
 
 class LoadedCudaGraph(NamedParams, CudaGraph):
@@ -146,7 +183,8 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         )
         name = cu("cuDeviceGetName", 256, res.device)
         self.device_name = (name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name))
-        self.device = _warp_device(ordinal)
+        self.device = res.warp_device = _warp_device(ordinal)
+        release_pending()
         # modules this GPU cannot run, or whose object is missing, are compiled from a saved source (if any)
         self.saved, self._images = self._sources.for_device(saved, images, self.arch, check_arch)
         res.context = cu("cuDevicePrimaryCtxRetain", res.device)
@@ -328,6 +366,8 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         mode = self.mode if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if _PENDING:
+            release_pending()
         if not self._plan:
             return
         handle = self._stream(stream)

@@ -95,12 +95,15 @@ CHILD = textwrap.dedent(  # raw: the regular expression below is the child's
             return wp.types.vector(int(found.group(1)), getattr(wp, found.group(2)))
         return getattr(wp, name)
 
-    graph = wp.capture_load(job["path"], device="cpu")
+    graph = wp.capture_load(job["path"], device=job["device"])
+    if job["mode"]:
+        graph.mode = job["mode"]
     for name, file in job["set"].items():
         p = graph.params[name]
         graph.set_param(name, wp.array(np.load(file), dtype=dtype_of(p["dtype"]), shape=p["shape"], device="cpu"))
     for _ in range(job["iters"]):
         wp.capture_launch(graph)
+    wp.synchronize()
     for name, file in job["get"].items():
         p = graph.params[name]
         out = wp.empty(shape=p["shape"], dtype=dtype_of(p["dtype"]), device="cpu")
@@ -119,11 +122,18 @@ CHILD = textwrap.dedent(  # raw: the regular expression below is the child's
 )
 
 
-def replay_without(blocked: tuple[str, ...], path: str, iters: int, set_: dict, get: dict, cwd) -> dict:
-    """Run ``CHILD`` in a fresh interpreter with ``blocked`` packages unimportable; its JSON report."""
+def replay_without(blocked: tuple[str, ...], path: str, iters: int, set_: dict, get: dict, cwd, device: str = "cpu",
+                   mode: str | None = None) -> dict:
+    """Run ``CHILD`` in a fresh interpreter with ``blocked`` packages unimportable; its JSON report.
+
+    The graph loads onto ``device``; ``mode`` is a loaded CUDA graph's replay path ("graph" or "launch")."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = REPO  # apic from this checkout; nothing of the test folder
-    job = {"blocked": list(blocked), "path": path, "iters": iters, "set": set_, "get": get}
+    # apic from this checkout, and wherever warp-lang was put on the path; nothing of the test folder
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not os.path.abspath(p).startswith(tests)]
+    env["PYTHONPATH"] = os.pathsep.join([REPO, *kept])
+    job = {"blocked": list(blocked), "path": path, "iters": iters, "set": set_, "get": get, "device": device,
+           "mode": mode}
     result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=cwd, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"

@@ -1,0 +1,151 @@
+"""mujoco-warp on a CUDA GPU under apic (skipped, saying why, without one or without mujoco-warp).
+
+A small scene (``test_mujoco_warp.SCENE``, two worlds, contacts) on ``cuda:0``. An ``apic=True`` capture records
+alongside Warp's own CUDA graph, so it cannot hold Warp's conditional nodes: the step runs with
+``opt.graph_conditional = False`` (mujoco-warp's own switch: fixed solver iterations, no ``capture_while`` /
+``capture_if``), and with conditional nodes on the capture is refused, naming the reason.
+
+The oracle is Warp's own graph replay of the same step. A GPU's float atomics need not add in the same order
+twice, so Warp's graph is replayed twice from the same start first: every array those two runs agree on must
+agree bit for bit with apic's replays; the few they do not agree on (if any) are named in the output and must
+agree to a tolerance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import warp as wp
+
+import apic
+
+mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
+mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
+
+from client_helpers import raw, replay_without, warp_arrays  # noqa: E402
+from test_mujoco_warp import SCENE  # noqa: E402
+
+pytestmark = pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="no CUDA device on this machine")
+DEV = "cuda:0"
+STEPS = 6
+OUTPUTS = ("qpos", "qvel", "xpos", "qacc")
+
+
+def _model(conditional: bool):
+    mjm = mujoco.MjModel.from_xml_string(SCENE)
+    mjm.opt.iterations, mjm.opt.ls_iterations = 8, 8  # a short unrolled solver: a graph of hundreds of nodes
+    m = mjw.put_model(mjm)
+    m.opt.graph_conditional = conditional
+    return mjm, m
+
+
+@pytest.fixture(scope="module")
+def scene():
+    """The model without conditional nodes, ``fresh()`` Data (equal every time), every module loaded on the GPU."""
+    with wp.ScopedDevice(DEV):
+        mjm, m = _model(conditional=False)
+        mjd = mujoco.MjData(mjm)
+        mjd.qvel[:3] = (0.4, -0.2, 0.0)
+
+        def made():
+            return mjw.put_data(mjm, mjd, nworld=2, nconmax=32, njmax=64)
+
+        # put_data leaves a few arrays as wp.empty (never written past the contact count): zeroed in each copy
+        first, second = warp_arrays(made()), warp_arrays(made())
+        uninitialised = [name for name in first if not np.array_equal(raw(first[name]), raw(second[name]))]
+
+        def fresh():
+            data = made()
+            arrays = warp_arrays(data)
+            for name in uninitialised:
+                arrays[name].zero_()
+            return data
+
+        mjw.step(m, fresh())  # loads every module outside a capture (NVRTC compiles them the first time)
+        wp.synchronize_device(DEV)
+        yield m, fresh
+
+
+def _warp_graph_run(m, data) -> dict:
+    """``STEPS`` replays of Warp's own CUDA graph of one step (apic not recording), every array on the host."""
+    with wp.ScopedDevice(DEV):
+        with wp.ScopedCapture(device=DEV) as cap:
+            mjw.step(m, data)
+        for _ in range(STEPS):
+            wp.capture_launch(cap.graph)
+        wp.synchronize_device(DEV)
+    return {name: raw(arr) for name, arr in warp_arrays(data).items()}
+
+
+def _compare(reference: dict, noisy: set, found: dict, what: str) -> None:
+    """``found`` equals ``reference`` bit for bit on every array outside ``noisy``; within it, to a tolerance."""
+    different = sorted(name for name in found if not np.array_equal(found[name], reference[name]))
+    beyond = [name for name in different if name not in noisy]
+    assert not beyond, f"{what}: {len(beyond)} arrays differ from Warp's graph replay: {beyond[:12]}"
+    print(f"{what}: {len(found)} arrays, {len(found) - len(different)} bit for bit; {different} differ as Warp's "
+          "own two runs do")
+
+
+@pytest.fixture(scope="module")
+def warp_reference(scene):
+    """Warp's graph replayed twice from the same start: the arrays of the first, and the names that differ."""
+    m, fresh = scene
+    first, second = _warp_graph_run(m, fresh()), _warp_graph_run(m, fresh())
+    noisy = {name for name in first if not np.array_equal(first[name], second[name])}
+    print(f"Warp's own graph, two runs: {len(first)} arrays, differing in {sorted(noisy)}")
+    return first, noisy
+
+
+def test_live_apic_capture_replays_as_warps_graph(scene, warp_reference):
+    m, fresh = scene
+    reference, noisy = warp_reference
+    data = fresh()
+    with wp.ScopedDevice(DEV):
+        with wp.ScopedCapture(device=DEV, apic=True) as cap:
+            mjw.step(m, data)
+        for _ in range(STEPS):
+            wp.capture_launch(cap.graph)
+        wp.synchronize_device(DEV)
+    _compare(reference, noisy, {name: raw(arr) for name, arr in warp_arrays(data).items()}, "live apic=True capture")
+    assert not np.array_equal(reference["qpos"], raw(fresh().qpos)), "the scene did not move"
+
+
+@pytest.mark.parametrize("mode", ["graph", "launch"])
+def test_saved_step_replays_in_a_process_without_mujoco(scene, warp_reference, tmp_path, mode):
+    """Saved, then loaded and replayed ``STEPS`` times through cuda-python by a process that cannot import
+    mujoco or mujoco_warp, with ``qpos``/``qvel`` fed through bindings."""
+    from apic.replay import cuda_loaded_graph
+
+    reason = cuda_loaded_graph.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot replay a saved CUDA graph here: {reason}")
+    m, fresh = scene
+    reference, noisy = warp_reference
+    data = fresh()
+    start = {name: getattr(data, name).numpy().copy() for name in ("qpos", "qvel")}
+    with wp.ScopedDevice(DEV):
+        with wp.ScopedCapture(device=DEV, apic=True) as cap:
+            mjw.step(m, data)
+    wp.capture_save(cap.graph, str(tmp_path / "step"), inputs={n: getattr(data, n) for n in start},
+                    outputs={f"{n}_out": getattr(data, n) for n in OUTPUTS})
+    for name, values in start.items():
+        np.save(tmp_path / f"{name}.npy", values)
+    got = {name: str(tmp_path / f"{name}_got.npy") for name in OUTPUTS}
+    replay_without(("mujoco", "mujoco_warp"), str(tmp_path / "step"), STEPS,
+                   {name: str(tmp_path / f"{name}.npy") for name in start},
+                   {f"{name}_out": file for name, file in got.items()}, tmp_path, device=DEV, mode=mode)
+    found = {name: np.load(file).view(np.uint8).reshape(-1) for name, file in got.items()}
+    _compare({n: reference[n] for n in OUTPUTS}, noisy, found, f"saved, fresh process, {mode}")
+    for name in set(OUTPUTS) & noisy:
+        assert np.allclose(found[name].view(np.float32), reference[name].view(np.float32), rtol=1e-4, atol=1e-5), name
+
+
+def test_conditional_nodes_are_refused_naming_them():
+    """mujoco-warp's default on a GPU (``graph_conditional``: the solver's ``capture_while``) is refused."""
+    with wp.ScopedDevice(DEV):
+        mjm, m = _model(conditional=True)
+        data = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=2, nconmax=32, njmax=64)
+        mjw.step(m, data)
+        with pytest.raises(apic.UnsupportedOperationError, match="capture_while|capture_if"):
+            with wp.ScopedCapture(device=DEV, apic=True):
+                mjw.step(m, data)
