@@ -118,6 +118,21 @@ class _Resources:
         self.context = None
 
 
+class _ContextGuard:
+    """Pushes a CUDA context for the span of a ``with`` block (the calls of a load or a replay)."""
+
+    __slots__ = ("_cu", "_context")
+
+    def __init__(self, cu: Driver, context) -> None:
+        self._cu, self._context = cu, context
+
+    def __enter__(self) -> None:
+        self._cu("cuCtxPushCurrent", self._context)
+
+    def __exit__(self, *exc) -> None:
+        self._cu("cuCtxPopCurrent")
+
+
 # Resources of graphs freed while a capture ran (see _Resources), released by release_pending.
 _PENDING: list[_Resources] = []
 
@@ -204,17 +219,12 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
             cu("cuCtxSynchronize")
 
     # --- loading -----------------------------------------------------------------------------------
-    def _current(self):
-        graph = self
-
-        class _Guard:
-            def __enter__(self):
-                graph._cu("cuCtxPushCurrent", graph._resources.context)
-
-            def __exit__(self, *exc):
-                graph._cu("cuCtxPopCurrent")
-
-        return _Guard()
+    def _current(self) -> "_ContextGuard":
+        """A ``with`` block with the graph's context current (made once: a replay enters it every time)."""
+        guard = self.__dict__.get("_context_guard")
+        if guard is None:
+            guard = self._context_guard = _ContextGuard(self._cu, self._resources.context)
+        return guard
 
     def _check_memory(self) -> None:
         free, _total = self._cu("cuMemGetInfo")
