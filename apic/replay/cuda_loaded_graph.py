@@ -40,6 +40,7 @@ from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
+from apic.replay.cuda_driver import direct_graph_launch
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
 from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
 from apic.replay.named_params import NamedParams
@@ -381,6 +382,14 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         if not self._plan:
             return
         handle = self._stream(stream)
+        if handle is self._resources.stream and mode == "graph":
+            replay = self.__dict__.get("_direct_replay", False)
+            if replay is False:  # made at the first replay: None where ctypes cannot reach the driver
+                res = self._resources
+                replay = self._direct_replay = direct_graph_launch(self._cu, res.context, res.exec, res.stream)
+            if replay is not None:
+                replay()
+                return
         with self._current():
             if handle is not self._resources.stream and self._check_stream(handle):
                 _hold_in_capture(self.device, handle, self)
