@@ -123,7 +123,8 @@ class Graph(NamedParams):
             try:
                 symbol = info.symbol[: -len(cpu_target.KERNEL_SUFFIX[False])]
                 world = info.split_world is not None
-                if info.split_tiles:
+                # a loaded file's tiles flag is checked against the module's source (a wrong one could crash)
+                if info.split_tiles or range_entry.module_uses_tiles(module.name, module.module_exec):
                     found = range_entry.per_thread_entries(module.name, module.module_exec, symbol, slots, world)
                 else:
                     found = range_entry.range_entry(module.name, module.module_exec, symbol, world)

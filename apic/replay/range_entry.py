@@ -136,6 +136,20 @@ def range_entry(module_name: str, module_exec, symbol_name: str, world: bool = F
     return _lookup(handle, module_name, symbol_name, world)
 
 
+# A call of a tile builtin in Warp's generated CPU source (wp::tile_load<...>(, wp::adj_tile_store(, ...); every
+# kernel declares a wp::tile_shared_storage_t, tiles or not, which this does not match.
+_TILE_CALL = re.compile(rb"\bwp::(?:adj_)?tile_\w+\s*[(<]")
+
+
+def module_uses_tiles(module_name: str, module_exec) -> bool:
+    """Whether any kernel or function of a module's generated source calls a tile builtin. A file's ``tiles``
+    flag for a kernel is not trusted alone: a kernel that calls tiles (itself or through a function) run by
+    two threads in one loaded object corrupts its tile memory (``per_thread_entries``), so a split kernel
+    of a module that calls tiles anywhere gets per-thread copies whatever its flag says."""
+    source, _options = module_source(module_name, module_exec)
+    return _TILE_CALL.search(source) is not None
+
+
 def per_thread_entries(module_name: str, module_exec, symbol_name: str, slots: int, world: bool = False) -> tuple:
     """The range entry of :func:`range_entry` in ``slots`` copies of the range object, one per thread slot.
 
