@@ -58,6 +58,23 @@ def assert_same_arrays(eager: dict, replayed: dict, what: str) -> int:
     return len(eager)
 
 
+def zeroed_where_uninitialised(made):
+    """A ``fresh()`` that calls ``made()`` (a client's state factory) and zeroes the arrays it leaves uninitialised
+    (``wp.empty``: they differ between two fresh objects), so that every fresh state is equal."""
+    first, second = warp_arrays(made()), warp_arrays(made())
+    uninitialised = [name for name in first if not np.array_equal(raw(first[name]), raw(second[name]))]
+
+    def fresh():
+        state = made()
+        arrays = warp_arrays(state)
+        for name in uninitialised:
+            arrays[name].zero_()
+        return state
+
+    fresh.uninitialised = uninitialised
+    return fresh
+
+
 def control_flow_ops(graph) -> int:
     """How many capture_if / capture_while branch and jump ops the graph recorded."""
     return sum(isinstance(op, CONTROL_TYPES) for op in graph.recording.ops)

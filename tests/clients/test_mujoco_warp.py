@@ -14,7 +14,8 @@ import warp as wp
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
 mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
 
-from client_helpers import assert_same_arrays, control_flow_ops, raw, replay_without, warp_arrays  # noqa: E402
+from client_helpers import (  # noqa: E402
+    assert_same_arrays, control_flow_ops, raw, replay_without, warp_arrays, zeroed_where_uninitialised)
 
 # A free box and a capsule on a hinge over a plane: contacts, a constraint solve, two worlds.
 SCENE = """
@@ -48,16 +49,8 @@ def scene():
 
     # put_data leaves a few arrays as wp.empty (uninitialised memory; entries past the contact count
     # are never written): they differ between two fresh Data objects, so both copies start zeroed.
-    first, second = warp_arrays(made()), warp_arrays(made())
-    uninitialised = sorted(name for name in first if not np.array_equal(raw(first[name]), raw(second[name])))
-    assert len(uninitialised) <= 3, uninitialised
-
-    def fresh():
-        data = made()
-        arrays = warp_arrays(data)
-        for name in uninitialised:
-            arrays[name].zero_()
-        return data
+    fresh = zeroed_where_uninitialised(made)
+    assert len(fresh.uninitialised) <= 3, fresh.uninitialised
 
     mjw.step(m, fresh())  # compile every module first: compilation is not captured
     return m, fresh
@@ -131,17 +124,7 @@ def _batched(mjm, worlds: int, seed: int):
         data.qvel.assign(qvel)
         return data
 
-    first, second = warp_arrays(made()), warp_arrays(made())
-    uninitialised = [name for name in first if not np.array_equal(raw(first[name]), raw(second[name]))]
-
-    def fresh():
-        data = made()
-        arrays = warp_arrays(data)
-        for name in uninitialised:
-            arrays[name].zero_()
-        return data
-
-    return fresh
+    return zeroed_where_uninitialised(made)
 
 
 @pytest.mark.parametrize("model", ["humanoid", "contacts"])

@@ -22,7 +22,7 @@ import apic
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
 mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
 
-from client_helpers import raw, replay_without, warp_arrays  # noqa: E402
+from client_helpers import raw, replay_without, warp_arrays, zeroed_where_uninitialised  # noqa: E402
 from test_mujoco_warp import SCENE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="no CUDA device on this machine")
@@ -50,17 +50,7 @@ def scene():
         def made():
             return mjw.put_data(mjm, mjd, nworld=2, nconmax=32, njmax=64)
 
-        # put_data leaves a few arrays as wp.empty (never written past the contact count): zeroed in each copy
-        first, second = warp_arrays(made()), warp_arrays(made())
-        uninitialised = [name for name in first if not np.array_equal(raw(first[name]), raw(second[name]))]
-
-        def fresh():
-            data = made()
-            arrays = warp_arrays(data)
-            for name in uninitialised:
-                arrays[name].zero_()
-            return data
-
+        fresh = zeroed_where_uninitialised(made)  # put_data leaves a few arrays as wp.empty
         mjw.step(m, fresh())  # loads every module outside a capture (NVRTC compiles them the first time)
         wp.synchronize_device(DEV)
         yield m, fresh
