@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import types
+
 from apic import _compat
 from apic.errors import ApicError
 
@@ -87,9 +90,6 @@ def direct_graph_launch(driver: Driver, context, graph_exec, stream, library: st
     cuda-python's wrappers took about 20 per replay on an H100. None where ctypes cannot open the library that
     cuda-python uses (then the replay goes through cuda-python), or where cuda-python is not the real module
     (a stand-in has no library behind it)."""
-    import ctypes
-    import types
-
     if not isinstance(driver.cu, types.ModuleType):
         return None
     try:
