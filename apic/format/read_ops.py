@@ -29,23 +29,43 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
 
     A launch with the ``launch_template`` of one found valid only has its array descriptors' bytes
     compared and its parameters checked, here, without the per-kind dispatch: a graph may hold thousands
-    of launches that differ in a scalar."""
+    of launches that differ in a scalar. That step is ``launch_template`` and ``Context.alike_args`` written
+    out in the loop, and makes the op as its dataclass ``__init__`` would, less the calls: it runs once
+    per launch."""
     ops = []
+    append = ops.append
     launch = int(schema.WireOp.LAUNCH)
     required = None  # a launch's required fields (known once read_op has read a launch)
+    checked_launches = ctx.checked_launches
+    dumps, new, set_dict = marshal.dumps, object.__new__, object.__setattr__
+    Launch, Blob = rec.Launch, rec.Blob
     for i, entry in enumerate(entries):
         if required is None:
             required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
         if (required is not None and type(entry) is dict and type(entry.get("kind")) is int
                 and entry["kind"] == launch and entry.keys() >= required):
-            template = launch_template(entry)
-            known = None if template is None else ctx.checked_launches.get(template)
-            if known is not None:
-                args = ctx.alike_args(entry["args"], known[3], f"ops[{i}].args")
-                if args is not None:
-                    ops.append(rec.Launch(known[0], known[1], known[2], args, None))
-                    continue
-        ops.append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
+            args = entry["args"]
+            data = args.get("data") if type(args) is dict else None
+            if type(data) is bytes and entry.get("adj_args") is None:
+                try:  # launch_template(entry)
+                    template = dumps((entry["kernel"], entry["dim"], entry["bounds"], len(data), args.get("relocs"),
+                                      args.get("arrays"), args.get("handles")), 2)
+                except ValueError:  # nested deeper than marshal goes: checked in full
+                    template = None
+                known = None if template is None else checked_launches.get(template)
+                if known is not None:
+                    descriptors_of, descriptors, relocs, slots, claimed = known[3]  # ctx.alike_args
+                    if descriptors_of is None or descriptors_of(data) == descriptors:
+                        params = (ctx.param_slots(args, data, set(claimed), f"ops[{i}].args") if "params" in args
+                                  else ())
+                        blob = new(Blob)
+                        set_dict(blob, "__dict__", {"data": data, "relocs": relocs, "arrays": slots, "params": params})
+                        op = new(Launch)
+                        set_dict(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob,
+                                                  "adj_args": None})
+                        append(op)
+                        continue
+        append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
     return ops
 
 
