@@ -9,6 +9,8 @@ the reader takes in one step when it matches.
 from __future__ import annotations
 
 import copy
+import os
+import struct
 
 import msgpack
 import numpy as np
@@ -17,6 +19,7 @@ import warp as wp
 
 import apic
 from apic.format import reader, schema, writer
+from apic.record import ops as rec
 
 
 @wp.kernel
@@ -155,3 +158,46 @@ def test_split_verdicts_are_judged_when_first_asked_and_equal_to_judging_at_once
     assert program.verdicts == (splits, refusals)
     assert splits or refusals  # the kernel writes its dst by thread id: each launch is judged
     assert sum(len(split.rows) for split in splits) + len(refusals) == LAUNCHES
+
+
+def _load_edited(stem: str, body) -> None:
+    """Load ``body`` with the modules saved beside ``stem`` (and their kernel manifests)."""
+    folder = stem + "_modules"
+    modules = {}
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            modules[name] = f.read()
+    apic.capture_load_from_bytes(writer.encode(body), modules, device="cpu")
+
+
+def _with_ndim(data: bytes, at: int, shape: tuple, strides: tuple) -> bytes:
+    """``data`` with the array descriptor at byte ``at`` given another shape, strides and ndim."""
+    edited = bytearray(data)
+    struct.pack_into("<4i4i", edited, at + 16, *shape, *(0,) * (4 - len(shape)), *strides, *(0,) * (4 - len(strides)))
+    struct.pack_into("<h", edited, at + 48, len(shape))
+    return bytes(edited)
+
+
+def test_a_later_launch_whose_array_has_another_ndim_than_the_manifest_is_refused(saved):
+    """The arguments read alike one read in full share its kernel manifest check (``manifest.check``); a
+    launch whose descriptor differs (here a 2-d view of the same bytes, inside its region, so the reader
+    accepts it) is not alike, and its own check refuses it."""
+    stem, body = saved
+    _load_edited(stem, copy.deepcopy(body))  # as saved: loads
+    edited = copy.deepcopy(body)
+    args = _last(edited)["args"]
+    at = args["arrays"][0][0]
+    args["data"] = _with_ndim(args["data"], at, (8, 1), (4, 4))
+    reader.read(writer.encode(edited))  # the reader alone accepts it
+    with pytest.raises(apic.FormatError, match=r"has 2 dimensions; the kernel takes 1"):
+        _load_edited(stem, edited)
+
+
+def test_the_launches_read_alike_are_known_to_the_manifest_check(saved):
+    """Every launch after the first is read alike the first (``SavedGraph.alike``), the only one read in full."""
+    _, body = saved
+    graph = _read(body)
+    launches = [op for op in graph.recording.ops if isinstance(op, rec.Launch)]
+    firsts = {id(first) for _, first in graph.alike.values()}
+    assert len(graph.alike) == LAUNCHES - 1 and firsts == {id(launches[0])}
+    assert all(graph.alike[id(op)][0] is op for op in launches[1:])

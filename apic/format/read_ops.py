@@ -36,21 +36,21 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
     append = ops.append
     launch = int(schema.WireOp.LAUNCH)
     required = None  # a launch's required fields (known once read_op has read a launch)
-    checked_launches = ctx.checked_launches
+    checked_launches, alike = ctx.checked_launches, ctx.alike
     dumps, new, set_dict = marshal.dumps, object.__new__, object.__setattr__
     Launch, Blob = rec.Launch, rec.Blob
     for i, entry in enumerate(entries):
         if required is None:
             required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
-        if (required is not None and type(entry) is dict and type(entry.get("kind")) is int
-                and entry["kind"] == launch and entry.keys() >= required):
-            args = entry["args"]
+        # (a launch missing a required field has no template: read_op names the field)
+        if required is not None and type(entry) is dict and type(entry.get("kind")) is int and entry["kind"] == launch:
+            args = entry.get("args")
             data = args.get("data") if type(args) is dict else None
             if type(data) is bytes and entry.get("adj_args") is None:
                 try:  # launch_template(entry)
                     template = dumps((entry["kernel"], entry["dim"], entry["bounds"], len(data), args.get("relocs"),
                                       args.get("arrays"), args.get("handles")), 2)
-                except ValueError:  # nested deeper than marshal goes: checked in full
+                except (KeyError, ValueError):  # a field missing, or nested deeper than marshal goes: read in full
                     template = None
                 known = None if template is None else checked_launches.get(template)
                 if known is not None:
@@ -64,6 +64,7 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
                         set_dict(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob,
                                                   "adj_args": None})
                         append(op)
+                        alike[id(op)] = (op, known[4])
                         continue
         append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
     return ops
@@ -129,7 +130,7 @@ def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
     template = launch_template(entry)
     if template is not None:  # what read_ops takes a launch of this template with
         ctx.checked_launches[template] = (launch.kernel, launch.dim, launch.bounds,
-                                          ctx.checked_layouts[args_structure(entry["args"])])
+                                          ctx.checked_layouts[args_structure(entry["args"])], launch)
     return launch
 
 

@@ -18,7 +18,7 @@ binaries are native code, checked against their SHA-256 (see docs/FORMAT.md, "Tr
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgpack
 
@@ -58,6 +58,9 @@ class SavedGraph:
     device: dict | None = None  # CUDA graphs: {"kind": "cuda", "arch", "name"}; None for a CPU graph
     volume_data: tuple = ()  # per handle: a Volume's NanoVDB buffer, else None
     handle_slots: tuple = ()  # (region, offset, handle): saved words that get a rebuilt handle's id
+    # id(launch) -> (the launch, the launch read in full that it was read alike: ``read_ops.read_ops``): its
+    # arguments have that one's length, relocations, array slots and array descriptor bytes
+    alike: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 
@@ -216,4 +219,4 @@ def read(data) -> SavedGraph:
         params=tuple(ctx.scalars.values()),
     )
     return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body),
-                      device, tuple(volume_data), handle_slots)
+                      device, tuple(volume_data), handle_slots, ctx.alike)
