@@ -9,6 +9,7 @@ the reader takes in one step when it matches.
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import struct
 
@@ -201,3 +202,47 @@ def test_the_launches_read_alike_are_known_to_the_manifest_check(saved):
     firsts = {id(first) for _, first in graph.alike.values()}
     assert len(graph.alike) == LAUNCHES - 1 and firsts == {id(launches[0])}
     assert all(graph.alike[id(op)][0] is op for op in launches[1:])
+
+
+class _Pairs(list):
+    """A map written as a list of pairs, so that a key can appear twice."""
+
+
+def _pack(value, packer) -> bytes:
+    if isinstance(value, _Pairs):
+        return packer.pack_map_header(len(value)) + b"".join(_pack(k, packer) + _pack(v, packer) for k, v in value)
+    if isinstance(value, dict):
+        return _pack(_Pairs(value.items()), packer)
+    if isinstance(value, list):
+        return packer.pack_array_header(len(value)) + b"".join(_pack(item, packer) for item in value)
+    return packer.pack(value)
+
+
+def _encode_pairs(body) -> bytes:
+    packed = _pack(body, msgpack.Packer(use_bin_type=True))
+    return schema.HEADER.pack(schema.MAGIC, body["format_version"], 0, len(packed), hashlib.sha256(packed).digest()) + packed
+
+
+def test_a_later_launch_repeating_a_key_of_its_arguments_is_refused(saved):
+    """A later launch's entry is read without unpacking only where its bytes are those of one read before
+    but for its argument bytes; one whose arguments map repeats ``data`` (a reader keeping the first would
+    see other arguments) is unpacked, and refused."""
+    _, body = saved
+    assert reader.read(_encode_pairs(copy.deepcopy(body))).recording.ops  # the pair encoder writes what the writer does
+    edited = copy.deepcopy(body)
+    args = _last(edited)["args"]
+    _last(edited)["args"] = _Pairs([("data", bytes(len(args["data"]))), *args.items()])
+    with pytest.raises(apic.FormatError, match="'data' more than once"):
+        reader.read(_encode_pairs(edited))
+
+
+def test_entries_read_from_their_bytes_are_those_read_unpacked(saved, monkeypatch):
+    """``read_ops.read_raw_ops`` (a later launch whose bytes are a checked one's but for its argument bytes)
+    reads the ops ``read_ops`` reads from the unpacked body."""
+    _, body = saved
+    data = writer.encode(body)
+    raw = reader.read(data)
+    monkeypatch.setattr(reader, "_split", lambda body, options: None)  # the whole body unpacked
+    unpacked = reader.read(data)
+    assert raw.recording.ops == unpacked.recording.ops and len(raw.alike) == len(unpacked.alike) == LAUNCHES - 1
+    assert [op.args.params for op in raw.recording.ops] == [op.args.params for op in unpacked.recording.ops]

@@ -404,8 +404,7 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
     # relocations, array slots and descriptor bytes, all that _check_blob reads) has that one's result, once
     # that one is checked here: a loaded graph may hold ten thousand launches that differ in a scalar only.
     alike = saved.alike
-    results: dict = {}  # id(launch) -> its result, of the launches read in full that others were read alike
-    firsts = {id(first) for _, first in alike.values()}
+    results: dict = {}  # id(launch) -> its result, of the launches checked in full (the ops hold them)
     # each distinct op once (ops repeat)
     for op in dict(zip(map(id, ops), ops)).values():
         if not isinstance(op, rec.Launch):
@@ -426,8 +425,7 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
             _fail(where(op, "adj_args"), "present or absent against the kernel's manifest")
         if op.adj_args is not None:
             found += check_blob(op.adj_args, adj, op, "adj_args")
-        if id(op) in firsts:
-            results[id(op)] = list(found)
+        results[id(op)] = found  # read only (copied for each launch alike it)
         if found:
             id_arrays[id(op)] = found
     return id_arrays
