@@ -158,25 +158,27 @@ def _bulk_table(recording, ops: list, lowering: _Lowering, launch_rows: dict) ->
 
     Launches that differ in their arguments only (one kernel, bounds and adjoint arguments) share their row
     but for the address of their arguments: each such row is built once and the addresses set in bulk."""
+    every = set(map(type, ops)) == {rec.Launch}  # the common case: no op but launches
+    at = np.arange(len(ops)) if every else np.array([i for i, op in enumerate(ops) if type(op) is rec.Launch],
+                                                    dtype=np.intp)
+    launches = ops if every else list(map(ops.__getitem__, at.tolist()))
     rows = np.zeros((len(ops), tbl.OP_COLUMNS), dtype=np.int64)
     has_row = np.ones(len(ops), dtype=bool)  # an op with nothing to run (an Alloc) has no row
-    at = [i for i, kind in enumerate(map(type, ops)) if kind is rec.Launch]
-    launches = list(map(ops.__getitem__, at))
     if launches:
+        # the ops hold their bounds and adjoint arguments: no id is reused
         keys = list(zip(map(_KERNEL, launches), map(id, map(_BOUNDS, launches)), map(id, map(_ADJ, launches))))
-        firsts = dict(zip(reversed(keys), reversed(launches)))  # key -> the first launch of it (ops hold their
-        # bounds and adjoint arguments: no id is reused)
-        group_of = {key: k for k, key in enumerate(firsts)}
-        shared, columns = [], []
-        for op in firsts.values():
+        group_of = {key: g for g, key in enumerate(dict.fromkeys(keys))}
+        group = np.fromiter(map(group_of.__getitem__, keys), dtype=np.intp, count=len(keys))
+        shared, columns, splittable = [], [], []
+        for first in np.unique(group, return_index=True)[1].tolist():  # the first launch of each group, in order
+            op = launches[first]
             lowered, column = _launch_row(op, lowering)
             shared.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
             columns.append(column)
-        group = np.fromiter(map(group_of.__getitem__, keys), dtype=np.intp, count=len(keys))
-        at_launch = np.array(at, dtype=np.intp)
-        rows[at_launch] = np.array(shared, dtype=np.int64)[group]
-        rows[at_launch, np.array(columns, dtype=np.intp)[group]] = lowering.arena.addresses(map(_ARGS, launches))
-    for i, op in enumerate(ops):
+            splittable.append(recording.kernels[op.kernel].split_writes is not None)
+        rows[at] = np.array(shared, dtype=np.int64)[group]
+        rows[at, np.array(columns, dtype=np.intp)[group]] = lowering.arena.addresses(map(_ARGS, launches))
+    for i, op in enumerate(() if every else ops):
         if type(op) is not rec.Launch:
             lowered = rec.handler(_LOWER, op, "lowering a graph for CPU replay")(op, lowering)
             if lowered is None:
@@ -184,15 +186,17 @@ def _bulk_table(recording, ops: list, lowering: _Lowering, launch_rows: dict) ->
             else:
                 rows[i] = lowered + [0] * (tbl.OP_COLUMNS - len(lowered))
     row_of = np.cumsum(has_row) - 1  # op index -> its row among those with one
-    if launches:
-        splittable = np.array([k.split_writes is not None for k in recording.kernels], dtype=bool)
-        chosen = splittable[np.fromiter(map(_KERNEL, launches), dtype=np.intp, count=len(launches))]
-        launch_rows.update(zip(row_of[np.array(at, dtype=np.intp)[chosen]].tolist(),
+    if launches and any(splittable):
+        chosen = np.array(splittable, dtype=bool)[group]
+        launch_rows.update(zip(row_of[at[chosen]].tolist(), launches if chosen.all() else
                                itertools.compress(launches, chosen.tolist())))
-    index_of = dict(zip(map(id, ops), range(len(ops))))
-    positions = np.fromiter(map(index_of.__getitem__, map(id, recording.ops)), dtype=np.intp,
-                            count=len(recording.ops))
-    positions = positions[has_row[positions]]
+    if len(ops) == len(recording.ops):  # no op repeats: the distinct ops are the sequence's
+        positions = np.flatnonzero(has_row)
+    else:
+        index_of = dict(zip(map(id, ops), range(len(ops))))
+        positions = np.fromiter(map(index_of.__getitem__, map(id, recording.ops)), dtype=np.intp,
+                                count=len(recording.ops))
+        positions = positions[has_row[positions]]
     return rows[positions], row_of[positions]
 
 
