@@ -294,6 +294,7 @@ READERS = ("reader.py", "read_ops.py", "read_tables.py", "read_context.py", "fie
 KNOWN_LITERALS = {
     "read_ops.py": sorted([255,  # a memset value is a byte
                            64,  # no launch of 2^64 threads or more
+                           64,  # entries read one by one before the rest are unpacked at once (not a limit)
                            12, 12, 16, 24, 24, 32]),  # launch bounds layouts: sizes and padding offsets
     "handles.py": [32, 40],  # a NanoVDB buffer: its size field's offset, its header's size
     "manifest.py": [16, 16],  # the trailer's size, the digest's hex digits in a file name

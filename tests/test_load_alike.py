@@ -9,6 +9,9 @@ the reader takes in one step when it matches.
 from __future__ import annotations
 
 import copy
+import hashlib
+import os
+import struct
 
 import msgpack
 import numpy as np
@@ -17,6 +20,7 @@ import warp as wp
 
 import apic
 from apic.format import reader, schema, writer
+from apic.record import ops as rec
 
 
 @wp.kernel
@@ -155,3 +159,90 @@ def test_split_verdicts_are_judged_when_first_asked_and_equal_to_judging_at_once
     assert program.verdicts == (splits, refusals)
     assert splits or refusals  # the kernel writes its dst by thread id: each launch is judged
     assert sum(len(split.rows) for split in splits) + len(refusals) == LAUNCHES
+
+
+def _load_edited(stem: str, body) -> None:
+    """Load ``body`` with the modules saved beside ``stem`` (and their kernel manifests)."""
+    folder = stem + "_modules"
+    modules = {}
+    for name in os.listdir(folder):
+        with open(os.path.join(folder, name), "rb") as f:
+            modules[name] = f.read()
+    apic.capture_load_from_bytes(writer.encode(body), modules, device="cpu")
+
+
+def _with_ndim(data: bytes, at: int, shape: tuple, strides: tuple) -> bytes:
+    """``data`` with the array descriptor at byte ``at`` given another shape, strides and ndim."""
+    edited = bytearray(data)
+    struct.pack_into("<4i4i", edited, at + 16, *shape, *(0,) * (4 - len(shape)), *strides, *(0,) * (4 - len(strides)))
+    struct.pack_into("<h", edited, at + 48, len(shape))
+    return bytes(edited)
+
+
+def test_a_later_launch_whose_array_has_another_ndim_than_the_manifest_is_refused(saved):
+    """The arguments read alike one read in full share its kernel manifest check (``manifest.check``); a
+    launch whose descriptor differs (here a 2-d view of the same bytes, inside its region, so the reader
+    accepts it) is not alike, and its own check refuses it."""
+    stem, body = saved
+    _load_edited(stem, copy.deepcopy(body))  # as saved: loads
+    edited = copy.deepcopy(body)
+    args = _last(edited)["args"]
+    at = args["arrays"][0][0]
+    args["data"] = _with_ndim(args["data"], at, (8, 1), (4, 4))
+    reader.read(writer.encode(edited))  # the reader alone accepts it
+    with pytest.raises(apic.FormatError, match=r"has 2 dimensions; the kernel takes 1"):
+        _load_edited(stem, edited)
+
+
+def test_the_launches_read_alike_are_known_to_the_manifest_check(saved):
+    """Every launch after the first is read alike the first (``SavedGraph.alike``), the only one read in full."""
+    _, body = saved
+    graph = _read(body)
+    launches = [op for op in graph.recording.ops if isinstance(op, rec.Launch)]
+    firsts = {id(first) for _, first in graph.alike.values()}
+    assert len(graph.alike) == LAUNCHES - 1 and firsts == {id(launches[0])}
+    assert all(graph.alike[id(op)][0] is op for op in launches[1:])
+
+
+class _Pairs(list):
+    """A map written as a list of pairs, so that a key can appear twice."""
+
+
+def _pack(value, packer) -> bytes:
+    if isinstance(value, _Pairs):
+        return packer.pack_map_header(len(value)) + b"".join(_pack(k, packer) + _pack(v, packer) for k, v in value)
+    if isinstance(value, dict):
+        return _pack(_Pairs(value.items()), packer)
+    if isinstance(value, list):
+        return packer.pack_array_header(len(value)) + b"".join(_pack(item, packer) for item in value)
+    return packer.pack(value)
+
+
+def _encode_pairs(body) -> bytes:
+    packed = _pack(body, msgpack.Packer(use_bin_type=True))
+    return schema.HEADER.pack(schema.MAGIC, body["format_version"], 0, len(packed), hashlib.sha256(packed).digest()) + packed
+
+
+def test_a_later_launch_repeating_a_key_of_its_arguments_is_refused(saved):
+    """A later launch's entry is read without unpacking only where its bytes are those of one read before
+    but for its argument bytes; one whose arguments map repeats ``data`` (a reader keeping the first would
+    see other arguments) is unpacked, and refused."""
+    _, body = saved
+    assert reader.read(_encode_pairs(copy.deepcopy(body))).recording.ops  # the pair encoder writes what the writer does
+    edited = copy.deepcopy(body)
+    args = _last(edited)["args"]
+    _last(edited)["args"] = _Pairs([("data", bytes(len(args["data"]))), *args.items()])
+    with pytest.raises(apic.FormatError, match="'data' more than once"):
+        reader.read(_encode_pairs(edited))
+
+
+def test_entries_read_from_their_bytes_are_those_read_unpacked(saved, monkeypatch):
+    """``read_ops.read_raw_ops`` (a later launch whose bytes are a checked one's but for its argument bytes)
+    reads the ops ``read_ops`` reads from the unpacked body."""
+    _, body = saved
+    data = writer.encode(body)
+    raw = reader.read(data)
+    monkeypatch.setattr(reader, "_split", lambda body, options: None)  # the whole body unpacked
+    unpacked = reader.read(data)
+    assert raw.recording.ops == unpacked.recording.ops and len(raw.alike) == len(unpacked.alike) == LAUNCHES - 1
+    assert [op.args.params for op in raw.recording.ops] == [op.args.params for op in unpacked.recording.ops]

@@ -46,8 +46,9 @@ class Context:
         self.checked_layouts: dict = {}
         self.checked_bounds: dict = {}  # (launch bounds bytes, dim) found valid -> the bounds a replay runs
         # launches found valid, keyed by all but their argument bytes (``read_ops.launch_template``) -> (kernel,
-        # dim, bounds, the entry of ``checked_layouts`` their arguments share)
+        # dim, bounds, the entry of ``checked_layouts`` their arguments share, the launch)
         self.checked_launches: dict = {}
+        self.alike: dict = {}  # id(launch) -> (it, the launch of checked_launches it was read alike)
         self.checked_kinds: dict = {}  # (op kind, target name) found valid -> (its required fields, its reader)
         self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
         self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)

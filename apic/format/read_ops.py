@@ -8,6 +8,8 @@ import marshal
 import math
 import struct
 
+import msgpack
+
 from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.format.fields import check_int as _int
@@ -24,28 +26,128 @@ from apic.targets import cpu as cpu_target
 from apic.targets.cuda import MAX_SMEM
 
 
-def read_ops(entries: list, ctx: Context, kernels, target, abi: str) -> list:
-    """The ops of ``entries`` (the file's ``ops``) of a graph of ``target``, each checked (``read_op``).
+_RAW_TRIAL = 64  # entries read_raw_ops reads before it unpacks the rest at once if most were not alike
+
+
+def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target, abi: str) -> list:
+    """The ops of the file's ``ops`` array, each entry ``buf[bounds[i]:bounds[i + 1]]`` (msgpack bytes not yet
+    unpacked; ``unpack(data, many=False)`` unpacks one, or the list of those in ``data``, as the whole body is,
+    with every check of ``apic.format.reader``), as ``read_ops`` reads them.
+
+    A forward launch read (or read alike) from unpacked bytes leaves a raw template: its bytes before and
+    after its argument bytes (those of the msgpack ``bin`` in ``args.data``). A later entry of the same
+    length whose bytes are those but for the argument bytes is that launch with other arguments: the same
+    map (same keys once each, same values of the same types), so read as ``read_ops`` reads a launch alike
+    (its descriptor bytes compared, its parameters checked), without unpacking it. Any other entry, or one
+    whose descriptors differ, is unpacked and read by ``read_ops``."""
+    ops = []
+    append = ops.append
+    # (entry length, where its argument bytes start) -> {the bytes before them: (the argument bytes' length,
+    # {the bytes after them: (the entry's checked_launches value, its args map)})}
+    templates: dict = {}
+    starts: dict = {}  # entry length -> where the argument bytes start in the templates of that length
+    alike = ctx.alike
+    new, set_dict = object.__new__, object.__setattr__
+    Launch, Blob = rec.Launch, rec.Blob
+    misses = 0
+    for i in range(len(bounds) - 1):
+        begin, end = bounds[i], bounds[i + 1]
+        for at in starts.get(end - begin, ()):
+            found = templates[(end - begin, at)].get(buf[begin : begin + at])
+            if found is not None:  # (the bytes before the argument bytes hold their length)
+                size, after = found
+                found = after.get(buf[begin + at + size : end])
+            if found is not None:
+                known, args = found
+                data = buf[begin + at : begin + at + size]
+                descriptors_of, descriptors, relocs, slots, claimed = known[3]  # as read_ops reads a launch alike
+                if descriptors_of is None or descriptors_of(data) == descriptors:
+                    params = (ctx.param_slots(args, data, set(claimed), f"ops[{i}].args") if "params" in args
+                              else ())
+                    blob = new(Blob)
+                    set_dict(blob, "__dict__", {"data": data, "relocs": relocs, "arrays": slots, "params": params})
+                    op = new(Launch)
+                    set_dict(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob,
+                                              "adj_args": None})
+                    append(op)
+                    alike[id(op)] = (op, known[4])
+                    break
+        else:  # no template matched (or its descriptors differ): unpacked and read in full
+            misses += 1
+            if i >= _RAW_TRIAL and 2 * misses > i:  # few launches alike: the rest unpacked at once, read by read_ops
+                ops += read_ops(unpack(buf[begin : bounds[-1]], True), ctx, kernels, target, abi, i)
+                break
+            entry = unpack(buf[begin:end])
+            op = read_ops([entry], ctx, kernels, target, abi, i)[0]
+            append(op)
+            if type(op) is Launch and op.adj_args is None:
+                _add_raw_template(templates, starts, buf[begin:end], entry, ctx)
+    return ops
+
+
+def _add_raw_template(templates: dict, starts: dict, raw: bytes, entry: dict, ctx: Context) -> None:
+    """Keep what ``read_raw_ops`` compares a later entry with, of a launch ``entry`` (``raw``, its bytes) read
+    valid; nothing where its argument bytes are not found once in ``raw`` as msgpack ``bin`` (the shortest)."""
+    template = launch_template(entry)
+    known = None if template is None else ctx.checked_launches.get(template)
+    if known is None:
+        return
+    data = entry["args"]["data"]
+    size = len(data)
+    packed = msgpack.packb(data, use_bin_type=True)  # the shortest bin header, then the bytes
+    if raw.count(packed) != 1:
+        return
+    at = raw.index(packed) + len(packed) - size
+    after = templates.setdefault((len(raw), at), {}).setdefault(raw[:at], (size, {}))[1]
+    after.setdefault(raw[at + size :], (known, entry["args"]))
+    if at not in starts.setdefault(len(raw), []):
+        starts[len(raw)].append(at)
+
+
+def read_ops(entries: list, ctx: Context, kernels, target, abi: str, first: int = 0) -> list:
+    """The ops of ``entries`` (the file's ``ops``, from ``first`` on) of a graph of ``target``, each checked
+    (``read_op``).
 
     A launch with the ``launch_template`` of one found valid only has its array descriptors' bytes
     compared and its parameters checked, here, without the per-kind dispatch: a graph may hold thousands
-    of launches that differ in a scalar."""
+    of launches that differ in a scalar. That step is ``launch_template`` and ``Context.alike_args`` written
+    out in the loop, and makes the op as its dataclass ``__init__`` would, less the calls: it runs once
+    per launch."""
     ops = []
+    append = ops.append
     launch = int(schema.WireOp.LAUNCH)
     required = None  # a launch's required fields (known once read_op has read a launch)
-    for i, entry in enumerate(entries):
+    checked_launches, alike = ctx.checked_launches, ctx.alike
+    dumps, new, set_dict = marshal.dumps, object.__new__, object.__setattr__
+    Launch, Blob = rec.Launch, rec.Blob
+    for i, entry in enumerate(entries, first):
         if required is None:
             required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
-        if (required is not None and type(entry) is dict and type(entry.get("kind")) is int
-                and entry["kind"] == launch and entry.keys() >= required):
-            template = launch_template(entry)
-            known = None if template is None else ctx.checked_launches.get(template)
-            if known is not None:
-                args = ctx.alike_args(entry["args"], known[3], f"ops[{i}].args")
-                if args is not None:
-                    ops.append(rec.Launch(known[0], known[1], known[2], args, None))
-                    continue
-        ops.append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
+        # (a launch missing a required field has no template: read_op names the field)
+        if required is not None and type(entry) is dict and type(entry.get("kind")) is int and entry["kind"] == launch:
+            args = entry.get("args")
+            data = args.get("data") if type(args) is dict else None
+            if type(data) is bytes and entry.get("adj_args") is None:
+                try:  # launch_template(entry)
+                    template = dumps((entry["kernel"], entry["dim"], entry["bounds"], len(data), args.get("relocs"),
+                                      args.get("arrays"), args.get("handles")), 2)
+                except (KeyError, ValueError):  # a field missing, or nested deeper than marshal goes: read in full
+                    template = None
+                known = None if template is None else checked_launches.get(template)
+                if known is not None:
+                    descriptors_of, descriptors, relocs, slots, claimed = known[3]  # ctx.alike_args
+                    if descriptors_of is None or descriptors_of(data) == descriptors:
+                        params = (ctx.param_slots(args, data, set(claimed), f"ops[{i}].args") if "params" in args
+                                  else ())
+                        blob = new(Blob)
+                        set_dict(blob, "__dict__", {"data": data, "relocs": relocs, "arrays": slots, "params": params})
+                        op = new(Launch)
+                        set_dict(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob,
+                                                  "adj_args": None})
+                        append(op)
+                        alike[id(op)] = (op, known[4])
+                        continue
+        append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
     return ops
 
 
@@ -109,7 +211,7 @@ def _launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launch:
     template = launch_template(entry)
     if template is not None:  # what read_ops takes a launch of this template with
         ctx.checked_launches[template] = (launch.kernel, launch.dim, launch.bounds,
-                                          ctx.checked_layouts[args_structure(entry["args"])])
+                                          ctx.checked_layouts[args_structure(entry["args"])], launch)
     return launch
 
 

@@ -18,7 +18,7 @@ binaries are native code, checked against their SHA-256 (see docs/FORMAT.md, "Tr
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import msgpack
 
@@ -33,7 +33,7 @@ from apic.format.fields import check_map as _map
 from apic.format.fields import check_str as _str
 from apic.format.fields import fail as _fail
 from apic.format.read_context import Context
-from apic.format.read_ops import read_ops
+from apic.format.read_ops import read_ops, read_raw_ops
 from apic.format.read_tables import ModuleEntry
 from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, control_of
@@ -58,6 +58,9 @@ class SavedGraph:
     device: dict | None = None  # CUDA graphs: {"kind": "cuda", "arch", "name"}; None for a CPU graph
     volume_data: tuple = ()  # per handle: a Volume's NanoVDB buffer, else None
     handle_slots: tuple = ()  # (region, offset, handle): saved words that get a rebuilt handle's id
+    # id(launch) -> (the launch, the launch read in full that it was read alike: ``read_ops.read_ops``): its
+    # arguments have that one's length, relocations, array slots and array descriptor bytes
+    alike: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 
@@ -133,22 +136,73 @@ def _unique_map(pairs: list) -> dict:
     return out
 
 
-def read(data) -> SavedGraph:
-    """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
-    view = as_bytes(data)
-    version, body = check_header(view)
-    n = len(body)
+def _unpacker(n: int) -> dict:
+    """The options every unpacking of a body of ``n`` bytes takes. No declared length may exceed what the body
+    can hold (nothing is allocated for a length the bytes do not back), extension types are refused, map keys
+    must be strings or bytes, a map may hold a key once (``_unique_map``); nesting is bounded by msgpack's own
+    stack (StackError)."""
+    return dict(strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n, max_array_len=n,
+                max_map_len=n // 2, max_ext_len=0, object_pairs_hook=_unique_map)
+
+
+def _unpacked(data, options: dict, many: bool = False):
+    """The msgpack object in ``data`` (``many``: the list of the objects in it), or a FormatError."""
     try:
-        # No declared length may exceed what the body can hold (nothing is allocated for a length the
-        # bytes do not back), extension types are refused, map keys must be strings or bytes; nesting
-        # is bounded by msgpack's own stack (StackError).
-        doc = msgpack.unpackb(body, strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n,
-                              max_array_len=n, max_map_len=n // 2, max_ext_len=0, object_pairs_hook=_unique_map)
+        if many:
+            unpacker = msgpack.Unpacker(None, max_buffer_size=len(data), **options)
+            unpacker.feed(data)
+            return list(unpacker)
+        return msgpack.unpackb(data, **options)
     except _DuplicateKey as error:
         _fail("body", f"a map has the key {error.args[0]!r} more than once (readers that keep the first or the "
                       "last value would read different graphs)")
     except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
         raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
+
+
+def _split(body: memoryview, options: dict) -> tuple[dict, list] | None:
+    """``(doc, bounds)``: a body whose top level is a map of string keys, each once, with ``ops`` an array,
+    unpacked but for that array (``doc["ops"]`` is ``[]``), and where each entry of it lies in the body
+    (entry i: ``body[bounds[i]:bounds[i + 1]]``), for ``read_ops.read_raw_ops``; None for any other body, or
+    one msgpack refuses anywhere but inside an op entry (unpacked whole, it says what is wrong). The op
+    entries are only skipped here: ``read_raw_ops`` unpacks each, with these checks, or finds its bytes
+    those of one unpacked and read before (but for its argument bytes)."""
+    try:
+        unpacker = msgpack.Unpacker(None, max_buffer_size=len(body), **options)
+        unpacker.feed(body)
+        spans, bounds = {}, None
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            if type(key) is not str or key in spans:
+                return None
+            start = unpacker.tell()
+            if key == "ops":
+                count = unpacker.read_array_header()
+                tell, skip = unpacker.tell, unpacker.skip
+                bounds = [tell()]
+                for _ in range(count):
+                    skip()
+                    bounds.append(tell())
+            else:
+                unpacker.skip()
+            spans[key] = (start, unpacker.tell())
+        if bounds is None or unpacker.tell() != len(body):
+            return None
+        doc = {key: [] if key == "ops" else msgpack.unpackb(body[start:end], **options)
+               for key, (start, end) in spans.items()}
+    except (_DuplicateKey, ValueError, msgpack.UnpackException):
+        return None
+    return doc, bounds
+
+
+def read(data) -> SavedGraph:
+    """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
+    view = as_bytes(data)
+    version, body = check_header(view)
+    options = _unpacker(len(body))
+    # The op entries are unpacked one by one (read_ops.read_raw_ops) where the body's top level allows it
+    split = _split(body, options)
+    doc, bounds = split if split is not None else (_unpacked(body, options), None)
     doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
                              "kernels", "ops", "sequence", "bindings"))
     if doc["format"] != schema.FORMAT_NAME:
@@ -195,7 +249,12 @@ def read(data) -> SavedGraph:
     ctx.legacy_bounds = abi == cpu_target.ABI_BY_VALUE
     if graph_target is CPU:
         ctx.args_sizes = tables.args_sizes(doc["kernels"])
-    distinct = read_ops(_list(doc["ops"], "ops"), ctx, kernels, graph_target, abi)
+    if bounds is None:
+        distinct = read_ops(_list(doc["ops"], "ops"), ctx, kernels, graph_target, abi)
+    else:
+        buf = bytes(body)
+        distinct = read_raw_ops(buf, bounds, lambda data, many=False: _unpacked(data, options, many), ctx, kernels,
+                                graph_target, abi)
     sequence = tables.sequence(doc["sequence"], len(distinct))
     moves = any(EFFECTS[kind].control for kind in set(map(type, distinct)))  # a branch or jump: its target
     for i, op in enumerate(distinct if moves else ()):
@@ -216,4 +275,4 @@ def read(data) -> SavedGraph:
         params=tuple(ctx.scalars.values()),
     )
     return SavedGraph(version, dict(writer), dict(target), recording, modules, tuple(contents), bindings, len(body),
-                      device, tuple(volume_data), handle_slots)
+                      device, tuple(volume_data), handle_slots, ctx.alike)

@@ -8,6 +8,8 @@ and loaded ones (regions freshly allocated, with the index checks of ``guards``)
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 
 import numpy as np
@@ -42,7 +44,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     if recording.abi not in SUPPORTED_ABIS:
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
     distinct_ops = dict(zip(map(id, recording.ops), recording.ops)).values()  # shared ops hold shared blobs
-    blobs = [blob for op in distinct_ops for blob in blobs_of(op)]
+    blobs = _blobs(distinct_ops)
     wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): _argv_blob(op) for op in wide}
     meshes = mesh_indices(recording) if checked else []
@@ -110,11 +112,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
         return row
 
     if not heads and not guard_rows:  # one row per position, its op's: gathered without a loop over positions
-        for op in distinct_ops:
-            distinct_row(op)
-        gathered = np.fromiter(map(row_of.__getitem__, map(id, recording.ops)), dtype=np.intp,
-                               count=len(recording.ops))
-        sequence = gathered[gathered >= 0]
+        table, sequence = _bulk_table(recording, list(distinct_ops), lowering, launch_rows)
     else:
         for position, op in enumerate(recording.ops):
             before, after = guard_rows.get(id(op), ((), ()))
@@ -134,12 +132,72 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             if row >= 0:
                 sequence.append(row)
             sequence.extend(after)
-    table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
+        table = np.array(distinct, dtype=np.int64).reshape(-1, tbl.OP_COLUMNS)[np.array(sequence, dtype=np.intp)]
     verdicts = ((), ())
     if launch_rows:  # judged when a replay on more threads first asks (the arena's descriptors never change)
         bases = [address_of(rec.Ref(region, 0)) for region in range(len(recording.regions))]
         verdicts = lambda: _splits(recording, arena, bases, launch_rows, sequence)  # noqa: E731
     return Program(np.ascontiguousarray(table), arena.buffer, len(heads), arena.param_offsets(), verdicts)
+
+
+_KERNEL, _BOUNDS, _ARGS, _ADJ = map(operator.attrgetter, ("kernel", "bounds", "args", "adj_args"))
+
+
+def _blobs(ops) -> list:
+    """The blobs of distinct ``ops`` in order (``guards.blobs_of``), without a call per op where every op is a
+    forward launch (its bounds, then its arguments)."""
+    if set(map(type, ops)) == {rec.Launch} and not any(map(_ADJ, ops)):
+        return list(itertools.chain.from_iterable(zip(map(_BOUNDS, ops), map(_ARGS, ops))))
+    return [blob for op in ops for blob in blobs_of(op)]
+
+
+def _bulk_table(recording, ops: list, lowering: _Lowering, launch_rows: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``(table, sequence)`` of a program with no loop heads and no checks: a row per distinct op of ``ops``
+    (none for an op with nothing to run), gathered for each position of the op sequence; ``launch_rows`` gets
+    the launches of splittable kernels by row.
+
+    Launches that differ in their arguments only (one kernel, bounds and adjoint arguments) share their row
+    but for the address of their arguments: each such row is built once and the addresses set in bulk."""
+    every = set(map(type, ops)) == {rec.Launch}  # the common case: no op but launches
+    at = np.arange(len(ops)) if every else np.array([i for i, op in enumerate(ops) if type(op) is rec.Launch],
+                                                    dtype=np.intp)
+    launches = ops if every else list(map(ops.__getitem__, at.tolist()))
+    rows = np.zeros((len(ops), tbl.OP_COLUMNS), dtype=np.int64)
+    has_row = np.ones(len(ops), dtype=bool)  # an op with nothing to run (an Alloc) has no row
+    if launches:
+        # the ops hold their bounds and adjoint arguments: no id is reused
+        keys = list(zip(map(_KERNEL, launches), map(id, map(_BOUNDS, launches)), map(id, map(_ADJ, launches))))
+        group_of = {key: g for g, key in enumerate(dict.fromkeys(keys))}
+        group = np.fromiter(map(group_of.__getitem__, keys), dtype=np.intp, count=len(keys))
+        shared, columns, splittable = [], [], []
+        for first in np.unique(group, return_index=True)[1].tolist():  # the first launch of each group, in order
+            op = launches[first]
+            lowered, column = _launch_row(op, lowering)
+            shared.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
+            columns.append(column)
+            splittable.append(recording.kernels[op.kernel].split_writes is not None)
+        rows[at] = np.array(shared, dtype=np.int64)[group]
+        rows[at, np.array(columns, dtype=np.intp)[group]] = lowering.arena.addresses(map(_ARGS, launches))
+    for i, op in enumerate(() if every else ops):
+        if type(op) is not rec.Launch:
+            lowered = rec.handler(_LOWER, op, "lowering a graph for CPU replay")(op, lowering)
+            if lowered is None:
+                has_row[i] = False
+            else:
+                rows[i] = lowered + [0] * (tbl.OP_COLUMNS - len(lowered))
+    row_of = np.cumsum(has_row) - 1  # op index -> its row among those with one
+    if launches and any(splittable):
+        chosen = np.array(splittable, dtype=bool)[group]
+        launch_rows.update(zip(row_of[at[chosen]].tolist(), launches if chosen.all() else
+                               itertools.compress(launches, chosen.tolist())))
+    if len(ops) == len(recording.ops):  # no op repeats: the distinct ops are the sequence's
+        positions = np.flatnonzero(has_row)
+    else:
+        index_of = dict(zip(map(id, ops), range(len(ops))))
+        positions = np.fromiter(map(index_of.__getitem__, map(id, recording.ops)), dtype=np.intp,
+                                count=len(recording.ops))
+        positions = positions[has_row[positions]]
+    return rows[positions], row_of[positions]
 
 
 def _splits(recording, arena: _Arena, bases: list[int], launch_rows: dict, sequence) -> tuple:

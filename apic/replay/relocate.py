@@ -70,6 +70,11 @@ class Arena:
         """The host address of ``blob`` in the arena."""
         return self.base + self._offsets[id(blob)]
 
+    def addresses(self, blobs) -> np.ndarray:
+        """The host addresses of ``blobs`` (an iterable) in the arena, as int64."""
+        offsets = np.fromiter(map(self._offsets.__getitem__, map(id, blobs)), dtype=np.int64)
+        return offsets + self.base
+
     def param_offsets(self) -> dict:
         """Named parameter -> the arena offsets of its slots (``Graph.set_param`` writes there)."""
         found: dict = {}
