@@ -46,9 +46,6 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
     # {the bytes after them: (the entry's checked_launches value, its args map)})}
     templates: dict = {}
     starts: dict = {}  # entry length -> where the argument bytes start in the templates of that length
-    alike = ctx.alike
-    new, set_dict = object.__new__, object.__setattr__
-    Launch, Blob = rec.Launch, rec.Blob
     misses = 0
     for i in range(len(bounds) - 1):
         begin, end = bounds[i], bounds[i + 1]
@@ -59,18 +56,9 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
                 found = after.get(buf[begin + at + size : end])
             if found is not None:
                 known, args = found
-                data = buf[begin + at : begin + at + size]
-                descriptors_of, descriptors, relocs, slots, claimed = known[3]  # as read_ops reads a launch alike
-                if descriptors_of is None or descriptors_of(data) == descriptors:
-                    params = (ctx.param_slots(args, data, set(claimed), f"ops[{i}].args") if "params" in args
-                              else ())
-                    blob = new(Blob)
-                    set_dict(blob, "__dict__", {"data": data, "relocs": relocs, "arrays": slots, "params": params})
-                    op = new(Launch)
-                    set_dict(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob,
-                                              "adj_args": None})
+                op = _launch_alike(known, args, buf[begin + at : begin + at + size], ctx, i)
+                if op is not None:
                     append(op)
-                    alike[id(op)] = (op, known[4])
                     break
         else:  # no template matched (or its descriptors differ): unpacked and read in full
             misses += 1
@@ -80,7 +68,7 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
             entry = unpack(buf[begin:end])
             op = read_ops([entry], ctx, kernels, target, abi, i)[0]
             append(op)
-            if type(op) is Launch and op.adj_args is None:
+            if type(op) is rec.Launch and op.adj_args is None:
                 _add_raw_template(templates, starts, buf[begin:end], entry, ctx)
     return ops
 
@@ -104,22 +92,39 @@ def _add_raw_template(templates: dict, starts: dict, raw: bytes, entry: dict, ct
         starts[len(raw)].append(at)
 
 
+_new, _set = object.__new__, object.__setattr__
+
+
+def _launch_alike(known: tuple, args: dict, data: bytes, ctx: Context, index: int) -> rec.Launch | None:
+    """Launch ``ops[index]``, read alike the checked launch ``known`` (its ``checked_launches`` value) with the
+    argument map ``args`` and argument bytes ``data``, recorded in ``ctx.alike``; None where its descriptor
+    bytes differ (it is read in full). ``Context.alike_args`` and the two dataclass ``__init__``s, without
+    their calls: ``read_ops`` and ``read_raw_ops`` run it once per launch."""
+    descriptors_of, descriptors, relocs, slots, claimed = known[3]
+    if descriptors_of is not None and descriptors_of(data) != descriptors:
+        return None
+    params = ctx.param_slots(args, data, set(claimed), f"ops[{index}].args") if "params" in args else ()
+    blob = _new(rec.Blob)
+    _set(blob, "__dict__", {"data": data, "relocs": relocs, "arrays": slots, "params": params})
+    op = _new(rec.Launch)
+    _set(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob, "adj_args": None})
+    ctx.alike[id(op)] = (op, known[4])
+    return op
+
+
 def read_ops(entries: list, ctx: Context, kernels, target, abi: str, first: int = 0) -> list:
     """The ops of ``entries`` (the file's ``ops``, from ``first`` on) of a graph of ``target``, each checked
     (``read_op``).
 
     A launch with the ``launch_template`` of one found valid only has its array descriptors' bytes
     compared and its parameters checked, here, without the per-kind dispatch: a graph may hold thousands
-    of launches that differ in a scalar. That step is ``launch_template`` and ``Context.alike_args`` written
-    out in the loop, and makes the op as its dataclass ``__init__`` would, less the calls: it runs once
-    per launch."""
+    of launches that differ in a scalar. That step writes ``launch_template`` out in the loop (it runs once per
+    launch) and makes the op with ``_launch_alike``."""
     ops = []
     append = ops.append
     launch = int(schema.WireOp.LAUNCH)
     required = None  # a launch's required fields (known once read_op has read a launch)
-    checked_launches, alike = ctx.checked_launches, ctx.alike
-    dumps, new, set_dict = marshal.dumps, object.__new__, object.__setattr__
-    Launch, Blob = rec.Launch, rec.Blob
+    checked_launches, dumps = ctx.checked_launches, marshal.dumps
     for i, entry in enumerate(entries, first):
         if required is None:
             required = ctx.checked_kinds.get((launch, target.name), (None, None))[1]
@@ -134,19 +139,10 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str, first: int 
                 except (KeyError, ValueError):  # a field missing, or nested deeper than marshal goes: read in full
                     template = None
                 known = None if template is None else checked_launches.get(template)
-                if known is not None:
-                    descriptors_of, descriptors, relocs, slots, claimed = known[3]  # ctx.alike_args
-                    if descriptors_of is None or descriptors_of(data) == descriptors:
-                        params = (ctx.param_slots(args, data, set(claimed), f"ops[{i}].args") if "params" in args
-                                  else ())
-                        blob = new(Blob)
-                        set_dict(blob, "__dict__", {"data": data, "relocs": relocs, "arrays": slots, "params": params})
-                        op = new(Launch)
-                        set_dict(op, "__dict__", {"kernel": known[0], "dim": known[1], "bounds": known[2], "args": blob,
-                                                  "adj_args": None})
-                        append(op)
-                        alike[id(op)] = (op, known[4])
-                        continue
+                op = None if known is None else _launch_alike(known, args, data, ctx, i)
+                if op is not None:
+                    append(op)
+                    continue
         append(read_op(entry, f"ops[{i}]", ctx, kernels, target, abi))
     return ops
 
