@@ -237,7 +237,7 @@ def test_a_later_launch_repeating_a_key_of_its_arguments_is_refused(saved):
 
 
 def test_entries_read_from_their_bytes_are_those_read_unpacked(saved, monkeypatch):
-    """``read_ops.read_raw_ops`` (a later launch whose bytes are a checked one's but for its argument bytes)
+    """``read_raw.read_raw_ops`` (a later launch whose bytes are a checked one's but for its argument bytes)
     reads the ops ``read_ops`` reads from the unpacked body."""
     _, body = saved
     data = writer.encode(body)

@@ -8,8 +8,6 @@ import marshal
 import math
 import struct
 
-import msgpack
-
 from apic.format import handles as wire_handles
 from apic.format import schema
 from apic.format.fields import check_int as _int
@@ -26,76 +24,10 @@ from apic.targets import cpu as cpu_target
 from apic.targets.cuda import MAX_SMEM
 
 
-_RAW_TRIAL = 64  # entries read_raw_ops reads before it unpacks the rest at once if most were not alike
-
-
-def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target, abi: str) -> list:
-    """The ops of the file's ``ops`` array, each entry ``buf[bounds[i]:bounds[i + 1]]`` (msgpack bytes not yet
-    unpacked; ``unpack(data, many=False)`` unpacks one, or the list of those in ``data``, as the whole body is,
-    with every check of ``apic.format.reader``), as ``read_ops`` reads them.
-
-    A forward launch read (or read alike) from unpacked bytes leaves a raw template: its bytes before and
-    after its argument bytes (those of the msgpack ``bin`` in ``args.data``). A later entry of the same
-    length whose bytes are those but for the argument bytes is that launch with other arguments: the same
-    map (same keys once each, same values of the same types), so read as ``read_ops`` reads a launch alike
-    (its descriptor bytes compared, its parameters checked), without unpacking it. Any other entry, or one
-    whose descriptors differ, is unpacked and read by ``read_ops``."""
-    ops = []
-    append = ops.append
-    # (entry length, where its argument bytes start) -> {the bytes before them: (the argument bytes' length,
-    # {the bytes after them: (the entry's checked_launches value, its args map)})}
-    templates: dict = {}
-    starts: dict = {}  # entry length -> where the argument bytes start in the templates of that length
-    misses = 0
-    for i in range(len(bounds) - 1):
-        begin, end = bounds[i], bounds[i + 1]
-        for at in starts.get(end - begin, ()):
-            found = templates[(end - begin, at)].get(buf[begin : begin + at])
-            if found is not None:  # (the bytes before the argument bytes hold their length)
-                size, after = found
-                found = after.get(buf[begin + at + size : end])
-            if found is not None:
-                known, args = found
-                op = _launch_alike(known, args, buf[begin + at : begin + at + size], ctx, i)
-                if op is not None:
-                    append(op)
-                    break
-        else:  # no template matched (or its descriptors differ): unpacked and read in full
-            misses += 1
-            if i >= _RAW_TRIAL and 2 * misses > i:  # few launches alike: the rest unpacked at once, read by read_ops
-                ops += read_ops(unpack(buf[begin : bounds[-1]], True), ctx, kernels, target, abi, i)
-                break
-            entry = unpack(buf[begin:end])
-            op = read_ops([entry], ctx, kernels, target, abi, i)[0]
-            append(op)
-            if type(op) is rec.Launch and op.adj_args is None:
-                _add_raw_template(templates, starts, buf[begin:end], entry, ctx)
-    return ops
-
-
-def _add_raw_template(templates: dict, starts: dict, raw: bytes, entry: dict, ctx: Context) -> None:
-    """Keep what ``read_raw_ops`` compares a later entry with, of a launch ``entry`` (``raw``, its bytes) read
-    valid; nothing where its argument bytes are not found once in ``raw`` as msgpack ``bin`` (the shortest)."""
-    template = launch_template(entry)
-    known = None if template is None else ctx.checked_launches.get(template)
-    if known is None:
-        return
-    data = entry["args"]["data"]
-    size = len(data)
-    packed = msgpack.packb(data, use_bin_type=True)  # the shortest bin header, then the bytes
-    if raw.count(packed) != 1:
-        return
-    at = raw.index(packed) + len(packed) - size
-    after = templates.setdefault((len(raw), at), {}).setdefault(raw[:at], (size, {}))[1]
-    after.setdefault(raw[at + size :], (known, entry["args"]))
-    if at not in starts.setdefault(len(raw), []):
-        starts[len(raw)].append(at)
-
-
 _new, _set = object.__new__, object.__setattr__
 
 
-def _launch_alike(known: tuple, args: dict, data: bytes, ctx: Context, index: int) -> rec.Launch | None:
+def launch_alike(known: tuple, args: dict, data: bytes, ctx: Context, index: int) -> rec.Launch | None:
     """Launch ``ops[index]``, read alike the checked launch ``known`` (its ``checked_launches`` value) with the
     argument map ``args`` and argument bytes ``data``, recorded in ``ctx.alike``; None where its descriptor
     bytes differ (it is read in full). ``Context.alike_args`` and the two dataclass ``__init__``s, without
@@ -119,7 +51,7 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str, first: int 
     A launch with the ``launch_template`` of one found valid only has its array descriptors' bytes
     compared and its parameters checked, here, without the per-kind dispatch: a graph may hold thousands
     of launches that differ in a scalar. That step writes ``launch_template`` out in the loop (it runs once per
-    launch) and makes the op with ``_launch_alike``."""
+    launch) and makes the op with ``launch_alike``."""
     ops = []
     append = ops.append
     launch = int(schema.WireOp.LAUNCH)
@@ -139,7 +71,7 @@ def read_ops(entries: list, ctx: Context, kernels, target, abi: str, first: int 
                 except (KeyError, ValueError):  # a field missing, or nested deeper than marshal goes: read in full
                     template = None
                 known = None if template is None else checked_launches.get(template)
-                op = None if known is None else _launch_alike(known, args, data, ctx, i)
+                op = None if known is None else launch_alike(known, args, data, ctx, i)
                 if op is not None:
                     append(op)
                     continue

@@ -33,7 +33,8 @@ from apic.format.fields import check_map as _map
 from apic.format.fields import check_str as _str
 from apic.format.fields import fail as _fail
 from apic.format.read_context import Context
-from apic.format.read_ops import read_ops, read_raw_ops
+from apic.format.read_ops import read_ops
+from apic.format.read_raw import read_raw_ops
 from apic.format.read_tables import ModuleEntry
 from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, control_of
@@ -163,7 +164,7 @@ def _unpacked(data, options: dict, many: bool = False):
 def _split(body: memoryview, options: dict) -> tuple[dict, list] | None:
     """``(doc, bounds)``: a body whose top level is a map of string keys, each once, with ``ops`` an array,
     unpacked but for that array (``doc["ops"]`` is ``[]``), and where each entry of it lies in the body
-    (entry i: ``body[bounds[i]:bounds[i + 1]]``), for ``read_ops.read_raw_ops``; None for any other body, or
+    (entry i: ``body[bounds[i]:bounds[i + 1]]``), for ``read_raw.read_raw_ops``; None for any other body, or
     one msgpack refuses anywhere but inside an op entry (unpacked whole, it says what is wrong). The op
     entries are only skipped here: ``read_raw_ops`` unpacks each, with these checks, or finds its bytes
     those of one unpacked and read before (but for its argument bytes)."""
@@ -200,7 +201,7 @@ def read(data) -> SavedGraph:
     view = as_bytes(data)
     version, body = check_header(view)
     options = _unpacker(len(body))
-    # The op entries are unpacked one by one (read_ops.read_raw_ops) where the body's top level allows it
+    # The op entries are unpacked one by one (read_raw.read_raw_ops) where the body's top level allows it
     split = _split(body, options)
     doc, bounds = split if split is not None else (_unpacked(body, options), None)
     doc = _map(doc, "body", ("format", "format_version", "writer", "target", "abi", "regions", "modules",
