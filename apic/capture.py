@@ -110,9 +110,9 @@ def capture_end(device=None, stream=None):
 
 def _release_loaded_graphs_freed_during_capture() -> None:
     """Loaded CUDA graphs collected during a capture wait for its end to free their driver objects."""
-    loaded_graphs = sys.modules.get("apic.replay.cuda_loaded_graph")  # never imported: none was loaded
-    if loaded_graphs is not None and loaded_graphs._PENDING:
-        loaded_graphs.release_pending()
+    resources = sys.modules.get("apic.replay.cuda_resources")  # never imported: no graph was loaded
+    if resources is not None and resources.PENDING:
+        resources.release_pending()
 
 
 def capture_launch(graph, stream=None, threads=None):

@@ -432,21 +432,23 @@ def test_set_and_get_param_are_refused_while_warp_captures_on_the_device(cu, ptx
 def test_a_graph_freed_while_warp_captures_is_released_after_the_capture(cu, ptx, monkeypatch):
     """Releasing synchronizes the context and frees memory, which would invalidate the capture (seen on an H100):
     it waits until no capture runs, then the next replay of any loaded graph (or release_pending) does it."""
+    from apic.replay import cuda_resources
+
     device, _saved, graph = _load(cu, monkeypatch, ptx)
     _device2, _saved2, other = _load(cu, monkeypatch, ptx)
     resources = graph._resources
     resources.warp_device = warp_device = _CapturingDevice()
     before = len(device.calls)
     graph._finalizer()  # as a garbage collection inside the capture would
-    assert device.calls[before:] == [] and resources in cuda_replay._PENDING
-    cuda_replay.release_pending()  # the capture still runs: nothing yet
+    assert device.calls[before:] == [] and resources in cuda_resources.PENDING
+    cuda_resources.release_pending()  # the capture still runs: nothing yet
     assert device.calls[before:] == [] and resources.context is not None
     warp_device.captures = {}  # the capture ended
     other.launch()
     released = [name for name, _ in device.calls[before:]]
     for name in ("cuCtxSynchronize", "cuGraphExecDestroy", "cuModuleUnload", "cuMemFree", "cuDevicePrimaryCtxRelease"):
         assert name in released, name
-    assert resources.context is None and resources not in cuda_replay._PENDING
+    assert resources.context is None and resources not in cuda_resources.PENDING
 
 
 def test_a_replay_into_an_invalidated_capture_is_refused(cu, ptx, monkeypatch):

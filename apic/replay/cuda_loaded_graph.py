@@ -40,7 +40,9 @@ from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
+from apic.replay import cuda_resources
 from apic.replay.cuda_driver import direct_graph_launch
+from apic.replay.cuda_resources import ContextGuard, Resources
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
 from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
 from apic.replay.named_params import NamedParams
@@ -70,95 +72,6 @@ def check_arch(saved, arch: int) -> None:
         )
 
 
-class _Resources:
-    """Every driver object a loaded graph owns, released together (when the graph is freed).
-
-    The release synchronizes the context and frees memory, which a stream capture forbids: run while any
-    capture Warp knows of is in progress (a garbage collection can free a graph at any moment, inside the
-    caller's ``wp.ScopedCapture`` too), it would invalidate that capture. Then it waits in ``_PENDING``
-    until ``release_pending`` finds no capture running (the next load or replay, or the end of a capture)."""
-
-    def __init__(self, cu: Driver) -> None:
-        self.cu = cu
-        self.context = None
-        self.device = None
-        self.warp_device = None  # the graph's Warp device: its captures are looked at with every other device's
-        self.stream = None
-        self.graph = None
-        self.exec = None
-        self.modules: list = []
-        self.memory: list = []
-
-    def release(self) -> None:
-        if self.context is None:
-            return
-        if _captures_running(self.warp_device):
-            _PENDING.append(self)
-            return
-        self._release_now()
-
-    def _release_now(self) -> None:
-        cu = self.cu.cu
-        try:
-            cu.cuCtxPushCurrent(self.context)
-            cu.cuCtxSynchronize()
-            if self.exec is not None:
-                cu.cuGraphExecDestroy(self.exec)
-            if self.graph is not None:
-                cu.cuGraphDestroy(self.graph)
-            if self.stream is not None:
-                cu.cuStreamDestroy(self.stream)
-            for module in self.modules:
-                cu.cuModuleUnload(module)
-            for pointer in self.memory:
-                cu.cuMemFree(pointer)
-            cu.cuCtxPopCurrent()
-            cu.cuDevicePrimaryCtxRelease(self.device)
-        except Exception:  # interpreter shutdown: the driver may be gone already
-            pass
-        self.context = None
-
-
-class _ContextGuard:
-    """Pushes a CUDA context for the span of a ``with`` block (the calls of a load or a replay)."""
-
-    __slots__ = ("_cu", "_context")
-
-    def __init__(self, cu: Driver, context) -> None:
-        self._cu, self._context = cu, context
-
-    def __enter__(self) -> None:
-        self._cu("cuCtxPushCurrent", self._context)
-
-    def __exit__(self, *exc) -> None:
-        self._cu("cuCtxPopCurrent")
-
-
-# Resources of graphs freed while a capture ran (see _Resources), released by release_pending.
-_PENDING: list[_Resources] = []
-
-
-def _captures_running(device=None) -> bool:
-    """Whether Warp is capturing a graph on ``device`` or any other CUDA device (a look at each ``captures``)."""
-    try:
-        devices = [device, *wp.get_cuda_devices()]
-    except Exception:  # interpreter shutdown
-        devices = [device]
-    return any(getattr(d, "captures", None) for d in devices)
-
-
-def release_pending() -> None:
-    """Release what graphs freed during a capture left in ``_PENDING``, unless a capture still runs."""
-    while _PENDING:
-        if _captures_running(_PENDING[-1].warp_device):
-            return
-        try:
-            res = _PENDING.pop()
-        except IndexError:  # another thread emptied it meanwhile
-            return
-        res._release_now()
-
-
 class LoadedCudaGraph(NamedParams, CudaGraph):
     """A CUDA graph loaded from a ``.wrp``, replayed with cuda-python (see the module docstring).
 
@@ -180,7 +93,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         self.mode = "graph"
         self.bindings = {b.name: b for b in saved.bindings}
         self._images = images
-        res = self._resources = _Resources(cu)
+        res = self._resources = Resources(cu)
         self._finalizer = weakref.finalize(self, res.release)
 
         try:
@@ -200,7 +113,7 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         name = cu("cuDeviceGetName", 256, res.device)
         self.device_name = (name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name))
         self.device = res.warp_device = _warp_device(ordinal)
-        release_pending()
+        cuda_resources.release_pending()
         # modules this GPU cannot run, or whose object is missing, are compiled from a saved source (if any)
         self.saved, self._images = self._sources.for_device(saved, images, self.arch, check_arch)
         res.context = cu("cuDevicePrimaryCtxRetain", res.device)
@@ -220,11 +133,11 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
             cu("cuCtxSynchronize")
 
     # --- loading -----------------------------------------------------------------------------------
-    def _current(self) -> "_ContextGuard":
+    def _current(self) -> ContextGuard:
         """A ``with`` block with the graph's context current (made once: a replay enters it every time)."""
         guard = self.__dict__.get("_context_guard")
         if guard is None:
-            guard = self._context_guard = _ContextGuard(self._cu, self._resources.context)
+            guard = self._context_guard = ContextGuard(self._cu, self._resources.context)
         return guard
 
     def _check_memory(self) -> None:
@@ -377,8 +290,8 @@ class LoadedCudaGraph(NamedParams, CudaGraph):
         mode = self.mode if mode is None else mode
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if _PENDING:
-            release_pending()
+        if cuda_resources.PENDING:
+            cuda_resources.release_pending()
         if not self._plan:
             return
         handle = self._stream(stream)
