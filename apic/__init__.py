@@ -11,7 +11,7 @@ from apic.errors import ApicError, BindingError, CaptureError, FormatError, Grap
 from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
 from apic.errors import ReplayError, ReplayIndexError, UnsupportedOperationError
 from apic.graph import Graph
-from apic.params import Param, param
+from apic.record.params import Param, param
 from apic.persist import capture_load, capture_load_from_bytes, capture_save
 from apic.installation import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations

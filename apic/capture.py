@@ -1,5 +1,6 @@
-"""The public capture API: ``capture_begin``, ``capture_end``, ``capture_launch``, ``ScopedCapture``,
-``capture_if``, ``capture_while``, ``capture_pause``, ``capture_resume``.
+"""The public capture API: ``capture_begin``, ``capture_end``, ``capture_launch``, ``ScopedCapture``; and
+``patch``, which points Warp's capture API here and at the control-flow half (``capture_if``,
+``capture_while``, ``capture_pause``, ``capture_resume``: :mod:`apic.capture_flow`).
 
 Same names, signatures and semantics as Warp 1.19's. A CPU capture is apic's own record-only
 capture; a CUDA capture goes to Warp as before (without Warp's native APIC recorder), and with
@@ -8,7 +9,6 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 
 from __future__ import annotations
 
-import ctypes
 import sys
 
 import warp as wp
@@ -16,15 +16,17 @@ import warp as wp
 from apic import _compat
 from apic import dot as _dot
 from apic import patches as _patches
-from apic._compat import wp_context, wp_types, wp_utils
+from apic._compat import wp_context, wp_utils
+from apic.capture_flow import ORIGINALS as _originals
+from apic.capture_flow import capture_if, capture_pause, capture_resume, capture_while
+from apic.capture_flow import refuse_in_cuda_recording as _refuse_in_cuda_recording
 from apic.cuda_graph import CapturedCudaGraph, CudaGraph
-from apic.errors import CaptureError, UnsupportedOperationError
+from apic.errors import CaptureError
 from apic.graph import Graph
 from apic.record import active_recorder, cuda_recorder
 from apic.record.recorder import Recorder
 
 _recording_threads = active_recorder.recording_threads
-_originals: dict[str, object] = {}  # Warp's own capture API, saved by ``patch`` (CUDA work goes there)
 
 
 def _resolve_device(device, stream):
@@ -204,170 +206,6 @@ def abort_all() -> None:
         recorder.abort()
     for paused in list(active_recorder.paused_list()):
         paused.abort()
-
-
-def _refuse_in_cuda_recording(api: str) -> None:
-    """apic's CUDA recording is one linear stream of ops: refuse what would branch or pause it."""
-    if cuda_recorder.active() is not None:
-        raise UnsupportedOperationError(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")
-
-
-def _original(name: str):
-    """Warp's own ``name`` (for CUDA work), or an error where this warp-lang has none."""
-    original = _originals.get(name)
-    if original is None:
-        raise RuntimeError(f"warp-lang {wp.config.version} has no {name} for CUDA devices")
-    return original
-
-
-# --- pause and resume ---------------------------------------------------------------------------------
-class PausedCapture:
-    """What ``wp.capture_pause`` returns for a CPU capture: hand it to ``wp.capture_resume``.
-
-    (Warp returns the ``warp.Graph`` being built; an apic graph exists only once the capture ends.)
-    """
-
-    def __init__(self, recorder) -> None:
-        self.device = recorder.device
-        self.apic = recorder.apic
-        self._recorder = recorder
-
-    def __repr__(self) -> str:
-        state = "paused" if active_recorder.is_paused(self._recorder) else "not paused"
-        return f"<apic.PausedCapture device={self.device} {state}>"
-
-
-def capture_pause(device=None, stream=None, **kwargs):
-    """Pause the graph capture on ``device`` (``stream``), returning a handle for :func:`capture_resume`.
-
-    On the CPU, operations issued while paused run eagerly and are not recorded; the capture goes
-    on where it left off after :func:`capture_resume`. ``Device.is_capturing`` is False meanwhile.
-    On CUDA this is Warp's own ``capture_pause``.
-    """
-    recorder = active_recorder.active()
-    if recorder is not None and stream is None and (device is None or wp.get_device(device).is_cpu):
-        return PausedCapture(active_recorder.pause())
-    _refuse_in_cuda_recording("wp.capture_pause")
-    return _original("capture_pause")(device=device, stream=stream, **kwargs)
-
-
-def capture_resume(graph, device=None, stream=None, **kwargs):
-    """Resume a graph capture paused by :func:`capture_pause` (``graph`` is what it returned)."""
-    if isinstance(graph, PausedCapture):
-        active_recorder.resume(graph._recorder)
-        return None
-    return _original("capture_resume")(graph, device=device, stream=stream, **kwargs)
-
-
-# --- conditional execution ----------------------------------------------------------------------------
-def _check_condition(condition) -> None:
-    if not isinstance(condition, wp_types.array) or condition.dtype is not wp.int32:
-        raise TypeError("Condition must be a Warp array of int32 with a single element")
-
-
-def _read_condition(condition) -> bool:
-    return bool(ctypes.cast(condition.ptr, ctypes.POINTER(ctypes.c_int32)).contents.value)
-
-
-def _run_body(body, what: str, kwargs: dict) -> None:
-    """Run a branch body now (no capture running): a Graph is launched, a callable called."""
-    if isinstance(body, Graph) or isinstance(body, _warp_graph_type()):
-        wp.capture_launch(body)
-    elif callable(body):
-        body(**kwargs)
-    else:
-        raise TypeError(f"{what} must be a Callable or a Graph")
-
-
-def _record_body(recorder, body, what: str, kwargs: dict):
-    """A callable that records a branch body into ``recorder``: a Graph inline, a callable by calling it."""
-    if body is None:
-        return None
-    if isinstance(body, Graph):
-        return lambda: recorder.record_graph(body)
-    if isinstance(body, _warp_graph_type()):
-        raise UnsupportedOperationError(f"a warp.Graph as the {what} of a CPU capture", "pass an apic graph or a callable")
-    if not callable(body):
-        raise TypeError(f"{what} must be a Callable or a Graph")
-    return lambda: body(**kwargs)
-
-
-def _warp_body(body, stream, device):
-    """A branch body Warp's own CUDA ``capture_if`` / ``capture_while`` takes: an apic graph captured with
-    ``apic=True`` as its Warp graph (a child graph node); a loaded one as a callable that replays it on the
-    stream Warp uses (``stream``, else ``device``'s current one), so that it is ordered with the condition
-    and, inside a capture, its ops become nodes of the body graph (``apic.replay.cuda_loaded_graph``); anything else
-    as is."""
-    if isinstance(body, CapturedCudaGraph):
-        return body.warp_graph
-    if isinstance(body, CudaGraph):
-        return lambda **_kwargs: body.launch(stream=stream if stream is not None else device.stream)
-    return body
-
-
-def _warp_graph_type() -> type:
-    return wp_context.Graph
-
-
-def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
-    """Create a dynamic branch based on a condition.
-
-    The condition value is retrieved from the first element of the ``condition`` array (int32;
-    nonzero is true). During a CPU capture both bodies are recorded and the condition is read each
-    time the graph is replayed; otherwise the chosen body runs now.
-
-    Args:
-        condition: Warp array holding the condition value.
-        on_true: A callback function or :class:`Graph` to execute if the condition is True.
-        on_false: A callback function or :class:`Graph` to execute if the condition is False.
-        stream: The CUDA stream where the condition was written (CUDA only).
-
-    Any additional keyword arguments are forwarded to the callback functions.
-    """
-    if on_true is None and on_false is None:
-        return
-    _check_condition(condition)
-    if not condition.device.is_cpu:
-        _refuse_in_cuda_recording("wp.capture_if")
-        return _original("capture_if")(condition, on_true=_warp_body(on_true, stream, condition.device),
-                                       on_false=_warp_body(on_false, stream, condition.device), stream=stream, **kwargs)
-    recorder = active_recorder.active()
-    if recorder is None:
-        body, what = (on_true, "on_true") if _read_condition(condition) else (on_false, "on_false")
-        if body is not None:
-            _run_body(body, what, kwargs)
-        return
-    recorder.record_if(
-        condition, _record_body(recorder, on_true, "on_true", kwargs), _record_body(recorder, on_false, "on_false", kwargs)
-    )
-
-
-def capture_while(condition, while_body, stream=None, **kwargs):
-    """Create a dynamic loop based on a condition.
-
-    The condition value is retrieved from the first element of the ``condition`` array (int32;
-    nonzero is true); ``while_body`` must update it so that the loop ends. During a CPU capture the
-    body is recorded once and replay tests the condition before every iteration; otherwise the loop
-    runs now.
-
-    Args:
-        condition: Warp array holding the condition value.
-        while_body: A callback function or :class:`Graph` to execute while the loop condition is True.
-        stream: The CUDA stream where the condition was written (CUDA only).
-
-    Any additional keyword arguments are forwarded to the callback function.
-    """
-    _check_condition(condition)
-    if not condition.device.is_cpu:
-        _refuse_in_cuda_recording("wp.capture_while")
-        body = _warp_body(while_body, stream, condition.device)
-        return _original("capture_while")(condition, body, stream=stream, **kwargs)
-    recorder = active_recorder.active()
-    if recorder is None:
-        while _read_condition(condition):
-            _run_body(while_body, "while_body", kwargs)
-        return
-    recorder.record_while(condition, _record_body(recorder, while_body, "while_body", kwargs))
 
 
 def _device_is_capturing(original):

@@ -140,7 +140,7 @@ def _fold(items: list, ops) -> list:
 
 
 def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
-    """The DOT document of ``recording`` (``bindings``: ``apic.bindings.Binding`` naming regions)."""
+    """The DOT document of ``recording`` (``bindings``: ``apic.record.bindings.Binding`` naming regions)."""
     names: dict[int, list] = {}
     for b in bindings:
         names.setdefault(b.region, []).append(b.name)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from apic import _compat
-from apic import bindings as b
+from apic.record import bindings as b
 from apic.errors import BindingError, ReplayError
-from apic.params import pack
+from apic.record.params import pack
 from apic.record.ops import HandleRef, launch_counts
 from apic.record.active_recorder import active
 from apic.record.recording import Recording
@@ -49,7 +49,7 @@ class Graph(NamedParams):
         self.is_loaded = is_loaded
         self.recording = recording
         self._keepalive = list(keepalive)
-        self.bindings = {b.name: b for b in bindings}  # name -> apic.bindings.Binding (loaded graphs)
+        self.bindings = {b.name: b for b in bindings}  # name -> apic.record.bindings.Binding (loaded graphs)
         if region_addresses is None:
             region_addresses = [r.address for r in recording.regions]
         if kernel_addresses is None:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import warp as wp
 
-from apic import _compat, capture, params, patches, persist
+from apic import _compat, capture, patches, persist
+from apic.record import params
 from apic._compat import wp_context
 from apic.errors import CaptureError
 from apic.record import cuda_shims, fem, handle_shims, launch_shims, native_sinks, shims, sparse

@@ -34,7 +34,7 @@ from apic import _compat
 from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
-from apic.format import manifest as kernel_manifest
+from apic.format import manifest_check
 from apic.format import source as source_format
 from apic.format.module_folder import fetch_verified
 from apic.format.reader import SavedGraph
@@ -175,7 +175,7 @@ def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
 
 def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None, compiled=frozenset()):
     """Allocate, fill, load and lower: the loaded ``apic.Graph``; ``id_arrays`` (from
-    ``apic.format.manifest.check``): the arrays of handle ids each launch passes, checked at replay;
+    ``apic.format.manifest_check.check``): the arrays of handle ids each launch passes, checked at replay;
     ``compiled``: the module files whose object was compiled here rather than saved."""
     recording = saved.recording
     buffers, addresses, views, regions = [], [], [], []
@@ -269,7 +269,7 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
     checked against its kernel's manifest, and the arrays of handle ids each launch passes."""
     files = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the files that give its code, which the .wrp cannot change
-    return files, kernel_manifest.check(saved, kernel_manifest.load(saved, fetch, names, origin, files.manifests))
+    return files, manifest_check.check(saved, manifest_check.load(saved, fetch, names, origin, files.manifests))
 
 
 

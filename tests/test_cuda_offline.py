@@ -30,6 +30,7 @@ from apic.errors import FormatError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import Region
+from apic.record import cuda_params
 from apic.record import cuda_recorder as record_cuda
 from apic.targets import cuda as cp
 from apic.targets.target import CUDA
@@ -81,7 +82,7 @@ def _symbol(kernel, adjoint: bool) -> str:
 def test_param_layout_matches_ptx_entry(ptx, kernel, adjoint):
     entries = cp.ptx_entries(ptx)
     expected = entries[_symbol(kernel, adjoint)]
-    types = cp.param_types(kernel, adjoint)
+    types = cuda_params.param_types(kernel, adjoint)
     layout = cp.param_layout(types)
     nargs = len(kernel.adj.args)
     assert len(layout) == len(expected) == 1 + nargs * (2 if adjoint else 1)
@@ -102,8 +103,8 @@ def test_bounds_size_follows_the_kernel_dimension(ptx):
     per_dim = {1: ck.saxpy, 2: ck.dims2, 3: ck.dims3, 4: ck.dims4}
     for kernel in per_dim.values():
         bounds = entries[_symbol(kernel, False)][0][0]
-        assert cp.param_types(kernel, False)[0] is _compat.launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))
-        assert ctypes.sizeof(cp.param_types(kernel, False)[0]) == bounds
+        assert cuda_params.param_types(kernel, False)[0] is _compat.launch_bounds_type(getattr(kernel.adj, "kernel_dim", 1))
+        assert ctypes.sizeof(cuda_params.param_types(kernel, False)[0]) == bounds
 
 
 def test_cubin_holds_every_kernel_entry(cubin):
@@ -160,7 +161,7 @@ def test_param_types_are_what_warp_packs(kernel, adjoint):
     adj = [wp.zeros(v.shape, dtype=v.dtype, device="cpu") if isinstance(v, wp.indexedarray) else v for v in _inputs(kernel)]
     extra = {"adjoint": True, "adj_inputs": adj} if adjoint else {}
     cmd = wp.launch(kernel, dim=4, inputs=inputs, device="cpu", record_cmd=True, **extra)
-    types = cp.param_types(kernel, adjoint)
+    types = cuda_params.param_types(kernel, adjoint)
     assert [type(p) for p in cmd.params] == types
     layout = cp.param_layout(types)
     blob = cp.pack_objects(layout, cmd.params)
@@ -177,7 +178,7 @@ def test_param_types_are_what_warp_packs(kernel, adjoint):
 
 
 def test_adjoint_of_an_indexed_array_is_a_plain_array():
-    types = cp.param_types(ck.indexed, adjoint=True)
+    types = cuda_params.param_types(ck.indexed, adjoint=True)
     n = len(ck.indexed.adj.args)
     from apic._compat import wp_types
 
@@ -331,7 +332,7 @@ class FileGraph(CudaGraph):
 def _saxpy_recording():
     """saxpy(2.0, x, y) over 8 floats, then a copy, a memset, two fills and an allocation."""
     kernel = ck.saxpy
-    types = cp.param_types(kernel, False)
+    types = cuda_params.param_types(kernel, False)
     layout = cp.param_layout(types)
     x = wp.zeros(8, dtype=wp.float32, device="cpu")
     cmd = wp.launch(kernel, dim=8, inputs=[2.0, x, x], device="cpu", record_cmd=True)
@@ -382,7 +383,7 @@ def test_cuda_file_round_trip(ptx):
     assert saved.modules[0].arch == ARCH and saved.modules[0].arch_suffix == ""
     kernel = saved.recording.kernels[0]
     assert kernel.symbol == _symbol(ck.saxpy, False)
-    layout = cp.param_layout(cp.param_types(ck.saxpy, False))
+    layout = cp.param_layout(cuda_params.param_types(ck.saxpy, False))
     assert kernel.params == tuple(zip(layout.offsets, layout.sizes))
     kinds = [op.kind for op in saved.recording.ops]
     assert kinds == [rec.OpKind.CUDA_LAUNCH, rec.OpKind.MEMCPY, rec.OpKind.MEMSET, rec.OpKind.MEMTILE,
@@ -553,7 +554,7 @@ def test_cuda_capture_without_a_gpu_leaves_nothing_running():
 
 def test_integer_launch_arguments_are_found_in_the_param_blob():
     """The 64-bit integer slots a CUDA launch passes (where a handle id or raw pointer may hide)."""
-    types = cp.param_types(ck.scalars, False)
+    types = cuda_params.param_types(ck.scalars, False)
     layout = cp.param_layout(types)
     slots = record_cuda.word_slots(ck.scalars, types, layout)
     labels = [arg.label for arg in ck.scalars.adj.args]

@@ -323,7 +323,7 @@ def test_set_param_lands_before_the_next_replay(cu, ptx, monkeypatch):
     import numpy as np
     import warp as wp
 
-    from apic.bindings import Binding
+    from apic.record.bindings import Binding
 
     device, saved, graph = _load(cu, monkeypatch, ptx)
     graph.bindings["x"] = Binding("x", "input", 0, 0, 32, "float32", (8,), (4,), 4, "<f4", ())
@@ -416,7 +416,7 @@ def test_set_and_get_param_are_refused_while_warp_captures_on_the_device(cu, ptx
     import numpy as np
     import warp as wp
 
-    from apic.bindings import Binding
+    from apic.record.bindings import Binding
 
     device, _saved, graph = _load(cu, monkeypatch, ptx)
     graph.bindings["x"] = Binding("x", "input", 0, 0, 32, "float32", (8,), (4,), 4, "<f4", ())
@@ -486,13 +486,13 @@ def test_a_stream_query_the_driver_refuses_is_an_apic_error(cu, ptx, monkeypatch
 def test_apic_cuda_graphs_become_bodies_warps_conditionals_take():
     """capture_if / capture_while on CUDA hand Warp a captured graph's Warp graph, and a loaded graph as a callable
     that replays it on the stream Warp uses."""
-    from apic import capture
+    from apic import capture_flow
     from apic.cuda_graph import CapturedCudaGraph, CudaGraph
 
     warp_graph = object()
     captured = CapturedCudaGraph.__new__(CapturedCudaGraph)
     captured.warp_graph = warp_graph
-    assert capture._warp_body(captured, None, None) is warp_graph
+    assert capture_flow._warp_body(captured, None, None) is warp_graph
 
     class Loaded(CudaGraph):
         def __init__(self):
@@ -502,8 +502,8 @@ def test_apic_cuda_graphs_become_bodies_warps_conditionals_take():
             self.streams.append(stream)
 
     loaded, device, given = Loaded(), _CapturingDevice(), _WarpStream(0x77)
-    capture._warp_body(loaded, None, device)(extra=1)
-    capture._warp_body(loaded, given, device)()
+    capture_flow._warp_body(loaded, None, device)(extra=1)
+    capture_flow._warp_body(loaded, given, device)()
     assert loaded.streams == [device.stream, given]
     body = lambda: None  # noqa: E731
-    assert capture._warp_body(body, None, device) is body and capture._warp_body(None, None, device) is None
+    assert capture_flow._warp_body(body, None, device) is body and capture_flow._warp_body(None, None, device) is None

@@ -40,15 +40,15 @@ _spec.loader.exec_module(import_graph)
 # Bottom to top. A module may import modules of its own layer or of a lower one.
 LAYERS = (
     ("base", ("apic.errors", "apic._version", "apic._text", "apic._compat", "apic._probes", "apic._probes.*", "apic.patches", "apic.targets", "apic.targets.*")),
-    # the values a recording holds besides its ops: named scalar parameters (apic.param, noted per launch
-    # by the shims) and the type facts of named array bindings, which the parameters share
-    ("record", ("apic.record", "apic.record.*", "apic.params", "apic.bindings")),
+    # the ops and what a recording holds besides them: named scalar parameters (apic.param, noted per launch
+    # by the shims: record/params.py) and the type facts of named array bindings (record/bindings.py)
+    ("record", ("apic.record", "apic.record.*")),
     # the graph types sit with replay: a graph is a recording and what replays it
     ("format, replay and graph types", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*",
                                         "apic.graph", "apic.cuda_graph")),
     # a file read by the format, checked and made into a replayable graph
     ("loading", ("apic.loading",)),
-    ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.demo")),
+    ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo")),
     ("installation", ("apic.installation", "apic")),
     ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
 )
@@ -158,6 +158,16 @@ def test_the_script_prints_the_graph():
     assert done.returncode == 0, done.stderr
     assert "# cycles among module-level imports: 0" in done.stdout
     assert "apic.capture:" in done.stdout
+
+
+def test_targets_hold_facts_only(graph):
+    """``apic/targets/`` says what a device is (ABI, layouts, naming, limits) with the standard library alone:
+    nothing there reads Warp or imports another apic module, so a fact about a device has one home."""
+    for module, targets in graph.edges.items():
+        if _in(module, "apic.targets"):
+            assert {t for t in targets if t.startswith("apic") and not _in(t, "apic.targets")} == set(), module
+            assert not {"warp", "numpy", "numba"} & set(targets), module
+    assert not [i for i in graph.local if _in(i.module, "apic.targets")]
 
 
 def test_only_the_package_imports_the_installation(graph):

@@ -180,7 +180,7 @@ def _with_ndim(data: bytes, at: int, shape: tuple, strides: tuple) -> bytes:
 
 
 def test_a_later_launch_whose_array_has_another_ndim_than_the_manifest_is_refused(saved):
-    """The arguments read alike one read in full share its kernel manifest check (``manifest.check``); a
+    """The arguments read alike one read in full share its kernel manifest check (``manifest_check.check``); a
     launch whose descriptor differs (here a 2-d view of the same bytes, inside its region, so the reader
     accepts it) is not alike, and its own check refuses it."""
     stem, body = saved

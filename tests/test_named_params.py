@@ -14,7 +14,7 @@ import pytest
 import warp as wp
 
 import apic  # noqa: F401  (installs the capture shims)
-from apic.bindings import Binding
+from apic.record.bindings import Binding
 from test_cuda_offline import ptx  # noqa: F401  (a fixture)
 from test_cuda_python_offline import _load, cu  # noqa: F401  (cu is a fixture)
 

@@ -16,14 +16,14 @@ from apic.errors import FormatError, UnsupportedOperationError
 from apic.format import read_ops, reader, schema, write_ops, writer
 from apic.record import effects
 from apic.record import ops as rec
-from apic.replay import cuda_lowering, guards, lowering
+from apic.replay import cuda_lowering, guards, lowering_rows
 from apic.targets import target as targets
 
 # (layer, its table keyed by op type)
 TABLES = [
     ("write", write_ops.WRITE),
     ("read", read_ops.READ),
-    ("lower for CPU replay", lowering._LOWER),
+    ("lower for CPU replay", lowering_rows.LOWER),
     ("lower for CUDA replay", cuda_lowering._STEP),
     ("describe (inspect)", inspect_wrp._DESCRIBE),
     ("effects", effects.EFFECTS),
@@ -108,14 +108,14 @@ def test_inspect_and_dot_show_every_kind():
 
 def test_the_lowerings_refuse_exactly_the_kinds_their_target_cannot_hold():
     for spec in rec.OP_SPECS:
-        assert isinstance(lowering._LOWER[spec.type], rec.Refused) == ("cpu" not in spec.targets), spec.name
+        assert isinstance(lowering_rows.LOWER[spec.type], rec.Refused) == ("cpu" not in spec.targets), spec.name
         assert isinstance(cuda_lowering._STEP[spec.type], rec.Refused) == ("cuda" not in spec.targets), spec.name
 
 
 def test_a_refusal_names_the_kind():
     op = rec.CudaLaunch(0, (1,), rec.Blob(b""), (1, 1, 1), (1, 1, 1), 0)
     with pytest.raises(TypeError, match="cannot lower op CudaLaunch"):
-        lowering._lower_op(op, "bounds-by-pointer-v1", None, None, [], None)
+        lowering_rows.lower_op(op, "bounds-by-pointer-v1", None, None, [], None)
     with pytest.raises(TypeError, match="cannot replay a Jump op on CUDA"):
         cuda_lowering._STEP[rec.Jump](rec.Jump(0), None)
 
@@ -137,7 +137,7 @@ def test_the_layers_refuse_an_unknown_op_type_naming_it():
     with pytest.raises(TypeError, match="saving a graph: no handler for an op of type Teleport"):
         write_ops.op_wire(Teleport(), {}, "cpu")
     with pytest.raises(TypeError, match="lowering a graph for CPU replay: no handler for an op of type Teleport"):
-        lowering._lower_op(Teleport(), "bounds-by-pointer-v1", None, None, [], None)
+        lowering_rows.lower_op(Teleport(), "bounds-by-pointer-v1", None, None, [], None)
     with pytest.raises(TypeError, match="drawing a graph: no handler for an op of type Teleport"):
         dot.effects(Teleport())
     with pytest.raises(TypeError, match="inspect: no handler for an op of type Teleport"):

@@ -120,7 +120,7 @@ def test_packing_rounds_as_warp_packs_kernel_arguments():
         spec = apic.param("v", dtype, values[0]).spec
         for value in values:
             warp_bytes = bytes(wp_context.pack_arg(PK.axpy_f32, dtype, "v", value, wp.get_device(CPU)))
-            assert apic.params.pack(spec, value, "test") == warp_bytes, (dtype.__name__, value)
+            assert apic.record.params.pack(spec, value, "test") == warp_bytes, (dtype.__name__, value)
 
 
 def test_same_parameter_in_several_kernels_and_nested_graph():

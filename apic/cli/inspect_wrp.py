@@ -14,7 +14,7 @@ from apic._text import json_text
 from apic.errors import ApicError, FormatError
 from apic.format import reader, writer
 from apic.format.module_folder import ModuleFolder, read_regular
-from apic.params import unpack
+from apic.record.params import unpack
 from apic.record import ops as rec
 from apic.replay.cuda_loaded_graph import unavailable_reason
 

@@ -20,7 +20,7 @@ import ctypes
 import numpy as np
 
 from apic import _compat
-from apic.bindings import array_facts, is_warp_array
+from apic.record.bindings import array_facts, is_warp_array
 from apic.record import handles as rec_handles
 from apic.record import layout
 

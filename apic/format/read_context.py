@@ -53,7 +53,7 @@ class Context:
         self.legacy_bounds = True  # only warp <= 1.13's launch bounds layout (by-value ABI), else also 1.14+'s
         self.args_sizes: dict = {}  # kernel -> (args_size, adj_args_size) from its entry (None: not recorded)
         self.launch_layouts: dict = {}  # kernel -> the argument layout its first launch in the file has
-        self.scalars: dict = {}  # binding index -> apic.params.ScalarParam (format 3: named scalar parameters)
+        self.scalars: dict = {}  # binding index -> apic.record.params.ScalarParam (format 3: named scalar parameters)
 
     def region(self, value, where: str) -> Region:
         if not self.regions:
@@ -212,7 +212,7 @@ class Context:
         if any(n < 0 for n in shape):
             _fail(where, f"array descriptor with negative shape {shape}")
         empty = math.prod(shape) == 0
-        for at in (0, 8):  # data, grad: strided views into one region
+        for at in cpu.ARRAY_T_POINTER_SLOTS:  # data, grad: strided views into one region
             if at in relocs:
                 target = relocs[at]
                 lo, hi = extent(target.offset, elem_size, shape, strides)

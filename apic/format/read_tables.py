@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apic.bindings import Binding
+from apic.record.bindings import Binding
 from apic.format import cuda_source
 from apic.format import manifest as kernel_manifest
 from apic.format import schema
@@ -26,8 +26,8 @@ from apic.format.fields import check_map as _map
 from apic.format.fields import check_str as _str
 from apic.format.fields import fail as _fail
 from apic.format.read_context import Context
-from apic.params import COMPONENT_SIZES as PARAM_COMPONENT_SIZES
-from apic.params import ScalarParam
+from apic.record.params import COMPONENT_SIZES as PARAM_COMPONENT_SIZES
+from apic.record.params import ScalarParam
 from apic.record.layout import extent
 from apic.record.recording import KernelInfo
 from apic.record.regions import ArrayInfo, Region
@@ -253,7 +253,7 @@ def _split_world(value, where: str, refused: bool, args_size: int | None) -> dic
 
     Only a CPU forward kernel may have it; with ``args_size`` (the kernel's recorded argument struct),
     every offset must leave room for an array descriptor in it. The lowering checks each launch as for
-    a kernel proved at capture (``apic.record.world_split.world_launch_refusal``)."""
+    a kernel proved at capture (``apic.record.world_launch.world_launch_refusal``)."""
     if refused:
         _fail(where, "only a CPU forward kernel may be split")
     value = _map(value, where, ("writes", "rows"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from apic.bindings import Binding
+from apic.record.bindings import Binding
 from apic.errors import FormatError
 from apic.format import handles as wire_handles
 from apic.format import read_tables as tables

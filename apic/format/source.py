@@ -198,7 +198,7 @@ def rebuild_fixes(saved, check_compatible) -> bool:
 class LoadFiles:
     """What a load runs: ``images`` (module file -> bare object, or source file -> bare source), the
     module files whose object was compiled here (``compiled``), and the kernel manifest carried by the
-    file each module's code came from (``manifests``: ``apic.format.manifest.load``'s ``carried_by``)."""
+    file each module's code came from (``manifests``: ``apic.format.manifest_check.load``'s ``carried_by``)."""
 
     images: dict
     compiled: set

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from apic.bindings import array_facts, dtype_name, is_warp_array
+from apic.record.bindings import array_facts, dtype_name, is_warp_array
 from apic.errors import BindingError, UnsupportedOperationError
 from apic.format import bound_handles
 from apic.record import handles as rec_handles

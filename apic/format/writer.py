@@ -24,11 +24,11 @@ import warp as wp
 
 from apic import _compat
 from apic._version import __version__
-from apic.bindings import Binding, make_binding
+from apic.record.bindings import Binding, make_binding
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
-from apic.format import manifest as kernel_manifest
+from apic.format import manifest_build
 from apic.format import publish as publication
 from apic.format import schema
 from apic.format import source as source_format
@@ -379,6 +379,6 @@ def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False, 
     if parts.manifests:
         # each module's kernel manifest (the argument layouts its kernels expect, and its source's SHA-256),
         # beside the module binary: what a load checks the file's launches against
-        kernel_manifest.add_manifests(graph.recording, doc, images)
+        manifest_build.add_manifests(graph.recording, doc, images)
     publication.publish(wrp_path, modules_dir, encode(doc), images)
     return wrp_path

@@ -11,7 +11,8 @@ from __future__ import annotations
 import ctypes
 
 from apic._compat import wp_types
-from apic.record.ops import Alloc, Memcpy, Memset, Memtile, RawBlob, RawPtr, intern_op
+from apic.record.op_addresses import intern_op
+from apic.record.ops import Alloc, Memcpy, Memset, Memtile, RawBlob, RawPtr
 from apic.record.recording import ModuleInfo
 from apic.record.regions import ArrayInfo, RegionTableBuilder
 

@@ -12,7 +12,8 @@ import dataclasses
 from apic import _compat
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record.effects import BRANCH, EFFECTS, JUMP, control_of
-from apic.record.ops import Branch, Jump, Launch, RawPtr, intern_op, unresolve_op
+from apic.record.op_addresses import intern_op, unresolve_op
+from apic.record.ops import Branch, Jump, Launch, RawPtr
 from apic.record.recording import ModuleInfo
 
 

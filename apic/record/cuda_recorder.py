@@ -29,8 +29,10 @@ from apic.errors import CaptureError
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import handles, layout
 from apic.record.base import RecorderBase
+from apic.record.cuda_params import param_types
 from apic.record.launch_args import pointer_value as _as_int
-from apic.record.ops import CudaLaunch, RawBlob, resolve_ops
+from apic.record.op_addresses import resolve_ops
+from apic.record.ops import CudaLaunch, RawBlob
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.targets import cuda as cuda_target
 
@@ -204,7 +206,7 @@ class CudaRecorder(RecorderBase):
         key = (id(kernel), adjoint)
         found = self._layouts.get(key)
         if found is None:
-            types = cuda_target.param_types(kernel, adjoint)
+            types = param_types(kernel, adjoint)
             params_layout = cuda_target.param_layout(types)
             slots = array_slots(kernel, types, params_layout, adjoint)
             words = word_slots(kernel, types, params_layout)  # where an id or pointer may hide

@@ -15,9 +15,9 @@ import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
-from apic.bindings import dtype_name
+from apic.record.bindings import dtype_name
 from apic.errors import BindingError, UnsupportedOperationError
-from apic.params import Param
+from apic.record.params import Param
 from apic.record.active_recorder import active
 from apic.record.launch_args import LAUNCH_ARRAY_ARGS, LAUNCH_OTHER_ARGS, launch_arg, launch_arguments
 from apic.record.ops import Launch

@@ -142,7 +142,7 @@ def _pointers_of(descriptor: bytes, elem_size: int, indexed: bool) -> tuple[tupl
     shape, strides, ndim = rest[0:4], rest[4:8], rest[8]
     shape, strides = shape[:ndim], strides[:ndim]
     found = []
-    for field_offset, address in ((0, data), (8, grad)):
+    for field_offset, address in zip(cpu_target.ARRAY_T_POINTER_SLOTS, (data, grad)):
         if address:
             lo, hi = extent(address, elem_size, shape, strides)
             found.append((field_offset, RawPtr(address, lo, hi)))

@@ -14,13 +14,14 @@ import dataclasses
 from apic import _compat
 from apic._compat import wp_types
 from apic.errors import BindingError, CaptureError, UnsupportedOperationError
-from apic.params import Param, unpack
+from apic.record.params import Param, unpack
 from apic.record import active_recorder, handles, layout, natives
 from apic.record.base import RecorderBase
 from apic.record.control_flow import ControlFlowRecording
 from apic.record.active_recorder import active, paused  # noqa: F401  (also asked here: fem.py, sparse.py, tests)
 from apic.record.ops import ArrayCopy, ArrayFill, ArraySlot, HandleCall, HandleRef, Launch, NativeCall, ParamSlot
-from apic.record.ops import RawBlob, RawHandle, RawPtr, cpu_launches, resolve_ops
+from apic.record.op_addresses import resolve_ops
+from apic.record.ops import RawBlob, RawHandle, RawPtr, cpu_launches
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.splittable import written_offsets
 from apic.record.world_split import split_refusal, world_offsets
@@ -46,7 +47,7 @@ class Recorder(ControlFlowRecording, RecorderBase):
         self.launch_module_exec = None  # the loaded module a Launch object being launched holds (launch_shims)
         # (adjoint, argument index, apic.Param) packed by the wp.launch call in progress (None: no call)
         self.pending_params: list | None = None
-        self._params: dict = {}  # name -> apic.params.ScalarParam of every named parameter the ops hold
+        self._params: dict = {}  # name -> apic.record.params.ScalarParam of every named parameter the ops hold
 
     # --- lifecycle ---------------------------------------------------------------------------------
     @classmethod

@@ -63,7 +63,7 @@ class Recording:
     # as a plain integer, which would dangle in another process); it still replays live
     unsaveable: tuple[str, ...] = ()
     invalid_handles: tuple[str, ...] = ()  # wp.handle arguments that held no live object's id (refused at save)
-    # named scalar parameters (apic.params.ScalarParam, with their values) whose slots the launch blobs list
+    # named scalar parameters (apic.record.params.ScalarParam, with their values) whose slots the launch blobs list
     params: tuple = ()
 
 

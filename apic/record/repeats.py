@@ -20,7 +20,7 @@ is never reused within it.
 from __future__ import annotations
 
 from apic._compat import wp_context, wp_types
-from apic.params import Param
+from apic.record.params import Param
 
 _ARRAY = wp_types.array
 _DEVICE = wp_context.Device

@@ -9,12 +9,12 @@ a CUDA one), and ``_set_scalar`` writes a named scalar parameter (``apic.param``
 from __future__ import annotations
 
 from apic.errors import BindingError
-from apic.params import unpack
+from apic.record.params import unpack
 
 
 class NamedParams:
-    """Array bindings (``bindings``: name -> ``apic.bindings.Binding``, loaded graphs) and named scalar
-    parameters (``scalars``: name -> ``apic.params.ScalarParam``, with their packed ``param_values``)."""
+    """Array bindings (``bindings``: name -> ``apic.record.bindings.Binding``, loaded graphs) and named scalar
+    parameters (``scalars``: name -> ``apic.record.params.ScalarParam``, with their packed ``param_values``)."""
 
     bindings: dict = {}
     scalars: dict = {}

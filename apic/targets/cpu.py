@@ -51,6 +51,7 @@ ARRAY_T_NDIM_AT = 48
 ARRAY_T_NDIM = struct.Struct("<h")  # at ARRAY_T_NDIM_AT
 ARRAY_T_FLAGS = slice(50, ARRAY_T_SIZE)  # warp 1.13+ flags and the padding after them
 ARRAY_T_POINTER_SLOTS = (0, 8)  # data, grad
+ARRAY_T_POINTERS = slice(0, 16)  # both pointer words: all zero in the descriptor of a None array
 INDEXED_INDICES_AT = ARRAY_T_SIZE  # indices[4] of an indexedarray_t, after its array_t
 INDEXEDARRAY_T_POINTER_SLOTS = (0, 8, 56, 64, 72, 80)  # data, grad, indices[4]
 INDEXED_TAIL = struct.Struct("<4Q4i")  # indices[4] @56, shape[4] @88 of an indexedarray_t

@@ -33,7 +33,7 @@ import numpy as np
 
 from apic._compat import wp_codegen, wp_types
 from apic._text import short_repr
-from apic.bindings import claimed_shape, dtype_name, numpy_layout
+from apic.record.bindings import claimed_shape, dtype_name, numpy_layout
 from apic.errors import BindingError
 
 # NumPy kind -> byte sizes a parameter component may have ('b': bool, 'i'/'u': integers, 'f': floats)

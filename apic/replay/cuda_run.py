@@ -1,0 +1,134 @@
+"""Replaying a loaded CUDA graph (:class:`apic.replay.cuda_loaded_graph.LoadedCudaGraph`): one
+``cuGraphLaunch``, or the steps one by one, on the graph's stream or on a caller's capturing stream
+(the module docstring of :mod:`apic.replay.cuda_loaded_graph` says what is refused and why)."""
+
+from __future__ import annotations
+
+from apic.errors import CaptureError
+from apic.replay import cuda_resources
+from apic.replay.cuda_driver import CudaReplayError, direct_graph_launch
+
+MODES = ("graph", "launch")
+
+
+class CudaRun:
+    """The replay half of a loaded CUDA graph; the loader sets ``_cu``, ``_resources``, ``_plan``, ``device``
+    and ``ordinal``."""
+
+    def _stream(self, stream):
+        """The ``CUstream`` to replay on: ``stream`` (a ``wp.Stream``, a ``CUstream`` or a raw handle), else the
+        device's current stream while Warp captures on it (the replay becomes part of that capture), else
+        the graph's own stream."""
+        driver = self._cu.cu
+        if stream is None:
+            capturing = _warp_capture(self.device)
+            if capturing is None:
+                return self._resources.stream
+            stream = capturing[0]
+        handle = getattr(stream, "cuda_stream", stream)
+        return handle if isinstance(handle, driver.CUstream) else driver.CUstream(int(handle or 0))
+
+    def _check_stream(self, stream) -> bool:
+        """Whether ``stream`` (not the graph's own) is capturing; refuses, saying why, a stream of another
+        CUDA context and a capture that an earlier error invalidated (before any node is added)."""
+        cu = self._cu
+        status = cu.cu.CUstreamCaptureStatus
+        try:
+            context = cu("cuStreamGetCtx", stream)
+            capture = cu("cuStreamIsCapturing", stream)
+        except CudaReplayError as error:
+            raise CaptureError(f"cannot replay this CUDA graph on stream {int(stream):#x}: {error}") from error
+        if int(context) != int(self._resources.context):
+            raise CaptureError(
+                f"cannot replay this CUDA graph on stream {int(stream):#x}: the stream belongs to another CUDA "
+                f"context than the graph (the primary context of cuda:{self.ordinal}, which Warp uses)"
+            )
+        if capture == status.CU_STREAM_CAPTURE_STATUS_INVALIDATED:
+            raise CaptureError(
+                f"cannot replay this CUDA graph into the capture on stream {int(stream):#x}: an earlier error "
+                "invalidated that capture; end it (wp.capture_end or cuStreamEndCapture) and capture again"
+            )
+        return capture == status.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+    def launch(self, stream=None, mode: str | None = None) -> None:
+        """Replay once: one ``cuGraphLaunch`` (``mode="graph"``), or op by op (``mode="launch"``).
+
+        On a capturing stream (see the module docstring) the ops are enqueued one by one in both modes:
+        they become nodes of the caller's graph."""
+        mode = self.mode if mode is None else mode
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if cuda_resources.PENDING:
+            cuda_resources.release_pending()
+        if not self._plan:
+            return
+        handle = self._stream(stream)
+        if handle is self._resources.stream and mode == "graph":
+            replay = self.__dict__.get("_direct_replay", False)
+            if replay is False:  # made at the first replay: None where ctypes cannot reach the driver
+                res = self._resources
+                replay = self._direct_replay = direct_graph_launch(self._cu, res.context, res.exec, res.stream)
+            if replay is not None:
+                replay()
+                return
+        with self._current():
+            if handle is not self._resources.stream and self._check_stream(handle):
+                _hold_in_capture(self.device, handle, self)
+                self._enqueue(handle)
+            elif mode == "graph":
+                self._cu("cuGraphLaunch", self._resources.exec, handle)
+            else:
+                self._enqueue(handle)
+
+    def _enqueue(self, stream) -> None:
+        """Enqueue the plan's steps one by one on ``stream`` (the context is current)."""
+        cu = self._cu
+        driver = cu.cu
+        for step in self._plan:
+            if step[0] == "kernel":
+                _, fn, grid, block, smem, params = step
+                cu("cuLaunchKernel", fn, *grid, *block, smem, stream, params, 0)
+            elif step[0] == "memcpy":
+                _, dst, src, nbytes = step
+                cu("cuMemcpyDtoDAsync", driver.CUdeviceptr(dst), driver.CUdeviceptr(src), nbytes, stream)
+            else:
+                _, dst, value, width, count = step
+                name = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]
+                cu(name, driver.CUdeviceptr(dst), value, count, stream)
+
+    def _refuse_in_capture(self, what: str) -> None:
+        """``what`` waits for the device, which a stream capture forbids (it would invalidate the capture)."""
+        if _warp_capture(self.device, any_stream=True) is not None:
+            raise CaptureError(
+                f"{what} on a loaded CUDA graph while a graph capture runs on cuda:{self.ordinal}: it waits for the "
+                "device, which a stream capture forbids; call it before wp.capture_begin or after wp.capture_end"
+            )
+
+    def synchronize(self) -> None:
+        """Wait for every replay of this graph (on any stream of its context) to finish."""
+        self._refuse_in_capture("synchronize()")
+        with self._current():
+            self._cu("cuCtxSynchronize")
+
+
+def _warp_capture(device, any_stream: bool = False):
+    """``(stream, warp.Graph)`` of the capture Warp runs on ``device``'s current stream (with ``any_stream``: on
+    any of its streams), or None; no driver call where Warp captures nothing (a dict look-up per replay)."""
+    captures = getattr(device, "captures", None)
+    if not captures:
+        return None
+    current = getattr(device, "stream", None)
+    if current in captures:
+        return current, captures[current]
+    return next(iter(captures.items())) if any_stream else None
+
+
+def _hold_in_capture(device, stream, graph) -> None:
+    """Keep ``graph`` (its memory, modules and param blobs) alive as long as the Warp graph being captured on
+    ``stream``, whose nodes now use them. A capture Warp does not know of (one begun with cuda-python alone)
+    leaves that to the caller."""
+    for warp_stream, warp_graph in list((getattr(device, "captures", None) or {}).items()):
+        if int(getattr(warp_stream, "cuda_stream", 0) or 0) == int(stream):
+            held = vars(warp_graph).setdefault("_apic_held_graphs", [])
+            if not any(g is graph for g in held):
+                held.append(graph)

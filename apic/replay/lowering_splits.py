@@ -1,0 +1,76 @@
+"""Lowering's parallel verdicts: which launches of kernels proved splittable (by task or by world) may run
+split across threads in this loaded or live graph, judged from the arena's relocated argument bytes, and
+why the others may not (``parallel_report``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from apic.record.splittable import graph_launch_refusal
+from apic.record.world_launch import world_launch_refusal
+from apic.replay import split_planner
+from apic.replay.program import Split
+from apic.replay.relocate import Arena
+from apic.targets.cpu import ARRAY_T_SIZE, INDEXEDARRAY_T_SIZE
+
+
+def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequence) -> tuple:
+    """The launches of splittable kernels that may run split (``Split``), and why the others may not
+    (``bases``: the address of each region)."""
+    def region_span(ref) -> tuple[int, int]:
+        return bases[ref.region], recording.regions[ref.region].nbytes
+
+    # the positions of each row: the sequence sorted by row (stable, so positions stay in order), cut at each row
+    sequence = np.asarray(sequence, dtype=np.intp)
+    order = np.argsort(sequence, kind="stable")
+    ordered = sequence[order]
+    keys = np.fromiter(launch_rows, dtype=np.intp, count=len(launch_rows))
+    starts, ends = np.searchsorted(ordered, keys).tolist(), np.searchsorted(ordered, keys, side="right").tolist()
+    # The verdict and spans read the kernel, the relocations and the array descriptors only: launches that
+    # share them (one kernel over the same arrays, other scalars) are judged once.
+    judged: dict = {}
+    tasks_of: dict = {}
+    # Equal relocations and slots, hashed once per tuple object (a loaded graph's launches read alike share
+    # theirs): the id of the first equal tuple. The ops hold every tuple, so no id is reused meanwhile.
+    first_equal: dict = {}
+    by_value: dict = {}
+
+    def same(parts: tuple) -> int:
+        found = first_equal.get(id(parts))
+        if found is None:
+            found = first_equal[id(parts)] = id(by_value.setdefault(parts, parts))
+        return found
+
+    splits, refusals = [], []
+    for (row, op), start, end in zip(launch_rows.items(), starts, ends):
+        kernel = recording.kernels[op.kernel]
+        args = op.args
+        key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None,
+               same(args.relocs), same(args.arrays),
+               b"".join(args.data[a.at : a.at + (INDEXEDARRAY_T_SIZE if a.indexed else ARRAY_T_SIZE)]
+                        for a in args.arrays))
+        verdict = judged.get(key)
+        if verdict is None:
+            at = arena.address(args) - arena.base
+            data = arena.buffer[at : at + len(args.data)].tobytes()
+            why = "backward launch" if op.adj_args is not None else None
+            if why is None and kernel.cpu_blocks:
+                why = "runs as cooperative CPU blocks"
+            if kernel.split_world is not None:  # its launch check reads the launch's dim
+                why = why or world_launch_refusal(data, args, kernel.split_writes, kernel.split_world, op.dim,
+                                                  region_span)
+            else:
+                why = why or graph_launch_refusal(data, args, kernel.split_writes, region_span)
+            spans = None if why is not None else split_planner.launch_spans(args, kernel.split_writes, region_span)
+            verdict = judged[key] = (why, spans)
+        why, spans = verdict
+        if why is not None:
+            refusals.append((op.kernel, why))
+            continue
+        writes, reach = spans
+        tasks = tasks_of.get(op.dim)
+        if tasks is None:
+            tasks = tasks_of[op.dim] = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
+        rows = order[start:end]
+        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
+    return tuple(splits), tuple(refusals)
