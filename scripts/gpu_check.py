@@ -36,13 +36,13 @@ SCHEMA = "apic-gpu-check/1"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_GPU_UNUSABLE = 0, 1, 2, 3, 4
 DEFAULT_BUDGET = 420  # seconds for all jobs together: the check runs in about 7 minutes at most
 
-# Tests that need a CUDA device besides tests/test_cuda_gpu.py (they skip, saying so, without one), and the
+# Tests that need a CUDA device besides tests/cuda/test_cuda_gpu.py (they skip, saying so, without one), and the
 # offline CUDA suites, which compile with the same NVRTC and run their device-dependent parts there.
 DEVICE_TESTS = (
-    "tests/test_cuda_offline.py",
-    "tests/test_cuda_source_fallback.py",
-    "tests/test_fail_closed.py::test_copy_between_cpu_and_cuda_is_refused",
-    "tests/test_persist_roundtrip.py::test_load_onto_non_cpu_device_is_refused",
+    "tests/cuda/test_cuda_offline.py",
+    "tests/cuda/test_cuda_source_fallback.py",
+    "tests/record/test_fail_closed.py::test_copy_between_cpu_and_cuda_is_refused",
+    "tests/persistence/test_persist_roundtrip.py::test_load_onto_non_cpu_device_is_refused",
 )
 
 
@@ -67,7 +67,7 @@ def build_jobs(out: str, python: str = sys.executable) -> list[Job]:
                           f"--junitxml={junit}", *paths), timeout, junit)
 
     return [
-        pytest("cuda-gpu-tests", ["tests/test_cuda_gpu.py"], 240),
+        pytest("cuda-gpu-tests", ["tests/cuda/test_cuda_gpu.py"], 240),
         Job("benchmark", (python, "-m", "benchmarks.cuda_replay", "--json", os.path.join(out, "cuda_replay.json")),
             120),
         # the client on the GPU: its modules compile with NVRTC once (Warp's kernel cache is shared by the jobs)

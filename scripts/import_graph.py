@@ -12,7 +12,7 @@ A module-level import is one that runs when the module is imported (at the top, 
 parent package ``apic.format``: that implicit import counts as an edge, except to the root ``apic``
 (the public API, which imports the rest and is always imported first).
 
-``tests/test_layering.py`` imports this file and asserts the layering rules on what it returns.
+``tests/project/test_layering.py`` imports this file and asserts the layering rules on what it returns.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ if [ "$#" -gt 0 ] && [[ "$1" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?$ ]]; t
     warp_version="$1"
     shift
 fi
-if [ -n "${APIC_TEST_DRY_RUN:-}" ]; then  # say what would run, install nothing (tests/test_scripts.py)
+if [ -n "${APIC_TEST_DRY_RUN:-}" ]; then  # say what would run, install nothing (tests/project/test_scripts.py)
     echo "warp-lang ${warp_version}; pytest arguments: $*"
     exit 0
 fi
@@ -25,7 +25,7 @@ fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
 "$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
 # cuda-python (apic's 'cuda' extra, ~50 MB of wheels, no GPU needed) is optional too: with it,
-# tests/test_cuda_python_offline.py checks every driver call apic makes against the real bindings.
+# tests/cuda/test_cuda_python_offline.py checks every driver call apic makes against the real bindings.
 "$venv/bin/python" -m pip install -q -e ".[cuda]" >/dev/null 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
 # The client tier (tests/clients: mujoco-warp and newton, current releases) runs on warp-lang 1.19.0
 # only, in a venv of its own so that the clients' dependencies never change the main suite's.

@@ -37,9 +37,9 @@ readonly_run() {  # VENV COMMAND...: run COMMAND with VENV read-only to it
 }
 
 # The files run against the installs after the first (APIC_WHEEL_FULL_SUITE=1: the whole suite on each).
-INSTALL_SENSITIVE_TESTS=(tests/test_install.py tests/test_installation.py tests/test_native_cache.py
-    tests/test_bench_smoke.py tests/test_cli.py tests/test_cli_user_errors.py tests/test_golden.py
-    tests/test_persist_roundtrip.py tests/test_persist_atomic.py tests/test_scripts.py)
+INSTALL_SENSITIVE_TESTS=(tests/project/test_install.py tests/project/test_installation.py tests/replay/test_native_cache.py
+    tests/cli/test_bench_smoke.py tests/cli/test_cli.py tests/cli/test_cli_user_errors.py tests/format/test_golden.py
+    tests/persistence/test_persist_roundtrip.py tests/persistence/test_persist_atomic.py tests/project/test_scripts.py)
 start=$SECONDS
 echo "=== build: wheel and sdist ==="
 quietly python3 -m venv "$work/build"

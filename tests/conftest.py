@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 import warp as wp
 
-sys.path.insert(0, os.path.dirname(__file__))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+# The support modules (kernels, helpers, child scripts) live in tests/ itself; test files live in one folder per
+# subject (tests/README.md) and a few import another's helpers or fixtures by module name, from any folder.
+SUBJECTS = sorted(entry.name for entry in os.scandir(TESTS)
+                  if entry.is_dir() and entry.name not in ("data", "fuzz", "__pycache__"))
+for _folder in reversed([TESTS] + [os.path.join(TESTS, name) for name in SUBJECTS]):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 import apic  # noqa: E402  (installs the shims)
 from apic._compat import quiet_warp  # noqa: E402

@@ -1,4 +1,4 @@
-"""``os.fork()`` while other threads replay split: run as a script by ``test_reliability_pools.py``.
+"""``os.fork()`` while other threads replay split: run as a script by ``test_thread_pools.py``.
 
 Two threads keep the parallel replay's two pools busy: one replays a graph with ``threads=2`` (the
 splitter's pool, ``apic.replay.split_pool``), one runs ``apic.replay.threaded_launch.launch(threads=2)`` (the

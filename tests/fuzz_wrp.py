@@ -36,7 +36,7 @@ Every ``--fs-every``-th input is instead a seed with one odd entry in its module
 The seeds' module binaries are compiled for this machine and warp-lang version, so inputs are made
 afresh each run; findings are written as the raw bytes (``finding-N.wrp``) and, for field-level
 edits, as a recipe (``finding-N.json``: seed name + edits) that ``apply_recipe`` replays on a freshly
-saved seed. ``tests/data/fuzz_corpus/`` keeps those that found bugs; ``test_reliability_fuzz.py``
+saved seed. ``tests/data/fuzz_corpus/`` keeps those that found bugs; ``test_fuzz_corpus.py``
 replays them.
 """
 

@@ -24,9 +24,7 @@ wp.config.quiet = True
 order, submodule = sys.argv[1], sys.argv[2]
 if order == "before":
     importlib.import_module(submodule)
-    import apic
 else:
-    import apic
 
     importlib.import_module(submodule)
 import warp.sparse as wps  # noqa: E402

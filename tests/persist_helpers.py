@@ -12,10 +12,9 @@ import subprocess
 import sys
 import textwrap
 
-import msgpack
 import numpy as np
 
-from apic.format import schema, writer
+from apic.format import writer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,8 +105,9 @@ def same_bits(a, b) -> bool:
 
 def wrp_body(stem: str) -> dict:
     """The decoded body of the saved graph ``<stem>.wrp`` (its header skipped)."""
-    with open(stem + ".wrp", "rb") as f:
-        return msgpack.unpackb(f.read()[schema.HEADER.size :], raw=False)
+    from wrp_helpers import body_of
+
+    return body_of(stem)
 
 
 def rewrite_wrp(stem: str, body: dict) -> None:

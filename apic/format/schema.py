@@ -124,7 +124,7 @@ BINDING_KINDS = ("input", "output")
 SCALAR_KIND = "scalar"
 
 # Limits a reader enforces: a file beyond one is refused, not attempted. Each is read from here, and
-# tests/test_format_limits.py reads a file at each (accepted) and one past it (refused).
+# tests/format/test_format_limits.py reads a file at each (accepted) and one past it (refused).
 # integers and shapes
 MAX_INT = (1 << 63) - 1  # int64: what the op table and NumPy hold
 MAX_INT32 = (1 << 31) - 1  # Warp's shapes, strides and counts are C ints in native code

@@ -3,7 +3,7 @@
 Every layer that asks what an op reads or writes, which index buffers its native code indexes with,
 how many table rows it lowers to, whether it moves control, or how to name it, reads ``EFFECTS``:
 the loaded-graph index checks (``apic.replay.guards``), the profile, the DOT picture, the load
-budget and the lowering. ``tests/test_op_kinds.py`` checks that every kind has an entry, so a new
+budget and the lowering. ``tests/project/test_op_kinds.py`` checks that every kind has an entry, so a new
 kind cannot skip the checks by falling through a type test.
 
 Memory is named as the DOT picture names it: a region id (int), or ``("h", index)`` for the native

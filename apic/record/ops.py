@@ -274,7 +274,7 @@ class OpSpec:
 
     Every layer that treats ops one kind at a time (the ``.wrp`` writer and reader, the CPU and CUDA
     lowerings, ``inspect``, the DOT picture) keeps its own table keyed by ``type``, with an entry or a
-    :class:`Refused` for each kind here; ``tests/test_op_kinds.py`` checks that none is missing.
+    :class:`Refused` for each kind here; ``tests/project/test_op_kinds.py`` checks that none is missing.
     """
 
     type: type

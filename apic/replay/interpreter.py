@@ -52,7 +52,7 @@ assert (_table.LIMIT_ITERATIONS, _table.LIMIT_GIL_ENSURE, _table.LIMIT_INTERRUPT
 assert _table.SIGNAL_PERIOD == 256
 assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
 assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
-# the opcodes run_rows dispatches, and nothing else: tests/test_opcodes.py runs each through it
+# the opcodes run_rows dispatches, and nothing else: tests/replay/test_opcodes.py runs each through it
 assert set(_table.OPCODES) == {0, 2, 3, 4, 5, 10, 16, 17, 18, 19, 20, 21, 22, 23, 24}
 
 

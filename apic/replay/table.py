@@ -46,7 +46,7 @@ unused trailing ones are zero.
 
 ``OPCODES`` below holds what every reader of a table needs to know of each opcode: its columns, whether
 it may stop a replay and what error that raises, and where it may jump. Lowering, both interpreters,
-``program.raise_status``, the profile and the parallel planner read it; ``tests/test_opcodes.py`` runs
+``program.raise_status``, the profile and the parallel planner read it; ``tests/replay/test_opcodes.py`` runs
 every opcode it lists through both interpreters.
 
 Kept apart from the interpreter so that building a table never imports Numba.

@@ -4,7 +4,7 @@
 
 writes ``v<format>-warp<version>/`` beside this script for the running warp-lang: ``graph.wrp`` with its
 ``graph_modules/``, and ``expected.npz``, the eager results of ``REPLAYS`` steps of the same program
-(the oracle), by output binding name. ``tests/test_golden.py`` loads every folder with the current apic
+(the oracle), by output binding name. ``tests/format/test_golden.py`` loads every folder with the current apic
 under the running warp-lang and checks the replays bit for bit. Run it once per warp-lang a release
 supports, when a format version is added; never rewrite a folder that is checked in.
 

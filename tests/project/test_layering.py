@@ -1,0 +1,177 @@
+"""The package's import structure: no cycles, layers in one order, function-local imports only where lazy.
+
+The graph comes from ``scripts/import_graph.py`` (stdlib ``ast``; no import of apic runs). The rules:
+
+1. no cycle among module-level imports;
+2. no cycle even when function-local imports count as edges (a cycle closed by an import inside a
+   function is still a cycle), except the ones listed in ``KNOWN_CYCLES``;
+3. every import goes down (or sideways) the layer order ``LAYERS``, except ``KNOWN_INVERSIONS``; the file
+   format and replay share a layer and do not import each other (``SEPARATE``): loading, above both,
+   joins them;
+4. an import inside a function is a lazy optional dependency (``LAZY``: numba and the apic modules that
+   import it, cuda-python, matplotlib) or kept out of ``import apic`` for start-up time
+   (``LAZY_FOR_STARTUP``), on a line with a comment saying so, or is listed in ``KNOWN_LOCAL`` (what is
+   left to clean up).
+
+The known lists may only shrink: an entry that no longer occurs fails the test, so that it is removed.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+import apic
+
+# the folder holding the apic package under test: the checkout, or site-packages when the suite runs
+# against an installed wheel (scripts/test_wheel.sh)
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(apic.__file__)))
+_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "import_graph.py")
+_spec = importlib.util.spec_from_file_location("import_graph", _SCRIPT)
+import_graph = importlib.util.module_from_spec(_spec)
+sys.modules["import_graph"] = import_graph  # dataclasses look their module up there
+_spec.loader.exec_module(import_graph)
+
+# Bottom to top. A module may import modules of its own layer or of a lower one.
+LAYERS = (
+    ("base", ("apic.errors", "apic._version", "apic._text", "apic._compat", "apic._probes", "apic._probes.*", "apic.patches", "apic.targets", "apic.targets.*")),
+    # the ops and what a recording holds besides them: named scalar parameters (apic.param, noted per launch
+    # by the shims: record/params.py) and the type facts of named array bindings (record/bindings.py)
+    ("record", ("apic.record", "apic.record.*")),
+    # the graph types sit with replay: a graph is a recording and what replays it
+    ("format, replay and graph types", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*",
+                                        "apic.graph", "apic.cuda_graph")),
+    # a file read by the format, checked and made into a replayable graph
+    ("loading", ("apic.loading",)),
+    ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo")),
+    ("installation", ("apic.installation", "apic")),
+    ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
+)
+
+# Optional dependencies imported lazily (inside the function that needs them), and the apic modules
+# that import Numba at module level (importing them costs about a second).
+LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._intrinsics",
+        "apic.replay.split_pool", "apic.replay.param_slots", "apic.replay.native_entry", "mujoco", "mujoco_warp")
+
+# Imports kept out of ``import apic`` (or of ``python -m apic --help``) for start-up time, each with a comment
+# saying so: importer -> imported.
+LAZY_FOR_STARTUP = {
+    # the CLI imports NumPy, Warp and the library only for the command that needs them (a quick --help;
+    # importing any apic module imports apic, and so Warp)
+    "apic.cli": {"apic.errors", "apic._version", "apic._text"},
+    "apic.cli.bench": {"apic._text", "apic.bench.markdown", "apic.bench.run"},
+    "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
+    "apic.cli.replay": {"apic", "apic._compat", "apic.format.module_folder", "numpy", "warp"},
+    # the pure-Python reference interpreter: imported only when APIC_REPLAY=reference selects it
+    "apic.replay.program": {"apic.replay.reference"},
+    # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
+    "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.writer", "apic.loading"},
+}
+
+# Packages of one layer that import nothing of each other, either way: the reader never sees replay, and
+# replay never sees the file.
+SEPARATE = (("apic.format", "apic.replay"),)
+
+# (importer, imported) module-level or local edges that go up the layers, and why they remain.
+KNOWN_INVERSIONS: set = set()
+
+KNOWN_CYCLES: list = []
+
+# Lazy imports still without a comment saying why.
+KNOWN_UNCOMMENTED: set = set()
+
+# importer -> the modules it still imports inside functions without being lazy for a reason above: none left.
+# A new entry needs a reason; better, move the import to module level or list it as lazy, with its comment.
+KNOWN_LOCAL: dict = {}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph.build(_PACKAGE_PARENT)
+
+
+def _layer(module: str) -> int:
+    for i, (_, patterns) in enumerate(LAYERS):
+        if any(fnmatch.fnmatchcase(module, p) for p in patterns):
+            return i
+    raise AssertionError(f"{module} is in no layer of tests/project/test_layering.py: add it to LAYERS")
+
+
+def test_every_module_has_a_layer(graph):
+    for module in graph.modules:
+        _layer(module)
+
+
+def test_no_cycle_among_module_level_imports(graph):
+    assert import_graph.cycles(graph) == []
+
+
+def test_no_cycle_closed_by_a_function_local_import(graph):
+    assert import_graph.cycles_with_local(graph) == KNOWN_CYCLES
+
+
+def test_imports_go_down_the_layers(graph):
+    edges = {(m, t) for m, targets in graph.edges.items() for t in targets}
+    edges |= {(i.module, i.target) for i in graph.local if i.target in graph.edges}
+    upward = {(m, t) for m, t in edges if _layer(t) > _layer(m)}
+    assert upward - KNOWN_INVERSIONS == set(), "imports that go up the layers"
+    assert KNOWN_INVERSIONS - upward == set(), "fixed: remove them from KNOWN_INVERSIONS"
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_separate_packages_do_not_import_each_other(graph):
+    edges = {(m, t) for m, targets in graph.edges.items() for t in targets}
+    edges |= {(i.module, i.target) for i in graph.local}
+    for first, second in SEPARATE:
+        across = sorted((m, t) for m, t in edges
+                        if (_in(m, first) and _in(t, second)) or (_in(m, second) and _in(t, first)))
+        assert across == [], f"{first} and {second} import each other"
+
+
+def _lazy(target: str) -> bool:
+    return any(target == name or target.startswith(name + ".") for name in LAZY)
+
+
+def test_function_local_imports_are_lazy_optional_dependencies(graph):
+    found: dict = {}
+    for imp in graph.local:
+        if _lazy(imp.target) or imp.target in LAZY_FOR_STARTUP.get(imp.module, ()):
+            assert imp.comment or (imp.module, imp.target) in KNOWN_UNCOMMENTED, f"{imp.module}:{imp.line}: say why {imp.target} is imported lazily"
+        else:
+            found.setdefault(imp.module, set()).add(imp.target)
+    unexpected = {m: t - KNOWN_LOCAL.get(m, set()) for m, t in found.items()}
+    assert {m: t for m, t in unexpected.items() if t} == {}, "new function-local imports"
+    stale = {m: t - found.get(m, set()) for m, t in KNOWN_LOCAL.items()}
+    assert {m: t for m, t in stale.items() if t} == {}, "gone: remove them from KNOWN_LOCAL"
+
+
+def test_the_script_prints_the_graph():
+    done = subprocess.run([sys.executable, _SCRIPT, "--root", _PACKAGE_PARENT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "# cycles among module-level imports: 0" in done.stdout
+    assert "apic.capture:" in done.stdout
+
+
+def test_targets_hold_facts_only(graph):
+    """``apic/targets/`` says what a device is (ABI, layouts, naming, limits) with the standard library alone:
+    nothing there reads Warp or imports another apic module, so a fact about a device has one home."""
+    for module, targets in graph.edges.items():
+        if _in(module, "apic.targets"):
+            assert {t for t in targets if t.startswith("apic") and not _in(t, "apic.targets")} == set(), module
+            assert not {"warp", "numpy", "numba"} & set(targets), module
+    assert not [i for i in graph.local if _in(i.module, "apic.targets")]
+
+
+def test_only_the_package_imports_the_installation(graph):
+    """The patch logs have one owner: nothing in apic but ``apic/__init__`` imports ``apic.installation``."""
+    importers = {m for m, targets in graph.edges.items() if "apic.installation" in targets}
+    importers |= {i.module for i in graph.local if i.target == "apic.installation"}
+    assert importers == {"apic"}
