@@ -4,8 +4,7 @@ A ``Replayer`` loads a graph from its bytes once (``capture_load_from_bytes``) a
 its memory as loaded. Each :meth:`Replayer.run` puts that memory (and every named scalar parameter)
 back first, so that a result depends only on its own parameters, never on which items the worker ran
 before: an item retried on another worker, or on a restarted one, gives the same bits. This module
-uses no Ray: ``apic.ray.pool`` runs it inside Ray actors, and it is the local replay the pool is
-compared with.
+uses no Ray: ``apic.ray`` runs it inside Ray actors, and it is the local replay a pool is compared with.
 """
 
 from __future__ import annotations

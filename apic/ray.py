@@ -1,12 +1,20 @@
-"""Ray actors that each load a saved graph once and replay it for parameter sets, and the pool that maps a sweep.
+"""apic on Ray: a saved graph shipped once to many workers, and parameter sweeps mapped over them.
 
-The graph's bytes go into Ray's object store once (``ray.put``); each actor receives that reference
-and loads the graph in its constructor (``apic.ray.replayer.Replayer``). Ray restarts an actor whose
-process dies (``max_restarts``) and runs its unfinished calls again (``max_task_retries``); the
-restarted actor's constructor loads the graph again from the object store, and since every call
-starts from the graph's saved state, a retried item gives the same bits. A worker never raises inside
-Ray: it returns what went wrong, and the pool raises apic's error at the caller, naming the worker.
-Every wait on Ray has a timeout, so that a worker that cannot start or load is reported, not waited for.
+``pip install "apic-warp[ray]"``. ``import apic`` never imports Ray; ``import apic.ray`` does::
+
+    import ray, apic.ray
+    ray.init()
+    with apic.ray.GraphPool(graph, actors=4, outputs={"x": x}) as pool:   # ray.put once; each actor loads once
+        results = pool.map([{"dt": 0.01}, {"dt": 0.005}], steps=100)     # [{"x": ndarray}, ...], in input order
+
+The graph's bytes (``wp.capture_save_to_bytes``: its ``.wrp`` and module files) go into Ray's object
+store once (``ray.put``); each actor receives that reference and loads the graph in its constructor
+(``apic.sweep.Replayer``). Ray restarts an actor whose process dies (``max_restarts``) and runs its
+unfinished calls again (``max_task_retries``); the restarted actor's constructor loads the graph
+again from the object store, and since every call starts from the graph's saved state, a retried item
+gives the same bits. A worker never raises inside Ray: it returns what went wrong, and the pool raises
+apic's error at the caller, naming the worker. Every wait on Ray has a timeout, so that a worker that
+cannot start or load is reported, not waited for (README, "Many machines").
 """
 
 from __future__ import annotations
@@ -14,15 +22,19 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-import ray
-from ray import exceptions as ray_errors
-
-from apic._compat import quiet_warp
+try:
+    import ray
+    from ray import exceptions as ray_errors
+except ImportError as error:  # pragma: no cover - where Ray is installed
+    raise ImportError('apic.ray needs Ray: pip install "apic-warp[ray]"') from error
 
 from apic import errors as apic_errors
+from apic._compat import quiet_warp
 from apic.errors import ApicError
 from apic.persist import capture_save_to_bytes
-from apic.ray.replayer import Replayer, describe_host
+from apic.sweep import Replayer, describe_host
+
+__all__ = ["DEFAULT_LOAD_TIMEOUT", "GraphPool", "Replayer", "WorkerError", "put_graph"]
 
 #: Seconds a pool waits for its workers to load the graph (a worker's first load imports Warp and
 #: Numba, and compiles nothing: about a second or two) before it reports the ones that did not.
