@@ -72,13 +72,17 @@ class _Worker:
     def ready(self):
         return ("ok", self._host) if self._error is None else ("error", *self._error, self._host)
 
-    def run(self, params, steps, outputs, threads):
+    def run(self, batch, steps, outputs, threads):
+        """Each parameter set of ``batch`` in turn: ``("ok", [results])``, or the first error and its place."""
         if self._error is not None:
-            return ("error", *self._error, self._host)
-        try:
-            return ("ok", self._replayer.run(params, steps, outputs, threads))
-        except Exception as error:
-            return ("error", type(error).__name__, str(error), self._host)
+            return ("error", *self._error, self._host, 0)
+        done = []
+        for k, params in enumerate(batch):
+            try:
+                done.append(self._replayer.run(params, steps, outputs, threads))
+            except Exception as error:
+                return ("error", type(error).__name__, str(error), self._host, k)
+        return ("ok", done)
 
     def pid(self):
         return self._host["pid"]
@@ -176,26 +180,30 @@ class GraphPool:
         return self.map([params], steps, outputs, threads, timeout)[0]
 
     def map(self, param_sets, steps: int = 1, outputs=None, threads: int | None = None,
-            timeout: float | None = None, in_flight: int = 2) -> list[dict]:
+            timeout: float | None = None, chunk: int = 1, in_flight: int = 2) -> list[dict]:
         """Run every parameter set of ``param_sets`` (as :meth:`run`) over the actors; the results in input order.
 
-        Each actor has at most ``in_flight`` items queued, and gets the next when one finishes, so a slow or
-        restarting actor takes fewer. An actor whose process dies is restarted by Ray and its unfinished
-        items run again. ``timeout``: seconds without any item finishing before ``WorkerError`` (None: no limit).
+        Items go to the actors ``chunk`` at a time (one remote call each: a larger chunk spreads the fixed
+        cost of a call over more items, for items much shorter than it). Each actor has at most ``in_flight``
+        calls queued and gets the next when one finishes, so a slow or restarting actor takes fewer. An actor
+        whose process dies is restarted by Ray and its unfinished calls run again. ``timeout``: seconds without
+        any call finishing before ``WorkerError`` (None: no limit).
         """
         items = list(param_sets)
+        if type(chunk) is not int or chunk < 1:
+            raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
         if threads is None:
             threads = self.threads
         results: list = [None] * len(items)
-        pending: dict = {}  # ObjectRef -> (item index, actor index)
-        queued = iter(range(len(items)))
+        pending: dict = {}  # ObjectRef -> (index of its first item, actor index)
+        queued = iter(range(0, len(items), chunk))
 
         def submit(actor: int) -> bool:
-            item = next(queued, None)
-            if item is None:
+            first = next(queued, None)
+            if first is None:
                 return False
-            ref = self._actors[actor].run.remote(items[item], steps, outputs, threads)
-            pending[ref] = (item, actor)
+            ref = self._actors[actor].run.remote(items[first:first + chunk], steps, outputs, threads)
+            pending[ref] = (first, actor)
             return True
 
         start = self._next
@@ -210,12 +218,12 @@ class GraphPool:
                     busy = sorted({actor for _, actor in pending.values()})
                     raise WorkerError(f"no item finished within {timeout:g} s; Ray worker(s) "
                                       f"{', '.join(map(str, busy))} still running")
-                item, actor = pending.pop(done[0])
-                reply = self._get(done[0], actor, f"running item {item}")
+                first, actor = pending.pop(done[0])
+                reply = self._get(done[0], actor, f"running item {first}")
                 if reply[0] != "ok":
                     self._hosts[actor] = reply[3]
-                    _raise(actor, reply[1], reply[2], reply[3], f"item {item}")
-                results[item] = reply[1]
+                    _raise(actor, reply[1], reply[2], reply[3], f"item {first + reply[4]}")
+                results[first:first + len(reply[1])] = reply[1]
                 submit(actor)
         finally:
             for ref in pending:  # after an error: what is still queued is not wanted

@@ -45,7 +45,8 @@ import apic.ray  # noqa: E402
 from apic.demo import Chain  # noqa: E402
 from apic.sweep import Replayer  # noqa: E402
 
-STEP_COUNTS = (1, 10, 100, 1000, 10000)
+STEP_COUNTS = (1, 10, 100, 300, 1000, 3000, 10000)
+CHUNK = 4  # items per remote call in the chunked column
 
 
 def _bundle() -> tuple:
@@ -96,6 +97,8 @@ def main(argv=None) -> int:
     if args.quick:
         args.items, args.rounds, args.calls = 4, 1, 20
     steps_list = STEP_COUNTS[:3] if args.quick else STEP_COUNTS
+    if args.quick:
+        args.items = max(args.items, 2 * CHUNK)
 
     bundle = _bundle()
     items = _items(args.items)
@@ -116,7 +119,8 @@ def main(argv=None) -> int:
         with apic.ray.GraphPool(ref, actors=1, actor_options=share) as one, \
                 apic.ray.GraphPool(ref, actors=2, actor_options=share) as two:
             ways = {"local": lambda s: [local.run(item, s) for item in items],
-                    "1 actor": lambda s: one.map(items, s), "2 actors": lambda s: two.map(items, s)}
+                    "1 actor": lambda s: one.map(items, s), "2 actors": lambda s: two.map(items, s),
+                    f"2x chunk {CHUNK}": lambda s: two.map(items, s, chunk=CHUNK)}
             for name, run in ways.items():
                 run(10)  # every actor's first replay
                 for steps in steps_list:
@@ -141,19 +145,21 @@ def main(argv=None) -> int:
     print(f"  one item of 0 steps, local  : {local_call_us:9.1f} us  (reset, set dt, read x)")
     print(f"  one remote call of 0 steps  : {remote_call_us:9.1f} us  (pool.run: the fixed cost of a remote call, "
           f"{remote_call_us - local_call_us:.0f} us over local)")
-    header = "  steps/item  item (ms)" + "".join(f"  {name:>9} /s" for name in rates)
+    # an item's length is what it takes locally in this run (the local column), not steps x one step's time
+    header = "  steps/item  item (ms)" + "".join(f"  {name:>11} /s" for name in rates)
     print(header)
     crossover = None
     for steps in steps_list:
-        line = f"  {steps:>10}  {steps * step_us / 1000:9.3f}" + "".join(f"  {rates[name][steps]:11.1f}" for name in rates)
+        item_ms = 1000.0 / rates["local"][steps]
+        line = f"  {steps:>10}  {item_ms:9.3f}" + "".join(f"  {rates[name][steps]:13.1f}" for name in rates)
         print(line)
         wins = rates["2 actors"][steps] > rates["local"][steps]
-        crossover = (crossover or steps) if wins else None  # the shortest from which it wins at every longer one
+        crossover = (crossover or (steps, item_ms)) if wins else None  # the shortest from which it wins at every longer one
     if crossover is None:
         print("  two actors did not beat the local replay at any item length measured")
     else:
-        print(f"  two actors beat one local process from {crossover} steps per item "
-              f"(an item of about {crossover * step_us / 1000:.2f} ms) in this run")
+        print(f"  two actors beat one local process from {crossover[0]} steps per item "
+              f"(an item of {crossover[1]:.2f} ms locally) in this run")
     print("  every remote result equal bit for bit to the local replay: yes")
     return 0
 

@@ -100,6 +100,9 @@ def test_a_sweep_returns_every_result_in_input_order_bit_for_bit(pool, bundle):
         for name in ("x", "v"):
             assert same_bits(result[name], expected[name]), (item, name)
             assert same_bits(result[name], local[name]), (item, name)
+    # in chunks of 3 items per remote call (the last one short): the same results, in the same order
+    chunked = pool.map(items, steps=STEPS, chunk=3)
+    assert all(same_bits(a["x"], b["x"]) and same_bits(a["v"], b["v"]) for a, b in zip(chunked, results))
     # every item starts from the saved state: the same parameters again give the same bits on either actor
     again = pool.map([items[0]] * 4, steps=STEPS)
     assert all(same_bits(r["x"], results[0]["x"]) for r in again)
@@ -118,6 +121,10 @@ def test_one_run_with_threads_and_named_outputs(pool):
 def test_a_bad_item_raises_apic_error_naming_worker_and_item_and_the_pool_goes_on(pool):
     with pytest.raises(apic.BindingError, match=r"Ray worker \d \(pid \d+ .*item 1: BindingError: .*'nope'"):
         pool.map([{"dt": 0.01}, {"nope": 1.0}], steps=1)
+    with pytest.raises(apic.BindingError, match=r"item 4: BindingError: .*'nope'"):
+        pool.map([{"dt": 0.01}] * 4 + [{"nope": 1.0}], steps=1, chunk=3)  # the second chunk's second item
+    with pytest.raises(ValueError, match="chunk"):
+        pool.map([{}], chunk=0)
     with pytest.raises(apic.BindingError, match=r"item 0: BindingError: .*inner"):
         pool.run({"inner": 2**40})  # does not fit its int32
     with pytest.raises(apic.BindingError, match="no parameter named 'w' to return"):
