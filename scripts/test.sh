@@ -24,7 +24,7 @@ if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m 
 fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
 "$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
-# Ray (apic's 'ray' extra) is optional too: with it, tests/test_ray.py runs apic.ray on a local Ray cluster
+# Ray (apic's 'ray' extra) is optional too: with it, tests/distributed/test_ray.py runs apic.ray on a local Ray cluster
 # (loopback only); without it those tests skip, saying so. Installed for the default version's run only.
 if [ "$warp_version" = "1.19.0" ]; then
     "$venv/bin/python" -m pip install -q -e ".[ray]" >/dev/null 2>&1 || echo "note: ray not installed; the Ray tests will skip"
