@@ -84,9 +84,6 @@ class _Worker:
                 return ("error", type(error).__name__, str(error), self._host, k)
         return ("ok", done)
 
-    def pid(self):
-        return self._host["pid"]
-
 
 _Remote = ray.remote(_Worker)
 
@@ -227,7 +224,10 @@ class GraphPool:
                 submit(actor)
         finally:
             for ref in pending:  # after an error: what is still queued is not wanted
-                ray.cancel(ref)
+                try:
+                    ray.cancel(ref)
+                except Exception:  # a Ray that cannot cancel an actor call: the result is dropped all the same
+                    pass
         return results
 
     def shutdown(self) -> None:
