@@ -74,8 +74,53 @@ def _items(count: int, inner: int = 1) -> list[dict]:
     return [{"dt": 0.001 * (i + 1), "inner": inner + i % 3} for i in range(count)]
 
 
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                pass
+    found, grew = {root}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def _listening(pids: set[int]) -> list[str]:
+    """The local addresses (hex, as /proc/net/tcp{,6} writes them) of TCP sockets ``pids`` listen on."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:
+            pass
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                    found.append(fields[1].split(":")[0])
+    return found
+
+
 def test_the_cluster_is_on_loopback_only(cluster):
     assert [node["NodeManagerAddress"] for node in ray.nodes()] == ["127.0.0.1"]
+    if not os.path.isdir("/proc/self/fd") or not os.path.exists("/proc/net/tcp"):
+        pytest.skip("no /proc to list the sockets Ray's processes listen on")
+    # every socket this process and the Ray processes it started listen on: 127.0.0.1 (or ::ffff:127.0.0.1)
+    loopback = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+    addresses = _listening(_descendants(os.getpid()))
+    assert addresses, "found none of the Ray processes' listening sockets"
+    assert set(addresses) <= loopback, addresses
 
 
 def test_import_apic_does_not_import_ray():
