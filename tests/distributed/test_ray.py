@@ -238,3 +238,17 @@ def test_a_pool_takes_the_graph_itself_or_one_object_store_reference(cluster):
         assert shared.ref is ref
         a, b = direct.run(steps=2), shared.run(steps=2)
     assert sorted(a) == ["x"] and same_bits(a["x"], b["x"]) and same_bits(a["x"], rk.eager(2, 0.004)["x"])
+
+
+def test_the_example_sweeps_the_demo_scene_on_its_own_cluster(tmp_path):
+    import subprocess
+    import sys
+
+    from persist_helpers import REPO, child_env
+
+    example = os.path.join(REPO, "examples", "ray_sweep.py")
+    done = subprocess.run([sys.executable, example, "--actors", "2", "--frames", "30", "--sweep", "4"],
+                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.count("substep dt =") == 4, done.stdout
+    assert "first item replayed locally: identical (bit for bit): yes" in done.stdout
