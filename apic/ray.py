@@ -125,6 +125,7 @@ class GraphPool:
             raise ValueError(f"actors must be an int >= 1, got {actors!r}")
         self.ref = graph if isinstance(graph, ray.ObjectRef) else put_graph(graph, inputs, outputs)
         self.threads = threads
+        self._load_timeout = load_timeout
         options = {"num_cpus": threads or 1, "max_restarts": max_restarts, "max_task_retries": max_task_retries,
                    **dict(actor_options or {})}
         self._actors = [_Remote.options(**options).remote([self.ref], threads) for _ in range(actors)]
@@ -151,9 +152,11 @@ class GraphPool:
                 _raise(index, reply[1], reply[2], reply[3], "cannot load the graph")
             self._hosts[index] = reply[1]
 
-    def _get(self, ref, index: int, what: str):
+    def _get(self, ref, index: int, what: str, timeout: float | None = None):
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=timeout)
+        except ray_errors.GetTimeoutError as error:
+            raise WorkerError(f"{_where(index, self._hosts[index])}: {what}: no answer within {timeout:g} s") from error
         except ray_errors.RayActorError as error:  # died and not restarted (max_restarts spent), or unreachable
             raise WorkerError(f"{_where(index, self._hosts[index])}: {what}: the actor died and Ray did not bring it "
                               f"back (max_restarts / max_task_retries spent): {error}") from error
@@ -165,8 +168,9 @@ class GraphPool:
 
     def workers(self) -> list[dict]:
         """Each actor's process: pid, host, Ray node, warp-lang and apic versions (asked now: a restarted actor
-        has a new pid)."""
-        replies = [self._get(actor.ready.remote(), i, "asking where it runs") for i, actor in enumerate(self._actors)]
+        has a new pid; one that does not answer within ``load_timeout`` raises ``WorkerError``)."""
+        refs = [actor.ready.remote() for actor in self._actors]  # asked of all at once; a restarting one answers late
+        replies = [self._get(ref, i, "asking where it runs", self._load_timeout) for i, ref in enumerate(refs)]
         self._hosts = [reply[-1] if reply[0] != "ok" else reply[1] for reply in replies]
         return list(self._hosts)
 
