@@ -12,7 +12,7 @@ from apic.errors import GraphLoadError, IncompatibleGraphError, LoopLimitError
 from apic.errors import ReplayError, ReplayIndexError, UnsupportedOperationError
 from apic.graph import Graph
 from apic.record.params import Param, param
-from apic.persist import capture_load, capture_load_from_bytes, capture_save
+from apic.persist import capture_load, capture_load_from_bytes, capture_save, capture_save_to_bytes
 from apic.installation import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
 from apic.replay.profile import ProfileReport, profile
@@ -41,6 +41,7 @@ __all__ = [
     "capture_load",
     "capture_load_from_bytes",
     "capture_save",
+    "capture_save_to_bytes",
     "install",
     "profile",
     "ProfileReport",

@@ -32,6 +32,8 @@ _cuda_native = patches.Patches()  # Warp's CUDA natives, from the first apic=Tru
 # Upstream's saving and loading (warp 1.13+ has its native APIC, which must never see an apic graph;
 # warp <= 1.12 has none: uninstall deletes them there).
 _PERSIST = ("capture_save", "capture_load", "capture_load_from_bytes")
+# apic's own persistence calls, beside upstream's in the ``wp`` namespace (uninstall removes them)
+_PERSIST_APIC = ("capture_save_to_bytes",)
 
 
 def install() -> None:
@@ -44,6 +46,8 @@ def install() -> None:
     for owner in (wp, wp_context):
         for name in _PERSIST:
             _python.set(owner, name, getattr(persist, name))
+    for name in _PERSIST_APIC:
+        _python.set(wp, name, getattr(persist, name))
     sparse.install(_python)  # warp.sparse functions (their native BSR calls) and BsrMatrix read-backs
     cuda_shims.patch(_python)  # recording alongside Warp's CUDA capture (apic=True), layered on top
     patches.set_before_capture(_before_capture)

@@ -1,4 +1,5 @@
-"""Saving and loading graphs: ``capture_save``, ``capture_load``, ``capture_load_from_bytes``.
+"""Saving and loading graphs: ``capture_save``, ``capture_load``, ``capture_load_from_bytes``, and
+``capture_save_to_bytes`` (apic's own: the bytes ``capture_load_from_bytes`` takes, made in memory).
 
 Same names, signatures and semantics as Warp 1.19's, installed as ``wp.capture_save`` etc. by
 ``import apic`` on every supported warp-lang version. The files are apic's own (see
@@ -76,15 +77,44 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
         NotImplementedError: If the graph holds something that cannot be saved yet (a Mesh id).
         OSError: If the files cannot be written (the earlier artifact stays intact).
     """
+    from apic.format import writer  # lazy: the file format (see the top of this module)
+
+    graph = _saveable(graph, inputs, outputs, cpu_target)
+    writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback), cpu_level=cpu_target)
+
+
+def capture_save_to_bytes(graph, inputs: dict | None = None, outputs: dict | None = None,
+                          source_fallback: bool = False, cpu_target: str | None = None) -> tuple[bytes, dict]:
+    """Serialize a captured graph in memory: what :func:`capture_save` would write, without touching the disk.
+
+    (apic only: upstream Warp has no such call.) The arguments are :func:`capture_save`'s, less the path.
+    Returns ``(data, modules)``: the ``.wrp`` file's bytes and a new dict mapping each file name of
+    ``<stem>_modules/`` to its contents, exactly the two arguments :func:`capture_load_from_bytes` takes::
+
+        data, modules = wp.capture_save_to_bytes(graph, inputs={"x": x})
+        g = wp.capture_load_from_bytes(data, modules)   # in this or any other process
+
+    Everything is made before anything is returned: a failure raises (the exceptions of
+    :func:`capture_save`, less ``OSError``) and returns nothing partial. The bytes are a snapshot of
+    the graph's memory at the call, as a save is.
+    """
+    from apic.format import writer  # lazy: the file format (see the top of this module)
+
+    graph = _saveable(graph, inputs, outputs, cpu_target, "capture_save_to_bytes")
+    data, images = writer.serialize(graph, inputs, outputs, source_fallback=bool(source_fallback), cpu_level=cpu_target)
+    return data, dict(images)
+
+
+def _saveable(graph, inputs, outputs, cpu_target, call: str = "capture_save"):
+    """What the writer serializes for ``graph``, once it is checked to be saveable (see ``capture_save``)."""
     from apic.format import unrecorded_bindings, writer  # lazy: the file format (see the top of this module)
 
     check_cpu_level(cpu_target)
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
-        writer.save(graph, path, inputs, outputs, source_fallback=bool(source_fallback), cpu_level=cpu_target)
-        return
+        return graph
     if not isinstance(graph, Graph):
         raise TypeError(
-            f"capture_save() with apic saves graphs captured by apic (on the CPU, or on CUDA with apic=True); "
+            f"{call}() with apic saves graphs captured by apic (on the CPU, or on CUDA with apic=True); "
             f"got {type(graph).__name__}"
         )
     if not graph.apic:
@@ -95,12 +125,11 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
     if invalid:
         # upstream's words ("invalid or expired mesh ID 0x..."); a wp.handle may name any native object
         raise CaptureError(
-            f"capture_save(): invalid or expired mesh ID {invalid[0]}: no live wp.Mesh, Bvh, HashGrid or Volume "
+            f"{call}(): invalid or expired mesh ID {invalid[0]}: no live wp.Mesh, Bvh, HashGrid or Volume "
             "has that id, so the graph cannot be saved"
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
-    writer.save(unrecorded_bindings.with_untouched(graph, writer.named_arrays(inputs, outputs)), path, inputs, outputs,
-                source_fallback=bool(source_fallback), cpu_level=cpu_target)
+    return unrecorded_bindings.with_untouched(graph, writer.named_arrays(inputs, outputs))
 
 
 def _read_graph_file(wrp_path: str, shown: str) -> bytes:

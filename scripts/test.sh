@@ -24,6 +24,11 @@ if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m 
 fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
 "$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
+# Ray (apic's 'ray' extra) is optional too: with it, tests/distributed/test_ray.py runs apic.ray on a local Ray cluster
+# (loopback only); without it those tests skip, saying so. Installed for the default version's run only.
+if [ "$warp_version" = "1.19.0" ]; then
+    "$venv/bin/python" -m pip install -q -e ".[ray]" >/dev/null 2>&1 || echo "note: ray not installed; the Ray tests will skip"
+fi
 # cuda-python (apic's 'cuda' extra, ~50 MB of wheels, no GPU needed) is optional too: with it,
 # tests/cuda/test_cuda_python_offline.py checks every driver call apic makes against the real bindings.
 "$venv/bin/python" -m pip install -q -e ".[cuda]" >/dev/null 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"

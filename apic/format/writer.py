@@ -1,8 +1,9 @@
 """Writing a graph: ``Recording`` (+ live memory and module binaries) -> ``.wrp`` bytes -> files.
 
 ``document`` turns a graph into the msgpack body (plain dicts, lists, ints, strings and bytes);
-``encode`` puts the header in front; ``save`` gathers everything in memory and hands it to
-``apic.format.publish``, which puts it on disk atomically. A CPU graph and a CUDA graph are written
+``encode`` puts the header in front; ``serialize`` gathers everything in memory (the bytes
+``capture_save_to_bytes`` returns) and ``save`` hands them to ``apic.format.publish``, which puts
+them on disk atomically. A CPU graph and a CUDA graph are written
 by the same code: what differs (where region contents and module binaries come from, the module,
 kernel and device fields of a CUDA file, docs/FORMAT.md section 8) is one small function per target
 in ``_PARTS``, picked by the graph's target (``apic.targets``). The ops are ``apic.format.write_ops``.
@@ -371,6 +372,17 @@ def encode(doc: dict) -> bytes:
 def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False, cpu_level: str | None = None) -> str:
     """Serialize ``graph`` (CPU or CUDA) to ``<stem>.wrp`` + ``<stem>_modules/``; returns the ``.wrp`` path."""
     wrp_path, modules_dir = wrp_paths(path)
+    data, images = serialize(graph, inputs, outputs, source_fallback, cpu_level)
+    publication.publish(wrp_path, modules_dir, data, images)
+    return wrp_path
+
+
+def serialize(graph, inputs=None, outputs=None, source_fallback: bool = False,
+              cpu_level: str | None = None) -> tuple[bytes, dict[str, bytes]]:
+    """``graph`` (CPU or CUDA) as the ``.wrp`` bytes and its module files (file name -> contents), in memory.
+
+    Everything is made before anything is returned, so a failure raises and leaves nothing behind;
+    ``save`` hands the result to ``apic.format.publish``."""
     parts = _PARTS[target_of(graph.recording).name]
     parts.check_saveable(graph)
     doc, images = document(graph, collect_bindings(graph, inputs, outputs), cpu_level)
@@ -380,5 +392,4 @@ def save(graph, path, inputs=None, outputs=None, source_fallback: bool = False, 
         # each module's kernel manifest (the argument layouts its kernels expect, and its source's SHA-256),
         # beside the module binary: what a load checks the file's launches against
         manifest_build.add_manifests(graph.recording, doc, images)
-    publication.publish(wrp_path, modules_dir, encode(doc), images)
-    return wrp_path
+    return encode(doc), images

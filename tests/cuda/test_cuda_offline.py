@@ -510,6 +510,18 @@ def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
     assert CUDA.abis == ("cuda-params-v1",)
 
 
+def test_save_to_bytes_gives_the_files_without_a_gpu(ptx, tmp_path):
+    """``wp.capture_save_to_bytes`` of a CUDA graph: the same bytes ``capture_save`` writes, module file included."""
+    recording, contents = _saxpy_recording()
+    graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
+    data, modules = wp.capture_save_to_bytes(graph)
+    wp.capture_save(graph, str(tmp_path / "g"))
+    assert (tmp_path / "g.wrp").read_bytes() == data
+    folder = tmp_path / "g_modules"
+    assert {name: (folder / name).read_bytes() for name in os.listdir(folder)} == modules
+    assert len(modules) == 1 and next(iter(modules)).endswith(".ptx")
+
+
 def test_fill_kernel_ptx_declares_its_entry():
     from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL
 

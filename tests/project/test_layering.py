@@ -48,9 +48,12 @@ LAYERS = (
                                         "apic.graph", "apic.cuda_graph")),
     # a file read by the format, checked and made into a replayable graph
     ("loading", ("apic.loading",)),
-    ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo")),
+    ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo",
+                                     "apic.sweep")),
     ("installation", ("apic.installation", "apic")),
     ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
+    # integrations with other systems, each an optional extra that `import apic` never imports
+    ("integrations", ("apic.ray",)),
 )
 
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules

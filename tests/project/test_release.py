@@ -67,7 +67,7 @@ def test_readme_installs_the_distribution_with_every_extra():
     assert f"\npip install {name} " in readme
     extras = re.findall(r"^(\w+) = \[", _read("pyproject.toml").split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0],
                         flags=re.M)
-    assert sorted(extras) == ["cuda", "plot", "test"]
+    assert sorted(extras) == ["cuda", "plot", "ray", "test"]
     for extra in extras:
         assert f'pip install "{name}[{extra}]"' in readme, extra
 
