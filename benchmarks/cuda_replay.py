@@ -12,7 +12,14 @@ Methods, each with its own memory (a one-element int32 counter that every launch
 * ``apic loaded, graph``: apic's ``wp.capture_save`` / ``wp.capture_load`` of an ``apic=True`` capture, replayed
   as one CUDA graph (one ``cuGraphLaunch`` per replay);
 * ``apic loaded, launch``: the same file, replayed op by op (``graph.mode = "launch"``: one ``cuLaunchKernel``
-  per node, from Python).
+  per node, called by address from apic's native interpreter, ``apic.replay.cuda_rows``);
+* ``C floor``: the floor of op-by-op replay: a C loop (compiled at run time with the system's C compiler)
+  making the same ``cuLaunchKernel`` calls as ``apic loaded, launch`` on a third load of the file, in one
+  ctypes call per replay. The target is op-by-op replay within 1.2x of it per node (``launch_vs_floor``).
+
+Two ratios of medians close the report: ``launch_vs_floor`` (apic's op-by-op replay per node over the C floor's)
+and ``issue_vs_warp_graph`` (the time ``wp.capture_launch`` of apic's loaded graph takes to issue a replay over
+Warp's own graph's: the target is at most 1).
 
 Each round times every method once, in an order that rotates from round to round: ``--replays`` replays
 back to back (``issue``: until the last launch call returns), then one device synchronize (``total``). The
@@ -38,7 +45,29 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 NO_GPU_EXIT = 3
-METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch")
+METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch", "C floor")
+
+# The floor: ``launches`` holds 10 words per launch (function, grid x y z, block x y z, shared memory, stream,
+# kernelParams); it makes the graph's context current, calls cuLaunchKernel for each, pops the context.
+FLOOR_SOURCE = r"""
+#include <stdint.h>
+typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                        void **, void **);
+typedef int (*push_t)(uint64_t);
+typedef int (*pop_t)(uint64_t *);
+
+int64_t apic_floor_run(uint64_t launch, uint64_t push, uint64_t pop, uint64_t context, const uint64_t *w,
+                       int64_t n) {
+    uint64_t popped;
+    int err = ((push_t)push)(context);
+    if (err) return err;
+    for (int64_t i = 0; i < n && !err; i++, w += 10)
+        err = ((launch_t)launch)((void *)w[0], (unsigned)w[1], (unsigned)w[2], (unsigned)w[3], (unsigned)w[4],
+                                 (unsigned)w[5], (unsigned)w[6], (unsigned)w[7], (void *)w[8], (void **)w[9], 0);
+    ((pop_t)pop)(&popped);
+    return err;
+}
+"""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -93,6 +122,10 @@ def table(results: dict) -> str:
         lines.append(f"| {name} | {total['per_replay_us']['min']:.1f} / {total['per_replay_us']['median']:.1f} | "
                      f"{total['per_node_us']['min']:.3f} / {total['per_node_us']['median']:.3f} | "
                      f"{issue['per_replay_us']['median']:.1f} | {ratio} | {'yes' if m['correct'] else 'NO'} |")
+    for key, target in (("launch_vs_floor", 1.2), ("issue_vs_warp_graph", 1.0)):
+        if key in results:
+            verdict = "met" if results[key] <= target else "NOT met"
+            lines.append(f"\n{key}: {results[key]:.3f} (target at most {target}: {verdict})")
     return "\n".join(lines)
 
 
@@ -202,8 +235,9 @@ def _warp_apic(kernel, device: str, launches: int, folder: str, warp_launch) -> 
     return Method("warp APIC loaded", lambda: warp_launch(graph), lambda: _read(graph, "x", x))
 
 
-def apic_methods(kernel, device: str, launches: int, folder: str) -> list[Method]:
-    """apic's loaded graph, replayed as one CUDA graph and op by op (two loads: each owns its memory)."""
+def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[Method], dict]:
+    """apic's loaded graph, replayed as one CUDA graph and op by op, and the C floor of the latter (three loads:
+    each owns its memory); errors by method."""
     import warp as wp
 
     x = wp.zeros(1, dtype=wp.int32, device=device)
@@ -217,7 +251,52 @@ def apic_methods(kernel, device: str, launches: int, folder: str) -> list[Method
         graph.mode = mode
         found.append(Method(f"apic loaded, {mode}", lambda g=graph: wp.capture_launch(g),
                             lambda g=graph: _read(g, "x", x)))
-    return found
+    graph = wp.capture_load(stem, device=device)
+    try:
+        floor = Floor(graph, folder)
+    except RuntimeError as error:  # no C compiler: reported in the results, the other methods still run
+        return found, {"C floor": str(error)}
+    found.append(Method("C floor", floor.run, lambda g=graph: _read(g, "x", x)))
+    return found, {}
+
+
+class Floor:
+    """The C floor of a loaded graph's op-by-op replay (``FLOOR_SOURCE``): its kernel launches, in one C loop.
+
+    ``entries`` are the driver's entry points (``apic.replay.cuda_rows.driver_entries``); by default the
+    graph's own. A graph with copies or memsets is refused (the floor would leave them out) unless
+    ``launches_only``. Raises ``RuntimeError`` where there is no C compiler or no entry points."""
+
+    def __init__(self, graph, folder: str, entries=None, launches_only: bool = False) -> None:
+        import ctypes
+
+        import numpy as np
+
+        from apic.replay import cuda_rows
+        from benchmarks.cuda_standin import build
+
+        entries = entries or cuda_rows.driver_entries(graph._cu)
+        if not entries:
+            raise RuntimeError("the CUDA driver library's entry points cannot be had here")
+        lib = ctypes.CDLL(build(FLOOR_SOURCE, folder, "apic_cuda_floor"))
+        self._run = lib.apic_floor_run
+        self._run.restype = ctypes.c_int64
+        self._run.argtypes = [ctypes.c_uint64] * 4 + [ctypes.c_void_p, ctypes.c_int64]
+        stream = int(graph._resources.stream)
+        words = [[int(fn), *grid, *block, smem, stream, params]
+                 for kind, fn, grid, block, smem, params in (s for s in graph._plan if s[0] == "kernel")]
+        if len(words) != len(graph._plan) and not launches_only:
+            raise RuntimeError("the C floor makes kernel launches only: this graph has copies or memsets too")
+        self.launches = np.array(words, dtype=np.uint64).reshape(-1, 10)
+        self._args = (entries["launch"], entries["push"], entries["pop"], int(graph._resources.context),
+                      self.launches.ctypes.data, len(self.launches))
+        self.graph = graph  # the launches use its memory, kernels and kernelParams arrays
+
+    def run(self) -> None:
+        """Make every launch once (raises where the driver returns an error)."""
+        err = self._run(*self._args)
+        if err:
+            raise RuntimeError(f"the C floor's cuLaunchKernel returned CUresult {err}")
 
 
 def time_rounds(methods: list[Method], replays: int, rounds: int, synchronize) -> None:
@@ -256,7 +335,9 @@ def run(args: argparse.Namespace) -> dict:
     wp.launch(kernel, dim=1, inputs=[x], device=args.device)  # loads the module outside any capture
     with tempfile.TemporaryDirectory() as folder:
         methods, errors = warp_methods(kernel, args.device, args.launches, folder)
-        methods += apic_methods(kernel, args.device, args.launches, folder)
+        found, more = apic_methods(kernel, args.device, args.launches, folder)
+        methods += found
+        errors.update(more)
         time_rounds(methods, args.replays, args.rounds, lambda: wp.synchronize_device(args.device))
         for m in methods:
             value, expected = m.counter(), args.launches * m.replays
@@ -267,9 +348,29 @@ def run(args: argparse.Namespace) -> dict:
     for name, error in errors.items():
         results["methods"][name] = {"error": error}
     results["methods"] = {n: results["methods"][n] for n in METHODS if n in results["methods"]}
+    results.update(ratios(results["methods"]))
     if not all(m.get("correct", True) for m in results["methods"].values()):
         results["status"] = "wrong"
     return results
+
+
+def ratios(methods: dict) -> dict:
+    """``launch_vs_floor`` (apic's op-by-op replay per node over the C floor's, medians; target at most 1.2) and
+    ``issue_vs_warp_graph`` (issue time of apic's loaded graph over Warp's own graph's, medians; target at
+    most 1), where both methods of each ran."""
+
+    def median(name: str, what: str):
+        m = methods.get(name, {})
+        return None if m.get("error") or what not in m else m[what]["per_replay_us"]["median"]
+
+    found = {}
+    pairs = {"launch_vs_floor": ("apic loaded, launch", "C floor", "total"),
+             "issue_vs_warp_graph": ("apic loaded, graph", "warp graph", "issue")}
+    for key, (name, base, what) in pairs.items():
+        a, b = median(name, what), median(base, what)
+        if a is not None and b:
+            found[key] = a / b
+    return found
 
 
 def main(argv=None) -> int:

@@ -1,0 +1,217 @@
+"""A loaded CUDA graph's replays as op-table rows (``apic.replay.cuda_rows``), checked without a GPU.
+
+The rows call the driver by address; here the driver is a stand-in shared object built by the test with the
+system's C compiler (``benchmarks/cuda_standin.py``), which records each call it gets: which call, every
+argument, and for a kernel launch the bytes of each kernel parameter at the moment of the call. The graph is
+loaded through the real cuda-python bindings with a stand-in behind them (``test_cuda_python_offline``), so
+the rows hold the handles, device addresses and kernelParams arrays that load made. The recorded calls are
+compared with what the saved graph should issue, worked out here from its recording: in order, the kernel
+handle, grid, block, shared memory, stream and parameter bytes of each launch (relocated to the loaded
+regions), the pointers, values and sizes of each copy and memset. Both interpreters run the rows (the
+native one and ``APIC_REPLAY=reference``).
+
+Skips, saying why, where there is no C compiler, no cuda-python, or a real CUDA driver library
+(tests/cuda/test_cuda_gpu.py runs the real thing there).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+import warp as wp
+
+from apic.record import ops as rec
+from apic.replay import cuda_lowering, cuda_rows
+from apic.replay.cuda_driver import CudaReplayError
+from benchmarks import cuda_standin
+from benchmarks.cuda_standin import Call
+from test_cuda_offline import ptx  # noqa: F401  (a fixture)
+from test_cuda_python_offline import _load, cu  # noqa: F401  (cu is a fixture)
+
+CONTEXT = 0x100  # the primary context the stand-in cuda-python hands out
+ANY = object()  # an argument the comparison skips (a kernelParams array's host address)
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory):
+    if cuda_standin.compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in CUDA driver library")
+    return cuda_standin.StandIn(str(tmp_path_factory.mktemp("standin")))
+
+
+@pytest.fixture(params=["numba", "reference"])
+def interpreter(request, monkeypatch):
+    """The interpreter the rows run in, chosen as ``APIC_REPLAY`` chooses it (``numba``: the native one)."""
+    from apic.replay import program
+
+    monkeypatch.setenv("APIC_REPLAY", request.param)
+    monkeypatch.setattr(program, "_native", None)
+    monkeypatch.setattr(program, "_run_table", None)
+    return request.param
+
+
+@pytest.fixture
+def loaded(cu, ptx, monkeypatch, standin, interpreter):  # noqa: F811
+    """A graph loaded with the stand-in library for the rows; its kernels' parameter sizes registered."""
+    monkeypatch.setattr(cuda_rows, "STAND_IN", standin.path)
+    device, saved, graph = _load(cu, monkeypatch, ptx)
+    assert graph._rows is not None, "the rows were not made with the stand-in library"
+    standin.reset()
+    symbols = {kernel.symbol: kernel for kernel in saved.recording.kernels}
+    for handle, symbol in device.symbols.items():
+        sizes = [n for _, n in symbols[symbol].params] if symbol in symbols else [8] * 4  # the fill kernel's
+        standin.kernel(handle, sizes)
+    return device, saved, graph
+
+
+def _relocated(blob: rec.Blob, regions) -> bytes:
+    data = bytearray(blob.data)
+    for reloc in blob.relocs:
+        data[reloc.at : reloc.at + 8] = (regions[reloc.target.region] + reloc.target.offset).to_bytes(8, "little")
+    return bytes(data)
+
+
+def expected_ops(device, saved, graph, stream: int) -> list[Call]:
+    """The driver calls the graph's ops should make, in order, worked out from its recording."""
+    recording = saved.recording
+    regions = graph.region_addresses
+    handle = {symbol: h for h, symbol in device.symbols.items()}
+    address = lambda ref: regions[ref.region] + ref.offset  # noqa: E731
+    constants = int(graph._resources.memory[-1])  # the fill values: the last allocation
+    calls = []
+    for op in recording.ops:
+        if isinstance(op, rec.CudaLaunch):
+            kernel = recording.kernels[op.kernel]
+            blob = _relocated(op.params, regions)
+            params = b"".join(blob[offset : offset + size] for offset, size in kernel.params)
+            calls.append(Call("cuLaunchKernel", (handle[kernel.symbol], *op.grid, *op.block, op.smem, stream, ANY, 0),
+                              params))
+        elif isinstance(op, rec.Memcpy):
+            calls.append(Call("cuMemcpyDtoDAsync", (address(op.dst), address(op.src), op.nbytes, stream)))
+        elif isinstance(op, rec.Memset):
+            calls.append(Call("cuMemsetD8Async", (address(op.dst), op.value, op.nbytes, stream)))
+        elif isinstance(op, rec.Memtile):
+            value, total = op.value.data, len(op.value.data) * op.count
+            if len(value) == 4 and value == value[:4] and address(op.dst) % 4 == 0:
+                calls.append(Call("cuMemsetD32Async", (address(op.dst), int.from_bytes(value, "little"), op.count,
+                                                       stream)))
+            else:  # the fill kernel: dst, the value's copy in device memory, its size, the bytes in all
+                params = b"".join(v.to_bytes(8, "little") for v in (address(op.dst), constants, len(value), total))
+                blocks = min(-(-total // cuda_lowering.FILL_BLOCK), cuda_lowering.FILL_MAX_BLOCKS)
+                calls.append(Call("cuLaunchKernel", (handle[cuda_lowering.FILL_SYMBOL], blocks, 1, 1,
+                                                     cuda_lowering.FILL_BLOCK, 1, 1, 0, stream, ANY, 0), params))
+    return calls
+
+
+def _entered(calls: list[Call], current: int) -> list[Call]:
+    """``calls`` between the rows' context entry and exit, with ``current`` the context current before."""
+    if current == CONTEXT:
+        return [Call("cuCtxGetCurrent", (CONTEXT,)), *calls]
+    return [Call("cuCtxGetCurrent", (current,)), Call("cuCtxPushCurrent", (CONTEXT,)), *calls,
+            Call("cuCtxPopCurrent", (CONTEXT,))]
+
+
+def _same(found: list[Call], expected: list[Call]) -> None:
+    assert [c.name for c in found] == [c.name for c in expected]
+    for k, (f, e) in enumerate(zip(found, expected)):
+        assert len(f.args) == len(e.args), (k, f, e)
+        assert [a for a, b in zip(f.args, e.args) if b is not ANY] == [b for b in e.args if b is not ANY], (k, f, e)
+        assert f.params == e.params, (k, f.name)
+
+
+@pytest.mark.parametrize("current", [0, CONTEXT, 0x200], ids=["no-context", "graph-context", "other-context"])
+def test_op_by_op_replay_issues_each_op_as_the_graph_should(loaded, standin, current):
+    device, saved, graph = loaded
+    standin.set_current(current)
+    graph.mode = "launch"
+    wp.capture_launch(graph)
+    wp.capture_launch(graph)
+    stream = int(graph._resources.stream)
+    once = _entered(expected_ops(device, saved, graph, stream), current)
+    _same(standin.calls(), once + once)
+    assert not device.named("cuLaunchKernel") and not device.named("cuMemcpyDtoDAsync")  # no cuda-python per op
+    assert standin.depth == (1 if current else 0)  # the context is as it was
+    kernel_params = [int(n[3].kernelParams) for n in device.named("cuGraphAddKernelNode")]
+    launched = [c.args[9] for c in standin.calls() if c.name == "cuLaunchKernel"]
+    assert launched == kernel_params + kernel_params  # the kernelParams arrays built once, at load
+
+
+def test_graph_replay_is_one_cuGraphLaunch_in_the_same_loop(loaded, standin):
+    device, saved, graph = loaded
+    graph.mode = "graph"
+    wp.capture_launch(graph)
+    res = graph._resources
+    _same(standin.calls(), _entered([Call("cuGraphLaunch", (int(res.exec), int(res.stream)))], 0))
+    assert not device.named("cuGraphLaunch")
+
+
+def test_a_replay_on_another_stream_issues_there(loaded, standin):
+    device, saved, graph = loaded
+    standin.set_current(CONTEXT)
+    graph.launch(stream=0x1234, mode="launch")
+    _same(standin.calls(), _entered(expected_ops(device, saved, graph, 0x1234), CONTEXT))
+    standin.clear()
+    graph.launch(stream=0x1234, mode="graph")
+    _same(standin.calls(), _entered([Call("cuGraphLaunch", (int(graph._resources.exec), 0x1234))], CONTEXT))
+
+
+def test_a_replay_into_a_capture_issues_op_by_op_in_both_modes(loaded, standin, cu):  # noqa: F811
+    device, saved, graph = loaded
+    device.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+    standin.set_current(CONTEXT)
+    graph.launch(stream=0x5678, mode="graph")
+    _same(standin.calls(), _entered(expected_ops(device, saved, graph, 0x5678), CONTEXT))
+
+
+@pytest.mark.parametrize("failing", ["cuLaunchKernel", "cuMemcpyDtoDAsync", "cuMemsetD32Async", "cuCtxPushCurrent"])
+def test_a_call_that_fails_stops_the_replay_naming_it(loaded, standin, failing):
+    device, saved, graph = loaded
+    graph.mode = "launch"
+    once = _entered(expected_ops(device, saved, graph, int(graph._resources.stream)), 0)
+    at = [c.name for c in once].index(failing)
+    standin.fail(at, 700)  # CUDA_ERROR_ILLEGAL_ADDRESS
+    symbol = cuda_rows.SYMBOLS[{"cuLaunchKernel": "launch", "cuMemcpyDtoDAsync": "memcpy",
+                                "cuMemsetD32Async": "memset4", "cuCtxPushCurrent": "push"}[failing]]
+    with pytest.raises(CudaReplayError, match=rf"CUDA graph replay failed: .*{symbol} returned "
+                                              r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\) at op-table row \d+; the ops before"):
+        wp.capture_launch(graph)
+    issued = standin.calls()
+    if failing == "cuCtxPushCurrent":
+        _same(issued, once[: at + 1])  # nothing issued, nothing to pop
+    else:
+        _same(issued[: at + 1], once[: at + 1])
+        assert [c.name for c in issued[at + 1 :]] == ["cuCtxPopCurrent"]  # the pushed context popped by apic
+    assert standin.depth == 0
+    standin.clear()
+    wp.capture_launch(graph)  # the next replay runs whole
+    _same(standin.calls(), once)
+
+
+def test_the_c_floor_makes_the_same_launches_as_the_rows(loaded, standin, tmp_path):
+    """benchmarks/cuda_replay.py's floor (a C loop of cuLaunchKernel calls) against the rows: the same calls."""
+    from benchmarks.cuda_replay import Floor
+
+    device, saved, graph = loaded
+    graph.mode = "launch"
+    wp.capture_launch(graph)
+    rows = [c for c in standin.calls() if c.name == "cuLaunchKernel"]
+    floor = Floor(graph, str(tmp_path), cuda_rows.driver_entries(graph._cu), launches_only=True)
+    standin.clear()
+    floor.run()
+    found = standin.calls()
+    assert [c.name for c in found] == ["cuCtxPushCurrent", *["cuLaunchKernel"] * len(rows), "cuCtxPopCurrent"]
+    assert found[1:-1] == rows and len(rows) == 3  # every argument and every parameter's bytes
+    with pytest.raises(RuntimeError, match="copies or memsets"):
+        Floor(graph, str(tmp_path), cuda_rows.driver_entries(graph._cu))
+
+
+def test_rows_are_built_once_at_load(loaded):
+    """The tables point at the kernelParams arrays and fill arguments of the load, which the graph keeps."""
+    _device, _saved, graph = loaded
+    table = graph._rows.tables()["launch"]
+    params = table[table[:, 0] == cuda_rows.tbl.OP_CUDA_LAUNCH][:, cuda_rows.tbl.COL_ARG0 + 8]
+    kept = {ctypes.addressof(k) for k in graph._keep if isinstance(k, ctypes.Array)}
+    assert set(params.tolist()) <= kept
+    assert np.all(table[:, cuda_rows.tbl.COL_FN] != 0)
