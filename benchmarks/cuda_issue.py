@@ -30,6 +30,10 @@ import tempfile
 import time
 
 CONTEXT, STREAM, EXEC = 0x100, 0x5000, 0x6000  # made-up handles: the stand-in only records them
+WARMUP = 1000  # calls of each method before the timed rounds
+# the driver calls each method makes per replay (the stand-in's context stack is empty: the rows push and pop)
+DRIVER_CALLS = {"ctypes no-op": 0, "three ctypes calls": 3, "rows": 4, "graph.launch()": 4,
+                "wp.capture_launch(graph)": 4}
 
 
 class _Device:
@@ -97,7 +101,7 @@ def measure(found: dict, calls: int, rounds: int) -> dict:
     """Per-call seconds of each method: ``rounds`` rounds of ``calls`` calls, methods interleaved."""
     samples = {name: [] for name in found}
     for fn in found.values():
-        for _ in range(1000):
+        for _ in range(WARMUP):
             fn()
     for r in range(rounds):
         names = list(found)

@@ -215,3 +215,19 @@ def test_rows_are_built_once_at_load(loaded):
     kept = {ctypes.addressof(k) for k in graph._keep if isinstance(k, ctypes.Array)}
     assert set(params.tolist()) <= kept
     assert np.all(table[:, cuda_rows.tbl.COL_FN] != 0)
+
+
+def test_the_issue_benchmark_times_each_path_to_the_driver(standin, tmp_path):
+    """benchmarks/cuda_issue.py: every method it times reaches the (stand-in) driver as it should, each replay."""
+    import json
+
+    from benchmarks import cuda_issue
+
+    path = tmp_path / "issue.json"
+    assert cuda_issue.main(["--calls", "50", "--rounds", "2", "--json", str(path)]) == 0
+    results = json.loads(path.read_text())
+    assert set(results["methods"]) == set(cuda_issue.DRIVER_CALLS)
+    assert results["methods"]["ctypes no-op"]["vs_noop"] == 1.0
+    assert all(m["median_us"] > 0 for m in results["methods"].values())
+    per_replay = sum(cuda_issue.DRIVER_CALLS.values())
+    assert results["driver_calls"] == (cuda_issue.WARMUP + 50 * 2) * per_replay
