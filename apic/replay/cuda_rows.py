@@ -106,19 +106,23 @@ class _Replay:
         self.program = prog.Program(self.table, self.block)
         # A short table keeps the GIL through its native call: releasing and taking it back cost more than
         # issuing a graph launch (measured with benchmarks/cuda_issue.py). Such a call is then one step for
-        # every other Python thread, so replays need no lock around it; a long one takes the graph's.
+        # every other Python thread: it needs no lock (``CudaRows.run_own``).
         self.short = len(self.table) <= prog.SHORT_REPLAY_OPS + 2
-        self.fast = None
+        self.fast = None  # the native call (made at the first replay), or False: the Python interpreters run it
 
     def run(self) -> None:
-        fast = self.fast
-        if fast is None:
-            fast = self.fast = self.program.fast_replay(hold_gil=self.short)
-        if fast is None:  # the Numba dispatcher or the reference interpreter (which raise themselves)
+        """Replay once (the caller holds the graph's lock, unless ``fast`` keeps the GIL)."""
+        if self.fast is None:
+            self.fast = self.program.fast_replay(hold_gil=self.short, any_thread=True) or False
+        if self.fast:
+            self.check(self.fast())
+        else:  # the Numba dispatcher or the reference interpreter (which raise themselves)
             self.program.run()
-            return
-        status = fast()
-        if status:  # a driver call failed: the interpreter popped the context the rows had pushed
+
+    def check(self, status: int) -> None:
+        """Raise what a replay's ``status`` says (a driver call failed: the interpreter popped the context
+        the rows had pushed, and the block holds the call's error)."""
+        if status:
             prog.raise_status(status, prog.replay_limits(), self.table)
 
 
@@ -152,11 +156,11 @@ class CudaRows:
         replay = self._own.get(mode)
         if replay is None:
             return False
-        if replay.short:
+        if replay.short and replay.fast:  # the GIL held through the call: no other thread runs on its block
+            replay.check(replay.fast())
+            return True
+        with self._lock:  # the GIL is released (a long table, or the Numba dispatcher): one replay at a time
             replay.run()
-        else:
-            with self._lock:
-                replay.run()
         return True
 
     def run(self, mode: str, stream) -> None:

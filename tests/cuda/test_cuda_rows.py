@@ -231,3 +231,43 @@ def test_the_issue_benchmark_times_each_path_to_the_driver(standin, tmp_path):
     assert all(m["median_us"] > 0 for m in results["methods"].values())
     per_replay = sum(cuda_issue.DRIVER_CALLS.values())
     assert results["driver_calls"] == (cuda_issue.WARMUP + 50 * 2) * per_replay
+
+
+def test_a_replay_from_another_thread_issues_the_same_calls(loaded, standin):
+    import threading
+
+    device, saved, graph = loaded
+    graph.mode = "launch"
+    errors = []
+
+    def replay():
+        try:
+            wp.capture_launch(graph)
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=replay)
+    thread.start()
+    thread.join()
+    assert errors == []
+    _same(standin.calls(), _entered(expected_ops(device, saved, graph, int(graph._resources.stream)), 0))
+
+
+@pytest.mark.parametrize("ops", [3, 40], ids=["short", "long"])
+def test_rows_of_many_ops_run_under_the_lock_and_stop_alike(standin, interpreter, ops):
+    """A table longer than prog.SHORT_REPLAY_OPS releases the GIL through its call (and takes the graph's lock):
+    the same calls, the same stop."""
+    entries = cuda_rows.driver_entries(None, library=standin.path)
+    plan = [("memset", 0x9000 + 64 * k, k, 1, 64) for k in range(ops)]
+    rows = cuda_rows.CudaRows(plan, entries, CONTEXT, 0x77)
+    assert rows._own["launch"].short == (ops <= 16)
+    standin.reset()
+    assert rows.run_own("launch") and not rows.run_own("graph")  # no graph_exec: no graph-mode table
+    memsets = [Call("cuMemsetD8Async", (0x9000 + 64 * k, k, 64, 0x77)) for k in range(ops)]
+    _same(standin.calls(), _entered(memsets, 0))
+    standin.clear()
+    standin.fail(2 + ops // 2, 1)  # CUDA_ERROR_INVALID_VALUE, in the middle
+    with pytest.raises(CudaReplayError, match=r"cuMemsetD8Async returned CUDA_ERROR_INVALID_VALUE \(1\) at op-table "
+                                              rf"row {1 + ops // 2};"):
+        rows.run_own("launch")
+    assert standin.depth == 0 and standin.calls()[-1].name == "cuCtxPopCurrent"
