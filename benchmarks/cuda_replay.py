@@ -13,9 +13,10 @@ Methods, each with its own memory (a one-element int32 counter that every launch
   as one CUDA graph (one ``cuGraphLaunch`` per replay);
 * ``apic loaded, launch``: the same file, replayed op by op (``graph.mode = "launch"``: one ``cuLaunchKernel``
   per node, called by address from apic's native interpreter, ``apic.replay.cuda_rows``);
-* ``C floor``: the floor of op-by-op replay: a C loop (compiled at run time with the system's C compiler)
-  making the same ``cuLaunchKernel`` calls as ``apic loaded, launch`` on a third load of the file, in one
-  ctypes call per replay. The target is op-by-op replay within 1.2x of it per node (``launch_vs_floor``).
+* ``C floor``: the floor of op-by-op replay (``benchmarks/cuda_floor.py``): a C loop (compiled at run time with
+  the system's C compiler; where there is none, the same loop in LLVM IR through llvmlite) making the same
+  ``cuLaunchKernel`` calls as ``apic loaded, launch`` on a third load of the file, in one ctypes call per
+  replay. The target is op-by-op replay within 1.2x of it per node (``launch_vs_floor``).
 
 Two ratios of medians close the report: ``launch_vs_floor`` (apic's op-by-op replay per node over the C floor's)
 and ``issue_vs_warp_graph`` (the time ``wp.capture_launch`` of apic's loaded graph takes to issue a replay over
@@ -46,28 +47,6 @@ from typing import Callable
 
 NO_GPU_EXIT = 3
 METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch", "C floor")
-
-# The floor: ``launches`` holds 10 words per launch (function, grid x y z, block x y z, shared memory, stream,
-# kernelParams); it makes the graph's context current, calls cuLaunchKernel for each, pops the context.
-FLOOR_SOURCE = r"""
-#include <stdint.h>
-typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
-                        void **, void **);
-typedef int (*push_t)(uint64_t);
-typedef int (*pop_t)(uint64_t *);
-
-int64_t apic_floor_run(uint64_t launch, uint64_t push, uint64_t pop, uint64_t context, const uint64_t *w,
-                       int64_t n) {
-    uint64_t popped;
-    int err = ((push_t)push)(context);
-    if (err) return err;
-    for (int64_t i = 0; i < n && !err; i++, w += 10)
-        err = ((launch_t)launch)((void *)w[0], (unsigned)w[1], (unsigned)w[2], (unsigned)w[3], (unsigned)w[4],
-                                 (unsigned)w[5], (unsigned)w[6], (unsigned)w[7], (void *)w[8], (void **)w[9], 0);
-    ((pop_t)pop)(&popped);
-    return err;
-}
-"""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -251,52 +230,15 @@ def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[
         graph.mode = mode
         found.append(Method(f"apic loaded, {mode}", lambda g=graph: wp.capture_launch(g),
                             lambda g=graph: _read(g, "x", x)))
+    from benchmarks.cuda_floor import Floor
+
     graph = wp.capture_load(stem, device=device)
     try:
         floor = Floor(graph, folder)
-    except RuntimeError as error:  # no C compiler: reported in the results, the other methods still run
+    except Exception as error:  # noqa: BLE001 - no entry points or no build: reported, the other methods still run
         return found, {"C floor": str(error)}
     found.append(Method("C floor", floor.run, lambda g=graph: _read(g, "x", x)))
     return found, {}
-
-
-class Floor:
-    """The C floor of a loaded graph's op-by-op replay (``FLOOR_SOURCE``): its kernel launches, in one C loop.
-
-    ``entries`` are the driver's entry points (``apic.replay.cuda_rows.driver_entries``); by default the
-    graph's own. A graph with copies or memsets is refused (the floor would leave them out) unless
-    ``launches_only``. Raises ``RuntimeError`` where there is no C compiler or no entry points."""
-
-    def __init__(self, graph, folder: str, entries=None, launches_only: bool = False) -> None:
-        import ctypes
-
-        import numpy as np
-
-        from apic.replay import cuda_rows
-        from benchmarks.cuda_standin import build
-
-        entries = entries or cuda_rows.driver_entries(graph._cu)
-        if not entries:
-            raise RuntimeError("the CUDA driver library's entry points cannot be had here")
-        lib = ctypes.CDLL(build(FLOOR_SOURCE, folder, "apic_cuda_floor"))
-        self._run = lib.apic_floor_run
-        self._run.restype = ctypes.c_int64
-        self._run.argtypes = [ctypes.c_uint64] * 4 + [ctypes.c_void_p, ctypes.c_int64]
-        stream = int(graph._resources.stream)
-        words = [[int(fn), *grid, *block, smem, stream, params]
-                 for kind, fn, grid, block, smem, params in (s for s in graph._plan if s[0] == "kernel")]
-        if len(words) != len(graph._plan) and not launches_only:
-            raise RuntimeError("the C floor makes kernel launches only: this graph has copies or memsets too")
-        self.launches = np.array(words, dtype=np.uint64).reshape(-1, 10)
-        self._args = (entries["launch"], entries["push"], entries["pop"], int(graph._resources.context),
-                      self.launches.ctypes.data, len(self.launches))
-        self.graph = graph  # the launches use its memory, kernels and kernelParams arrays
-
-    def run(self) -> None:
-        """Make every launch once (raises where the driver returns an error)."""
-        err = self._run(*self._args)
-        if err:
-            raise RuntimeError(f"the C floor's cuLaunchKernel returned CUresult {err}")
 
 
 def time_rounds(methods: list[Method], replays: int, rounds: int, synchronize) -> None:

@@ -189,22 +189,31 @@ def test_a_call_that_fails_stops_the_replay_naming_it(loaded, standin, failing):
     _same(standin.calls(), once)
 
 
-def test_the_c_floor_makes_the_same_launches_as_the_rows(loaded, standin, tmp_path):
-    """benchmarks/cuda_replay.py's floor (a C loop of cuLaunchKernel calls) against the rows: the same calls."""
-    from benchmarks.cuda_replay import Floor
+@pytest.mark.parametrize("compiler", ["cc", "llvmlite"])
+def test_the_floor_makes_the_same_launches_as_the_rows(loaded, standin, tmp_path, compiler):
+    """benchmarks/cuda_floor.py (a native loop of cuLaunchKernel calls: C, or the same loop in LLVM IR where no C
+    compiler is found) against the rows: the same calls, argument for argument."""
+    from benchmarks.cuda_floor import Floor
 
     device, saved, graph = loaded
     graph.mode = "launch"
     wp.capture_launch(graph)
     rows = [c for c in standin.calls() if c.name == "cuLaunchKernel"]
-    floor = Floor(graph, str(tmp_path), cuda_rows.driver_entries(graph._cu), launches_only=True)
+    floor = Floor(graph, str(tmp_path), cuda_rows.driver_entries(graph._cu), launches_only=True, compiler=compiler)
+    assert floor.compiler == compiler
     standin.clear()
     floor.run()
     found = standin.calls()
     assert [c.name for c in found] == ["cuCtxPushCurrent", *["cuLaunchKernel"] * len(rows), "cuCtxPopCurrent"]
     assert found[1:-1] == rows and len(rows) == 3  # every argument and every parameter's bytes
+    standin.clear()
+    standin.fail(2, 700)  # the second launch fails: the loop stops there, pops the context, and says so
+    with pytest.raises(RuntimeError, match="cuLaunchKernel returned CUresult 700"):
+        floor.run()
+    assert [c.name for c in standin.calls()] == ["cuCtxPushCurrent", "cuLaunchKernel", "cuLaunchKernel",
+                                                 "cuCtxPopCurrent"]
     with pytest.raises(RuntimeError, match="copies or memsets"):
-        Floor(graph, str(tmp_path), cuda_rows.driver_entries(graph._cu))
+        Floor(graph, str(tmp_path), cuda_rows.driver_entries(graph._cu), compiler=compiler)
 
 
 def test_rows_are_built_once_at_load(loaded):
