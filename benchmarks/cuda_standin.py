@@ -80,9 +80,15 @@ static int stream_call(int64_t call, uint64_t a, uint64_t b, uint64_t c, void *s
     return note(call, 4, args, &r);
 }
 
-int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s) { return stream_call(CALL_MEMCPY, dst, src, n, s); }
-int cuMemsetD8Async(uint64_t dst, unsigned char v, size_t n, void *s) { return stream_call(CALL_MEMSET8, dst, v, n, s); }
-int cuMemsetD16Async(uint64_t dst, unsigned short v, size_t n, void *s) { return stream_call(CALL_MEMSET16, dst, v, n, s); }
+int cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t n, void *s) {
+    return stream_call(CALL_MEMCPY, dst, src, n, s);
+}
+int cuMemsetD8Async(uint64_t dst, unsigned char v, size_t n, void *s) {
+    return stream_call(CALL_MEMSET8, dst, v, n, s);
+}
+int cuMemsetD16Async(uint64_t dst, unsigned short v, size_t n, void *s) {
+    return stream_call(CALL_MEMSET16, dst, v, n, s);
+}
 int cuMemsetD32Async(uint64_t dst, unsigned v, size_t n, void *s) { return stream_call(CALL_MEMSET32, dst, v, n, s); }
 
 int cuGraphLaunch(void *exec, void *stream) {

@@ -38,6 +38,7 @@ from apic.targets import cuda as cuda_target
 
 WP_CURRENT_STREAM = 0xFFFFFFFFFFFFFFFF  # Warp's sentinel for "the context's current stream"
 
+
 class _Local(threading.local):
     # A class default: reading it on a thread that never recorded raises nothing inside getattr, which
     # cost 0.7 us of every wp.capture_launch of a CUDA graph (0.03 us now; benchmarks/cuda_issue.py)

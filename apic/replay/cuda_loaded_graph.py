@@ -127,7 +127,7 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
             self._plan, self._keep = lowered.plan, lowered.keep
             if self._plan:
                 build_graph(self._plan, cu, res)
-            # the replays as op-table rows (apic.replay.cuda_rows), where the driver library's entry points can be had
+            # the replays as op-table rows (apic.replay.cuda_rows), where the driver library's entry points are found
             entries = cuda_rows.driver_entries(cu) if self._plan else None
             self._rows = cuda_rows.CudaRows(self._plan, entries, res.context, res.stream, res.exec) if entries else None
             # The uploads above (cuMemcpyHtoD from pageable memory, cuMemsetD8) go to the legacy stream and

@@ -174,8 +174,8 @@ def test_a_call_that_fails_stops_the_replay_naming_it(loaded, standin, failing):
     standin.fail(at, 700)  # CUDA_ERROR_ILLEGAL_ADDRESS
     symbol = cuda_rows.SYMBOLS[{"cuLaunchKernel": "launch", "cuMemcpyDtoDAsync": "memcpy",
                                 "cuMemsetD32Async": "memset4", "cuCtxPushCurrent": "push"}[failing]]
-    with pytest.raises(CudaReplayError, match=rf"CUDA graph replay failed: .*{symbol} returned "
-                                              r"CUDA_ERROR_ILLEGAL_ADDRESS \(700\) at op-table row \d+; the ops before"):
+    message = rf"CUDA graph replay failed: .*{symbol} returned CUDA_ERROR_ILLEGAL_ADDRESS \(700\) at op-table row "
+    with pytest.raises(CudaReplayError, match=message + r"\d+; the ops before it were issued"):
         wp.capture_launch(graph)
     issued = standin.calls()
     if failing == "cuCtxPushCurrent":
