@@ -49,6 +49,8 @@ def interpreter(request, monkeypatch):
     monkeypatch.setenv("APIC_REPLAY", request.param)
     monkeypatch.setattr(program, "_native", None)
     monkeypatch.setattr(program, "_run_table", None)
+    if request.param == "numba":  # the cached machine code of the loop CPU graphs run (native_interpreter.py)
+        assert program.native_replay(), "the native serial interpreter could not be had here"
     return request.param
 
 
@@ -233,13 +235,14 @@ def test_the_issue_benchmark_times_each_path_to_the_driver(standin, tmp_path):
     from benchmarks import cuda_issue
 
     path = tmp_path / "issue.json"
-    assert cuda_issue.main(["--calls", "50", "--rounds", "2", "--json", str(path)]) == 0
+    assert cuda_issue.main(["--calls", "50", "--rounds", "2", "--launches", "20", "--json", str(path)]) == 0
     results = json.loads(path.read_text())
     assert set(results["methods"]) == set(cuda_issue.DRIVER_CALLS)
     assert results["methods"]["ctypes no-op"]["vs_noop"] == 1.0
     assert all(m["median_us"] > 0 for m in results["methods"].values())
     per_replay = sum(cuda_issue.DRIVER_CALLS.values())
     assert results["driver_calls"] == (cuda_issue.WARMUP + 50 * 2) * per_replay
+    assert set(results["per_node"]) == {"op by op (rows)", "floor (cc)"} and results["launch_vs_floor"] > 0
 
 
 def test_a_replay_from_another_thread_issues_the_same_calls(loaded, standin):
