@@ -12,7 +12,15 @@ Methods, each with its own memory (a one-element int32 counter that every launch
 * ``apic loaded, graph``: apic's ``wp.capture_save`` / ``wp.capture_load`` of an ``apic=True`` capture, replayed
   as one CUDA graph (one ``cuGraphLaunch`` per replay);
 * ``apic loaded, launch``: the same file, replayed op by op (``graph.mode = "launch"``: one ``cuLaunchKernel``
-  per node, from Python).
+  per node, called by address from apic's native interpreter, ``apic.replay.cuda_rows``);
+* ``C floor``: the floor of op-by-op replay (``benchmarks/cuda_floor.py``): a C loop (compiled at run time with
+  the system's C compiler; where there is none, the same loop in LLVM IR through llvmlite) making the same
+  ``cuLaunchKernel`` calls as ``apic loaded, launch`` on a third load of the file, in one ctypes call per
+  replay. The target is op-by-op replay within 1.2x of it per node (``launch_vs_floor``).
+
+Two ratios of medians close the report: ``launch_vs_floor`` (apic's op-by-op replay per node over the C floor's)
+and ``issue_vs_warp_graph`` (the time ``wp.capture_launch`` of apic's loaded graph takes to issue a replay over
+Warp's own graph's: the target is at most 1).
 
 Each round times every method once, in an order that rotates from round to round: ``--replays`` replays
 back to back (``issue``: until the last launch call returns), then one device synchronize (``total``). The
@@ -38,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 NO_GPU_EXIT = 3
-METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch")
+METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch", "C floor")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -93,6 +101,10 @@ def table(results: dict) -> str:
         lines.append(f"| {name} | {total['per_replay_us']['min']:.1f} / {total['per_replay_us']['median']:.1f} | "
                      f"{total['per_node_us']['min']:.3f} / {total['per_node_us']['median']:.3f} | "
                      f"{issue['per_replay_us']['median']:.1f} | {ratio} | {'yes' if m['correct'] else 'NO'} |")
+    for key, target in (("launch_vs_floor", 1.2), ("issue_vs_warp_graph", 1.0)):
+        if key in results:
+            verdict = "met" if results[key] <= target else "NOT met"
+            lines.append(f"\n{key}: {results[key]:.3f} (target at most {target}: {verdict})")
     return "\n".join(lines)
 
 
@@ -202,8 +214,9 @@ def _warp_apic(kernel, device: str, launches: int, folder: str, warp_launch) -> 
     return Method("warp APIC loaded", lambda: warp_launch(graph), lambda: _read(graph, "x", x))
 
 
-def apic_methods(kernel, device: str, launches: int, folder: str) -> list[Method]:
-    """apic's loaded graph, replayed as one CUDA graph and op by op (two loads: each owns its memory)."""
+def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[Method], dict]:
+    """apic's loaded graph, replayed as one CUDA graph and op by op, and the C floor of the latter (three loads:
+    each owns its memory); errors by method."""
     import warp as wp
 
     x = wp.zeros(1, dtype=wp.int32, device=device)
@@ -217,7 +230,15 @@ def apic_methods(kernel, device: str, launches: int, folder: str) -> list[Method
         graph.mode = mode
         found.append(Method(f"apic loaded, {mode}", lambda g=graph: wp.capture_launch(g),
                             lambda g=graph: _read(g, "x", x)))
-    return found
+    from benchmarks.cuda_floor import Floor
+
+    graph = wp.capture_load(stem, device=device)
+    try:
+        floor = Floor(graph, folder)
+    except Exception as error:  # noqa: BLE001 - no entry points or no build: reported, the other methods still run
+        return found, {"C floor": str(error)}
+    found.append(Method("C floor", floor.run, lambda g=graph: _read(g, "x", x)))
+    return found, {}
 
 
 def time_rounds(methods: list[Method], replays: int, rounds: int, synchronize) -> None:
@@ -256,7 +277,9 @@ def run(args: argparse.Namespace) -> dict:
     wp.launch(kernel, dim=1, inputs=[x], device=args.device)  # loads the module outside any capture
     with tempfile.TemporaryDirectory() as folder:
         methods, errors = warp_methods(kernel, args.device, args.launches, folder)
-        methods += apic_methods(kernel, args.device, args.launches, folder)
+        found, more = apic_methods(kernel, args.device, args.launches, folder)
+        methods += found
+        errors.update(more)
         time_rounds(methods, args.replays, args.rounds, lambda: wp.synchronize_device(args.device))
         for m in methods:
             value, expected = m.counter(), args.launches * m.replays
@@ -267,9 +290,29 @@ def run(args: argparse.Namespace) -> dict:
     for name, error in errors.items():
         results["methods"][name] = {"error": error}
     results["methods"] = {n: results["methods"][n] for n in METHODS if n in results["methods"]}
+    results.update(ratios(results["methods"]))
     if not all(m.get("correct", True) for m in results["methods"].values()):
         results["status"] = "wrong"
     return results
+
+
+def ratios(methods: dict) -> dict:
+    """``launch_vs_floor`` (apic's op-by-op replay per node over the C floor's, medians; target at most 1.2) and
+    ``issue_vs_warp_graph`` (issue time of apic's loaded graph over Warp's own graph's, medians; target at
+    most 1), where both methods of each ran."""
+
+    def median(name: str, what: str):
+        m = methods.get(name, {})
+        return None if m.get("error") or what not in m else m[what]["per_replay_us"]["median"]
+
+    found = {}
+    pairs = {"launch_vs_floor": ("apic loaded, launch", "C floor", "total"),
+             "issue_vs_warp_graph": ("apic loaded, graph", "warp graph", "issue")}
+    for key, (name, base, what) in pairs.items():
+        a, b = median(name, what), median(base, what)
+        if a is not None and b:
+            found[key] = a / b
+    return found
 
 
 def main(argv=None) -> int:

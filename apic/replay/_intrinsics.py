@@ -33,6 +33,42 @@ def _typed_call(*arg_types):
     return types.void(*arg_types), _codegen
 
 
+def _codegen_i32(context, builder, signature, llargs):
+    """As ``_codegen``, for a function returning a C ``int`` (a CUDA driver call's ``CUresult``): its value."""
+    arity = len(llargs) - 1
+    fnty = ir.FunctionType(ir.IntType(32), [_I64] * arity)
+    target = builder.inttoptr(context.cast(builder, llargs[0], signature.args[0], types.int64), fnty.as_pointer())
+    values = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[1:], signature.args[1:])]
+    return builder.call(target, values)
+
+
+def _typed_call_i32(*arg_types):
+    if not all(isinstance(t, types.Integer) for t in arg_types):
+        return None
+    return types.int32(*arg_types), _codegen_i32
+
+
+@intrinsic
+def call1_i32(typingctx, fn, a0):
+    return _typed_call_i32(fn, a0)
+
+
+@intrinsic
+def call2_i32(typingctx, fn, a0, a1):
+    return _typed_call_i32(fn, a0, a1)
+
+
+@intrinsic
+def call4_i32(typingctx, fn, a0, a1, a2, a3):
+    return _typed_call_i32(fn, a0, a1, a2, a3)
+
+
+@intrinsic
+def call11_i32(typingctx, fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10):
+    """``cuLaunchKernel``'s eleven arguments (its ``unsigned int`` ones as 64-bit integers: see above)."""
+    return _typed_call_i32(fn, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10)
+
+
 @intrinsic
 def call1(typingctx, fn, a0):
     return _typed_call(fn, a0)
@@ -143,6 +179,22 @@ def load_i64_at(typingctx, address, index):
     if not (isinstance(address, types.Integer) and isinstance(index, types.Integer)):
         return None
     return types.int64(address, index), _load_at(64)
+
+
+@intrinsic
+def store_i64_at(typingctx, address, index, value):
+    """Store the int64 ``value`` ``index`` places after an integer ``address`` (a CUDA block's word)."""
+    if not all(isinstance(t, types.Integer) for t in (address, index, value)):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        base = context.cast(builder, llargs[0], signature.args[0], types.int64)
+        at = context.cast(builder, llargs[1], signature.args[1], types.int64)
+        v = context.cast(builder, llargs[2], signature.args[2], types.int64)
+        builder.store(v, builder.gep(builder.inttoptr(base, _I64.as_pointer()), [at]), align=1)
+        return context.get_dummy_value()
+
+    return types.void(address, index, value), codegen
 
 
 @intrinsic

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import types
-
 from apic import _compat
 from apic.errors import ApicError
 
@@ -16,6 +13,14 @@ class CudaReplayError(ApicError, RuntimeError):
 def driver_module():
     """cuda-python's driver bindings (``cuda.bindings.driver``, or ``cuda.cuda`` in older releases)."""
     return _compat.cuda_driver()  # looked up per call: the offline tests stand a driver in there
+
+
+def result_name(code: int) -> str:
+    """The driver's name of ``CUresult`` ``code`` (cuda-python's enum), else the number."""
+    try:
+        return driver_module().CUresult(code).name
+    except Exception:  # noqa: BLE001 - no cuda-python, or a code it does not know: the number says it
+        return f"CUresult {code}"
 
 
 def unavailable_reason() -> str | None:
@@ -82,37 +87,3 @@ def device_ordinal(device) -> int:
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
     raise ValueError(f"this is a CUDA graph and replays on a CUDA device ('cuda:N'); cannot load it onto {device}")
-
-
-def direct_graph_launch(driver: Driver, context, graph_exec, stream, library: str = "libcuda.so.1"):
-    """A function that replays ``graph_exec`` on ``stream`` with ``context`` current: three calls of the driver
-    library through ctypes (cuCtxPushCurrent, cuGraphLaunch, cuCtxPopCurrent), about a microsecond where
-    cuda-python's wrappers took about 20 per replay on an H100. None where ctypes cannot open the library that
-    cuda-python uses (then the replay goes through cuda-python), or where cuda-python is not the real module
-    (a stand-in has no library behind it)."""
-    if not isinstance(driver.cu, types.ModuleType):
-        return None
-    try:
-        lib = ctypes.CDLL(library)
-        push, launch, pop = lib.cuCtxPushCurrent_v2, lib.cuGraphLaunch, lib.cuCtxPopCurrent_v2
-    except (OSError, AttributeError):
-        return None
-    push.argtypes, launch.argtypes = [ctypes.c_void_p], [ctypes.c_void_p, ctypes.c_void_p]
-    pop.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-    push.restype = launch.restype = pop.restype = ctypes.c_int
-    ctx, exec_, on = ctypes.c_void_p(int(context)), ctypes.c_void_p(int(graph_exec)), ctypes.c_void_p(int(stream))
-    popped = ctypes.c_void_p()
-    popped_ref = ctypes.byref(popped)
-
-    def replay() -> None:
-        err = push(ctx)
-        if err:
-            raise CudaReplayError(f"cuCtxPushCurrent failed: {driver.error_name(driver.cu.CUresult(err))}")
-        try:
-            err = launch(exec_, on)
-        finally:
-            pop(popped_ref)
-        if err:
-            raise CudaReplayError(f"cuGraphLaunch failed: {driver.error_name(driver.cu.CUresult(err))}")
-
-    return replay

@@ -16,7 +16,9 @@ module images and hands them here) does, in order:
    it once; each ``wp.capture_launch`` then is one ``cuGraphLaunch``.
 
 ``graph.mode = "launch"`` walks the ops with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` /
-``cuMemsetD*Async`` instead, for comparison. Everything the graph allocated is freed when it is.
+``cuMemsetD*Async`` instead. Both modes run as op-table rows in one call of apic's native interpreter
+(``cuda_rows.py``: the driver called by address, no Python per op). Everything the graph allocated is
+freed when it is.
 
 Inside a caller's own capture (``wp.ScopedCapture`` without ``apic``, ``wp.capture_begin(external=True)``,
 the body of Warp's ``capture_if`` / ``capture_while``, or a stream capture begun with cuda-python), a
@@ -38,7 +40,7 @@ from apic.cuda_graph import CudaGraph
 from apic.errors import GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
-from apic.replay import cuda_resources
+from apic.replay import cuda_resources, cuda_rows
 from apic.replay.cuda_binding_io import CudaBindingIO
 from apic.replay.cuda_resources import ContextGuard, Resources
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
@@ -125,6 +127,9 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
             self._plan, self._keep = lowered.plan, lowered.keep
             if self._plan:
                 build_graph(self._plan, cu, res)
+            # the replays as op-table rows (apic.replay.cuda_rows), where the driver library's entry points are found
+            entries = cuda_rows.driver_entries(cu) if self._plan else None
+            self._rows = cuda_rows.CudaRows(self._plan, entries, res.context, res.stream, res.exec) if entries else None
             # The uploads above (cuMemcpyHtoD from pageable memory, cuMemsetD8) go to the legacy stream and
             # may still be in flight when they return; replays run on a non-blocking stream, which does
             # not wait for the legacy one. Let every upload land before the first replay can start.

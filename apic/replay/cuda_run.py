@@ -6,25 +6,26 @@ from __future__ import annotations
 
 from apic.errors import CaptureError
 from apic.replay import cuda_resources
-from apic.replay.cuda_driver import CudaReplayError, direct_graph_launch
+from apic.replay.cuda_driver import CudaReplayError
 
 MODES = ("graph", "launch")
 
 
 class CudaRun:
-    """The replay half of a loaded CUDA graph; the loader sets ``_cu``, ``_resources``, ``_plan``, ``device``
-    and ``ordinal``."""
+    """The replay half of a loaded CUDA graph; the loader sets ``_cu``, ``_resources``, ``_plan``, ``_rows``
+    (``apic.replay.cuda_rows.CudaRows``, or None where the driver library's entry points cannot be had),
+    ``device`` and ``ordinal``."""
 
     def _stream(self, stream):
         """The ``CUstream`` to replay on: ``stream`` (a ``wp.Stream``, a ``CUstream`` or a raw handle), else the
         device's current stream while Warp captures on it (the replay becomes part of that capture), else
         the graph's own stream."""
-        driver = self._cu.cu
         if stream is None:
             capturing = _warp_capture(self.device)
             if capturing is None:
                 return self._resources.stream
             stream = capturing[0]
+        driver = self._cu.cu
         handle = getattr(stream, "cuda_stream", stream)
         return handle if isinstance(handle, driver.CUstream) else driver.CUstream(int(handle or 0))
 
@@ -56,6 +57,13 @@ class CudaRun:
         On a capturing stream (see the module docstring) the ops are enqueued one by one in both modes:
         they become nodes of the caller's graph."""
         mode = self.mode if mode is None else mode
+        rows = self._rows
+        # the common replay first, in as few steps as it takes (wp.capture_launch's issue time): on the graph's
+        # own stream, no capture on the device, no release pending; one native call, which enters and leaves
+        # the context itself. False for a mode it does not know: refused below.
+        if stream is None and rows is not None and not cuda_resources.PENDING and \
+                not getattr(self.device, "captures", None) and rows.run_own(mode):
+            return
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         if cuda_resources.PENDING:
@@ -63,25 +71,23 @@ class CudaRun:
         if not self._plan:
             return
         handle = self._stream(stream)
-        if handle is self._resources.stream and mode == "graph":
-            replay = self.__dict__.get("_direct_replay", False)
-            if replay is False:  # made at the first replay: None where ctypes cannot reach the driver
-                res = self._resources
-                replay = self._direct_replay = direct_graph_launch(self._cu, res.context, res.exec, res.stream)
-            if replay is not None:
-                replay()
-                return
+        if rows is not None and handle is self._resources.stream:
+            rows.run_own(mode)
+            return
         with self._current():
             if handle is not self._resources.stream and self._check_stream(handle):
                 _hold_in_capture(self.device, handle, self)
-                self._enqueue(handle)
+                mode = "launch"  # op by op: the ops become nodes of the caller's graph
+            if rows is not None:
+                rows.run(mode, handle)
             elif mode == "graph":
                 self._cu("cuGraphLaunch", self._resources.exec, handle)
             else:
                 self._enqueue(handle)
 
     def _enqueue(self, stream) -> None:
-        """Enqueue the plan's steps one by one on ``stream`` (the context is current)."""
+        """Enqueue the plan's steps one by one on ``stream`` through cuda-python (the context is current): where
+        the driver library's entry points cannot be had for the op-table rows (``cuda_rows.driver_entries``)."""
         cu = self._cu
         driver = cu.cu
         for step in self._plan:

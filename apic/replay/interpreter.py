@@ -34,8 +34,8 @@ from numba import njit
 
 from apic.replay import table as _table
 from apic.replay._intrinsics import (
-    call0_i32, call1, call2, call3, call4, call5, call5_d2, call10, call_argv20, load_i32, load_i32_at, load_i64_at,
-    now_ns,
+    call0_i32, call1, call1_i32, call2, call2_i32, call3, call4, call4_i32, call5, call5_d2, call10, call11_i32,
+    call_argv20, load_i32, load_i32_at, load_i64_at, now_ns, store_i64_at,
 )
 from apic.replay.jit_cache import CACHE
 
@@ -53,7 +53,11 @@ assert _table.SIGNAL_PERIOD == 256
 assert (_table.OP_CHECK_INDICES, _table.OP_CHECK_IDS) == (23, 24)
 assert (_table.COL_OPCODE, _table.COL_FN, _table.COL_ARG0, _table.LIMITS_SIZE) == (0, 1, 2, 4)
 # the opcodes run_rows dispatches, and nothing else: tests/replay/test_opcodes.py runs each through it
-assert set(_table.OPCODES) == {0, 2, 3, 4, 5, 10, 16, 17, 18, 19, 20, 21, 22, 23, 24}
+assert (_table.OP_CUDA_LAUNCH, _table.OP_CUDA_CALL3, _table.OP_CUDA_CALL1, _table.OP_CUDA_ENTER,
+        _table.OP_CUDA_LEAVE) == (25, 26, 27, 28, 29)
+assert (_table.CUDA_STREAM, _table.CUDA_ERROR, _table.CUDA_CONTEXT, _table.CUDA_PUSHED, _table.CUDA_SCRATCH,
+        _table.CUDA_POP) == (0, 1, 2, 3, 4, 5)
+assert set(_table.OPCODES) == {0, 2, 3, 4, 5, 10, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29}
 
 
 @njit(cache=CACHE, nogil=True)
@@ -93,6 +97,39 @@ def _interrupted(limits):
     hit = call0_i32(limits[2])  # PyOS_InterruptOccurred: also clears the flag; the caller re-raises
     call1(limits[3], state)  # PyGILState_Release
     return hit != 0
+
+
+@njit(cache=CACHE, nogil=True)
+def cuda_enter(push, cuda, get_current):
+    """Make the context in word 2 of the CUDA block ``cuda`` current unless it is (word 3: 1 if pushed); the
+    ``CUresult`` of the call that failed, or 0."""
+    err = call1_i32(get_current, cuda + 32)  # cuCtxGetCurrent(&block[CUDA_SCRATCH])
+    if err != 0:
+        return err
+    if load_i64_at(cuda, 4) == load_i64_at(cuda, 2):
+        store_i64_at(cuda, 3, 0)
+        return 0
+    err = call1_i32(push, load_i64_at(cuda, 2))  # cuCtxPushCurrent(context)
+    if err == 0:
+        store_i64_at(cuda, 3, 1)
+    return err
+
+
+@njit(cache=CACHE, nogil=True)
+def cuda_leave(pop, cuda):
+    """Pop the context ``cuda_enter`` pushed, if it did; the ``CUresult`` of the pop, or 0."""
+    if load_i64_at(cuda, 3) == 0:
+        return 0
+    store_i64_at(cuda, 3, 0)  # popped or not, never popped twice
+    return call1_i32(pop, cuda + 32)  # cuCtxPopCurrent(&block[CUDA_SCRATCH])
+
+
+@njit(cache=CACHE, nogil=True)
+def cuda_failed(cuda, err):
+    """A CUDA row's call returned ``err``: keep it in the block (the caller's error names it) and pop the
+    context the rows pushed, if they did (word 5: cuCtxPopCurrent), as the replay stops here."""
+    store_i64_at(cuda, 1, err)
+    cuda_leave(load_i64_at(cuda, 5), cuda)
 
 
 @njit(cache=CACHE, nogil=True)
@@ -198,6 +235,26 @@ def run_rows(table, repeats, limits, counts, fn_clock, clock_id, row_ns, row_cal
                     return -(i + 1)
             elif op == 24:  # OP_CHECK_IDS
                 if not ids_known(table[i, 2], table[i, 3], table[i, 4], table[i, 5]):
+                    return -(i + 1)
+            elif op >= 25 and op <= 29:  # a CUDA driver call: its CUresult checked (table.py)
+                if op == 25:  # OP_CUDA_LAUNCH: cuLaunchKernel(function, grid, block, smem, stream, params, NULL)
+                    cuda = table[i, 11]
+                    err = call11_i32(fn, table[i, 2], table[i, 3], table[i, 4], table[i, 5], table[i, 6], table[i, 7],
+                                     table[i, 8], table[i, 9], load_i64_at(cuda, 0), table[i, 10], np.int64(0))
+                elif op == 26:  # OP_CUDA_CALL3: fn(arg0, arg1, arg2, stream)
+                    cuda = table[i, 5]
+                    err = call4_i32(fn, table[i, 2], table[i, 3], table[i, 4], load_i64_at(cuda, 0))
+                elif op == 27:  # OP_CUDA_CALL1: fn(arg0, stream)
+                    cuda = table[i, 3]
+                    err = call2_i32(fn, table[i, 2], load_i64_at(cuda, 0))
+                elif op == 28:  # OP_CUDA_ENTER
+                    cuda = table[i, 2]
+                    err = cuda_enter(fn, cuda, table[i, 3])
+                else:  # OP_CUDA_LEAVE
+                    cuda = table[i, 2]
+                    err = cuda_leave(fn, cuda)
+                if err != 0:
+                    cuda_failed(cuda, err)
                     return -(i + 1)
             elif op != 0:  # not OP_NOP: an opcode this loop does not run stops the replay (the caller raises)
                 return -(i + 1)

@@ -170,10 +170,11 @@ class Program:
         if status:
             raise_status(status, _LIMITS_MAIN if main else _LIMITS_THREAD, table)
 
-    def fast_replay(self, hold_gil: bool = False):
+    def fast_replay(self, hold_gil: bool = False, any_thread: bool = False):
         """The common replay (once, on the main thread) as one call of a bound native function that returns
         its status (``raise_status``, with the main thread's limits); None where a replay needs more than
-        that (the Python interpreters, loops, threads > 1, an empty table, another thread).
+        that (the Python interpreters, loops, threads > 1, an empty table, another thread unless
+        ``any_thread``: a caller that makes it once for every thread, as a loaded CUDA graph's rows).
 
         Any thread may call it: without loops, the main thread's limits are read only by the Ctrl-C poll,
         which answers no off the main thread. ``hold_gil`` (a replay of a few microseconds at most,
@@ -182,7 +183,7 @@ class Program:
         never replaced).
         """
         native = _native or _load_interpreter()
-        if native is True or self.loops or self.threads != 1 or _get_ident() != _MAIN_THREAD:
+        if native is True or self.loops or self.threads != 1 or (not any_thread and _get_ident() != _MAIN_THREAD):
             return None
         if self.table is not self._bound:
             self._bind(self.table)

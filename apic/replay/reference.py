@@ -30,6 +30,47 @@ _CALL = {arity: ctypes.CFUNCTYPE(None, *[_I64] * arity) for arity in tbl.CALL_OP
 _CALL_ARGV = ctypes.CFUNCTYPE(None, *[_I64] * tbl.ARGV_ARGS)
 _CALL5_D2 = ctypes.CFUNCTYPE(None, _I64, _I64, ctypes.c_double, _I64, _I64)
 _RANGE = ctypes.CFUNCTYPE(None, _I64, _I64, _I64, _I64)  # a range entry: (bounds, args, begin, end)
+# CUDA driver calls return a CUresult (a C int), which the CUDA rows check
+_CUDA = {arity: ctypes.CFUNCTYPE(ctypes.c_int, *[_I64] * arity) for arity in (1, 2, 4, 11)}
+
+
+def _cuda_row(opcode: int, args: list, function) -> tuple[int, int]:
+    """Run the CUDA row ``args`` (its columns after the function's; ``function(prototype)`` the callable of its
+    function address): the address of its CUDA block, and the ``CUresult`` of the call that failed or 0."""
+    word = lambda cuda, k: _I64.from_address(cuda + 8 * k)  # noqa: E731
+    if opcode == tbl.OP_CUDA_LAUNCH:
+        cuda = args[9]
+        return cuda, function(_CUDA[11])(*args[:8], word(cuda, tbl.CUDA_STREAM).value, args[8], 0)
+    if opcode == tbl.OP_CUDA_CALL3:
+        cuda = args[3]
+        return cuda, function(_CUDA[4])(*args[:3], word(cuda, tbl.CUDA_STREAM).value)
+    if opcode == tbl.OP_CUDA_CALL1:
+        cuda = args[1]
+        return cuda, function(_CUDA[2])(args[0], word(cuda, tbl.CUDA_STREAM).value)
+    cuda = args[0]
+    scratch = cuda + 8 * tbl.CUDA_SCRATCH
+    pushed = word(cuda, tbl.CUDA_PUSHED)
+    if opcode == tbl.OP_CUDA_ENTER:
+        err = _CUDA[1](args[1])(scratch)  # cuCtxGetCurrent
+        if err:
+            return cuda, err
+        if word(cuda, tbl.CUDA_SCRATCH).value == word(cuda, tbl.CUDA_CONTEXT).value:
+            pushed.value = 0
+            return cuda, 0
+        err = function(_CUDA[1])(word(cuda, tbl.CUDA_CONTEXT).value)  # cuCtxPushCurrent
+        if not err:
+            pushed.value = 1
+        return cuda, err
+    return cuda, _cuda_leave(cuda, function(_CUDA[1]))  # OP_CUDA_LEAVE
+
+
+def _cuda_leave(cuda: int, pop) -> int:
+    """Pop the context the CUDA block ``cuda`` says its entry row pushed, if it did (never twice)."""
+    pushed = _I64.from_address(cuda + 8 * tbl.CUDA_PUSHED)
+    if not pushed.value:
+        return 0
+    pushed.value = 0
+    return pop(cuda + 8 * tbl.CUDA_SCRATCH)
 
 
 # One split row at a time in the process, as the Numba interpreter's pool runs them (apic.replay.split_pool):
@@ -130,6 +171,12 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                         for c in reversed(range(chunks)):
                             run_range = function(opcode, entries[c % len(entries)], _RANGE)
                             run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
+            elif tbl.OP_CUDA_LAUNCH <= opcode <= tbl.OP_CUDA_LEAVE:
+                cuda, err = _cuda_row(opcode, args, lambda prototype: function(opcode, address, prototype))
+                if err:  # kept for the caller's error; the pushed context popped as the replay stops
+                    _I64.from_address(cuda + 8 * tbl.CUDA_ERROR).value = err
+                    _cuda_leave(cuda, _CUDA[1](_I64.from_address(cuda + 8 * tbl.CUDA_POP).value))
+                    return -(i + 1)
             elif opcode != tbl.OP_NOP:  # as the Numba loop: the caller raises, naming the opcode
                 return -(i + 1)
             i += 1

@@ -40,6 +40,19 @@ kernel's array of handle ids held at capture); otherwise stop the replay there (
 loaded graph has one before each op whose native code indexes with such values (an indexed array's
 index buffer) and after each op that may write a Mesh's triangle indices (``guards.py``).
 
+The CUDA opcodes run a loaded CUDA graph's replay (``cuda_rows.py``): each calls a CUDA driver function by
+address and stops the replay where it returns an error (status ``-(row + 1)``; the call was made and failed,
+the rows before it were issued). ``cuda`` is the address of the table's CUDA block (``CUDA_*`` words below):
+the stream every row issues on, the graph's context, the ``CUresult`` of the call that failed.
+
+* ``OP_CUDA_LAUNCH``: ``cuLaunchKernel(function, grid x, y, z, block x, y, z, smem, stream, params, NULL)``;
+* ``OP_CUDA_CALL3``: ``fn(arg0, arg1, arg2, stream)``: ``cuMemcpyDtoDAsync``, ``cuMemsetD8/D16/D32Async``;
+* ``OP_CUDA_CALL1``: ``fn(arg0, stream)``: ``cuGraphLaunch``;
+* ``OP_CUDA_ENTER``: ``[OP_CUDA_ENTER, cuCtxPushCurrent, cuda, cuCtxGetCurrent]``: make the graph's context
+  current unless it is (word ``CUDA_PUSHED`` says whether it pushed it);
+* ``OP_CUDA_LEAVE``: ``[OP_CUDA_LEAVE, cuCtxPopCurrent, cuda]``: pop what ``OP_CUDA_ENTER`` pushed. A replay
+  that stops between the two pops it too (``cuCtxPopCurrent`` at word ``CUDA_POP``), before it returns.
+
 A call with more than ``MAX_ARGS`` arguments (Warp's BSR builders take up to 17) keeps them in the
 arena instead: ``[OP_CALL_ARGV, function address, address of ARGV_ARGS int64 arguments]``; the
 unused trailing ones are zero.
@@ -54,10 +67,12 @@ Kept apart from the interpreter so that building a table never imports Numba.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Callable
 
 from apic.errors import ReplayError, ReplayIndexError
+from apic.replay.cuda_driver import CudaReplayError, result_name
 from apic.record import natives
 
 COL_OPCODE = 0
@@ -83,6 +98,19 @@ OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, e
 OP_PADDED_TRANSPOSE = 22
 OP_CHECK_INDICES = 23  # a loaded graph's check of index values (apic.replay.guards)
 OP_CHECK_IDS = 24  # a loaded graph's check of an array of handle ids
+OP_CUDA_LAUNCH = 25  # cuLaunchKernel, its result checked
+OP_CUDA_CALL3 = 26  # a driver call (three arguments, then the stream), its result checked
+OP_CUDA_CALL1 = 27  # a driver call (one argument, then the stream), its result checked
+OP_CUDA_ENTER = 28  # the graph's CUDA context made current (unless it is)
+OP_CUDA_LEAVE = 29  # and popped again
+
+# The driver functions CUDA rows call, by address: their names (``cuda_rows.driver_entries`` fills it)
+CUDA_NAMES: dict[int, str] = {}
+# The CUDA block of a table of CUDA rows (int64 words at ``cuda + 8 * CUDA_*``): the stream the rows issue on,
+# the CUresult of a call that failed, the graph's context, whether OP_CUDA_ENTER pushed it, a word the
+# context calls write, the address of cuCtxPopCurrent (a stopped replay pops what it pushed).
+CUDA_STREAM, CUDA_ERROR, CUDA_CONTEXT, CUDA_PUSHED, CUDA_SCRATCH, CUDA_POP = range(6)
+CUDA_WORDS = 6
 
 # An OP_SPLIT row's work item: int64 words at ``items + 8 * (ITEM_WORDS * k + ITEM_*)``.
 ITEM_ENTRY, ITEM_BOUNDS, ITEM_ARGS, ITEM_TASKS, ITEM_CHUNKS, ITEM_FIRST, ITEM_PER_THREAD = range(7)
@@ -166,6 +194,20 @@ def _capacity_stop(row, at: int) -> Exception:
         "the transpose")
 
 
+def _cuda_stop(row, at: int) -> Exception:
+    """The driver call of a CUDA row returned an error: which call, and the ``CUresult`` its block holds."""
+    spec = OPCODES[int(row[COL_OPCODE])]
+    cuda = int(row[spec.column("cuda")])
+    code = ctypes.c_int64.from_address(cuda + 8 * CUDA_ERROR).value
+    fn = int(row[COL_FN])
+    name = CUDA_NAMES.get(fn, f"the driver function at {fn:#x}")
+    if spec.number == OP_CUDA_ENTER:
+        name = f"{CUDA_NAMES.get(int(row[spec.column('get_current')]), '?')} or {name}"
+    return CudaReplayError(
+        f"CUDA graph replay failed: {name} returned {result_name(code)} ({code}) at op-table row {at}; the ops "
+        "before it were issued to the stream, none after it")
+
+
 def _args(n: int) -> tuple[str, ...]:
     return tuple(f"arg{k}" for k in range(n))
 
@@ -186,6 +228,12 @@ OPCODES: dict[int, Opcode] = {spec.number: spec for spec in (
            calls=OP_CALL_ARGV, natives=(("bsr_transpose_host", 12),), check_args=(6, 1, 11)),
     Opcode(OP_CHECK_INDICES, "check_indices", ("address", "count", "bound"), guard=True, stops=_loaded_graph_stop(
         "an index outside its array (an indexed array's index buffer, or a Mesh's triangle indices)")),
+    Opcode(OP_CUDA_LAUNCH, "cuda_launch", ("function", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
+                                           "block_z", "smem", "params", "cuda"), stops=_cuda_stop),
+    Opcode(OP_CUDA_CALL3, "cuda_call3", ("arg0", "arg1", "arg2", "cuda"), stops=_cuda_stop),
+    Opcode(OP_CUDA_CALL1, "cuda_call1", ("arg0", "cuda"), stops=_cuda_stop),
+    Opcode(OP_CUDA_ENTER, "cuda_enter", ("cuda", "get_current"), stops=_cuda_stop),
+    Opcode(OP_CUDA_LEAVE, "cuda_leave", ("cuda",), stops=_cuda_stop),
     Opcode(OP_CHECK_IDS, "check_ids", ("address", "count", "ids", "n"), guard=True, stops=_loaded_graph_stop(
         "an array of handle ids with a value that is not the id of a handle of the kinds its kernel took")),
 )}

@@ -305,17 +305,18 @@ def test_load_and_replay_through_the_real_bindings(cu, ptx, monkeypatch, arch):
     assert released.count("cuMemFree") == len(recording.regions) + 1  # + the fill constants
 
 
-def test_the_direct_graph_launch_is_made_only_with_the_real_driver_library(cu, ptx, monkeypatch):
-    """Replays in graph mode call the driver library through ctypes where it opens (tests/cuda/test_cuda_gpu.py);
-    with a stand-in for cuda-python, or no library, they go through cuda-python as before."""
-    from apic.replay import cuda_driver
+def test_the_rows_are_made_only_with_a_driver_library(cu, ptx, monkeypatch):
+    """Replays run as op-table rows calling the driver library by address where it opens
+    (tests/cuda/test_cuda_rows.py with a stand-in library, tests/cuda/test_cuda_gpu.py with the real one); with
+    a stand-in for cuda-python and no library, they go through cuda-python as before."""
+    from apic.replay import cuda_driver, cuda_rows
 
     device, _saved, graph = _load(cu, monkeypatch, ptx)
     graph.launch()
-    assert graph._direct_replay is None and len(device.named("cuGraphLaunch")) == 1
+    assert graph._rows is None and len(device.named("cuGraphLaunch")) == 1
     real = cuda_driver.Driver.__new__(cuda_driver.Driver)
     real.cu = cu  # the real bindings: still None without the library
-    assert cuda_driver.direct_graph_launch(real, 1, 2, 3, library="libapic-no-such-driver.so") is None
+    assert cuda_rows.driver_entries(real, library="libapic-no-such-driver.so") is None
 
 
 def test_set_param_lands_before_the_next_replay(cu, ptx, monkeypatch):

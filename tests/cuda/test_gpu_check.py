@@ -290,6 +290,22 @@ def test_the_benchmark_table_and_summary():
     assert "| apic loaded, graph | 4000.0 / 4000.0 | 4.000 / 4.000 | 2000.0 | 2.00x | NO |" in text
 
 
+def test_the_benchmark_reports_the_two_targets_as_ratios():
+    """launch_vs_floor (apic's op-by-op replay per node over the C floor's) and issue_vs_warp_graph (issue time of
+    apic's loaded graph over Warp's own graph's), from the medians, where both methods of each ran."""
+    def method(total, issue):
+        return {"total": bench.summarise([total], 1000), "issue": bench.summarise([issue], 1000), "correct": True}
+
+    methods = {"warp graph": method(2e-3, 5e-6), "apic loaded, graph": method(2e-3, 4e-6),
+               "apic loaded, launch": method(1.3e-3, 1e-3), "C floor": method(1e-3, 1e-3)}
+    found = bench.ratios(methods)
+    assert found == pytest.approx({"launch_vs_floor": 1.3, "issue_vs_warp_graph": 0.8})
+    text = bench.table({"launches": 1000, "replays": 100, "rounds": 1, "methods": methods, **found})
+    assert "launch_vs_floor: 1.300 (target at most 1.2: NOT met)" in text
+    assert "issue_vs_warp_graph: 0.800 (target at most 1.0: met)" in text
+    assert bench.ratios({**methods, "C floor": {"error": "no C compiler"}}) == {"issue_vs_warp_graph": pytest.approx(0.8)}
+
+
 # --- the kit ---------------------------------------------------------------------------------------------------
 def test_the_kit_folder_is_ignored_by_git():
     done = subprocess.run(["git", "check-ignore", "-q", ".devkit/p1/part.0"], cwd=REPO, capture_output=True)

@@ -6,6 +6,7 @@ a status that raises, naming it."""
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 
 import numpy as np
@@ -37,11 +38,14 @@ class Probe:
         self.log: list = []
         self.keep: list = []  # callbacks and buffers, alive while the table runs
 
-    def fn(self, tag: str, arity: int = 0, argtypes=None) -> int:
+    def fn(self, tag: str, arity: int = 0, argtypes=None, returns=None) -> int:
+        """A callback logging its calls; ``returns`` (a CUDA driver call's CUresult) gives its result."""
+
         def called(*args):
             self.log.append((tag, *args))
+            return returns
 
-        callback = ctypes.CFUNCTYPE(None, *(argtypes or [I64] * arity))(called)
+        callback = ctypes.CFUNCTYPE(None if returns is None else ctypes.c_int, *(argtypes or [I64] * arity))(called)
         self.keep.append(callback)
         return ctypes.cast(callback, ctypes.c_void_p).value
 
@@ -115,6 +119,85 @@ def _check_ids(probe: Probe, good: bool):
     return _table([tbl.OP_CHECK_IDS, 0, values, 2, probe.words([9, 7]), 2], [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
 
 
+def _cuda_block(probe: Probe, context: int = 0x100, current: int = 0x100, pushed: int = 0) -> int:
+    """A CUDA block (``table.CUDA_*``): stream 0x57, the graph's ``context``, ``pushed`` (1: as if an entry row
+    pushed it), cuCtxPopCurrent a callback logging ``("pop", 0)``; and the driver's ``current`` context."""
+    block = probe.words([0] * tbl.CUDA_WORDS)
+    words = (I64 * tbl.CUDA_WORDS).from_address(block)
+    words[tbl.CUDA_STREAM], words[tbl.CUDA_CONTEXT], words[tbl.CUDA_PUSHED] = 0x57, context, pushed
+
+    def pop(out):
+        probe.log.append(("pop", 0))  # out: the block's scratch word, whose address varies
+        return 0
+
+    callback = ctypes.CFUNCTYPE(ctypes.c_int, I64)(pop)
+    probe.keep.append(callback)
+    words[tbl.CUDA_POP] = ctypes.cast(callback, ctypes.c_void_p).value
+    probe.current = current
+    return block
+
+
+def _cuda_launch(probe: Probe, good: bool):
+    cuda = _cuda_block(probe, pushed=1)  # a failed call pops the context the rows pushed
+    fn = probe.fn("launch", 11, returns=0 if good else 719)  # CUDA_ERROR_LAUNCH_FAILED
+    return _table([tbl.OP_CUDA_LAUNCH, fn, 0xF0, 1, 2, 3, 4, 5, 6, 7, 0xAA, cuda],
+                  [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
+
+
+def _cuda_call3(probe: Probe, good: bool):
+    cuda = _cuda_block(probe)
+    return _table([tbl.OP_CUDA_CALL3, probe.fn("copy", 4, returns=0 if good else 1), 0xD0, 0x50, 64, cuda],
+                  [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
+
+
+def _cuda_call1(probe: Probe, good: bool):
+    cuda = _cuda_block(probe)
+    return _table([tbl.OP_CUDA_CALL1, probe.fn("graph", 2, returns=0 if good else 1), 0xE0, cuda],
+                  [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
+
+
+def _context_calls(probe: Probe, cuda: int, good: bool) -> tuple[int, int, int]:
+    """cuCtxGetCurrent, cuCtxPushCurrent, cuCtxPopCurrent stand-ins over ``probe.current``."""
+    def get_current(out):
+        probe.log.append(("get_current",))
+        I64.from_address(out).value = probe.current
+        return 0
+
+    def push(context):
+        probe.log.append(("push", context))
+        probe.current = context
+        return 0 if good else 201  # CUDA_ERROR_INVALID_CONTEXT
+
+    def pop(out):
+        probe.log.append(("pop",))
+        I64.from_address(out).value = probe.current
+        probe.current = 0x200
+        return 0
+
+    made = [ctypes.CFUNCTYPE(ctypes.c_int, I64)(f) for f in (get_current, push, pop)]
+    probe.keep.extend(made)
+    return tuple(ctypes.cast(f, ctypes.c_void_p).value for f in made)
+
+
+def _cuda_enter(probe: Probe, good: bool):
+    """Another context is current: the graph's is pushed (and popped by the leave row); a failed push stops."""
+    cuda = _cuda_block(probe, current=0x200)
+    get_current, push, pop = _context_calls(probe, cuda, good)
+    return _table([tbl.OP_CUDA_ENTER, push, cuda, get_current], [tbl.OP_CALL2, probe.fn("after", 2), 1, 2],
+                  [tbl.OP_CUDA_LEAVE, pop, cuda], [tbl.OP_CUDA_ENTER, push, cuda, get_current])
+
+
+def _cuda_leave(probe: Probe, good: bool):
+    """The graph's context is current already: nothing is pushed, and so nothing popped."""
+    cuda = _cuda_block(probe, current=0x100)
+    get_current, push, pop = _context_calls(probe, cuda, good)
+    if not good:  # a failing pop: pushed by an earlier entry
+        (I64 * tbl.CUDA_WORDS).from_address(cuda)[tbl.CUDA_PUSHED] = 1
+        pop = probe.fn("pop", 1, returns=1)
+    return _table([tbl.OP_CUDA_LEAVE, pop, cuda], [tbl.OP_CUDA_ENTER, push, cuda, get_current],
+                  [tbl.OP_CALL2, probe.fn("after", 2), 1, 2], [tbl.OP_CUDA_LEAVE, pop, cuda])
+
+
 def _nop(probe: Probe, good: bool):
     return _table([tbl.OP_NOP], [tbl.OP_CALL2, probe.fn("after", 2), 1, 2])
 
@@ -123,7 +206,9 @@ PROBES = {  # opcode -> (probe, good) -> a table whose run shows what the opcode
     tbl.OP_NOP: _nop, **{number: _call_row(n) for n, number in tbl.CALL_OPCODES.items()}, tbl.OP_JUMP: _jump,
     tbl.OP_BRANCH_IF_ZERO: _branch, tbl.OP_CALL_ARGV: _argv, tbl.OP_CALL5_D2: _call5_d2, tbl.OP_SPLIT: _split,
     tbl.OP_SEGMENTED_SORT: _segmented_sort, tbl.OP_PADDED_TRANSPOSE: _padded_transpose,
-    tbl.OP_CHECK_INDICES: _check_indices, tbl.OP_CHECK_IDS: _check_ids,
+    tbl.OP_CHECK_INDICES: _check_indices, tbl.OP_CHECK_IDS: _check_ids, tbl.OP_CUDA_LAUNCH: _cuda_launch,
+    tbl.OP_CUDA_CALL3: _cuda_call3, tbl.OP_CUDA_CALL1: _cuda_call1, tbl.OP_CUDA_ENTER: _cuda_enter,
+    tbl.OP_CUDA_LEAVE: _cuda_leave,
 }
 EXPECTED = {  # opcode -> the log of a good run
     tbl.OP_NOP: [("after", 1, 2)],
@@ -138,7 +223,18 @@ EXPECTED = {  # opcode -> the log of a good run
     tbl.OP_PADDED_TRANSPOSE: [("transpose", *range(tbl.ARGV_ARGS))],
     tbl.OP_CHECK_INDICES: [("after", 1, 2)],
     tbl.OP_CHECK_IDS: [("after", 1, 2)],
+    # cuLaunchKernel(function, grid, block, smem, the block's stream, params, NULL)
+    tbl.OP_CUDA_LAUNCH: [("launch", 0xF0, 1, 2, 3, 4, 5, 6, 7, 0x57, 0xAA, 0), ("after", 1, 2)],
+    tbl.OP_CUDA_CALL3: [("copy", 0xD0, 0x50, 64, 0x57), ("after", 1, 2)],
+    tbl.OP_CUDA_CALL1: [("graph", 0xE0, 0x57), ("after", 1, 2)],
+    tbl.OP_CUDA_ENTER: [("get_current",), ("push", 0x100), ("after", 1, 2), ("pop",), ("get_current",),
+                        ("push", 0x100)],
+    tbl.OP_CUDA_LEAVE: [("get_current",), ("after", 1, 2)],
 }
+# opcodes whose check is of what their call returned: a failed run has made that call, and only it
+FAILED_CALL = {tbl.OP_CUDA_LAUNCH: [("launch", 0xF0, 1, 2, 3, 4, 5, 6, 7, 0x57, 0xAA, 0), ("pop", 0)],
+               tbl.OP_CUDA_CALL3: [("copy", 0xD0, 0x50, 64, 0x57)], tbl.OP_CUDA_CALL1: [("graph", 0xE0, 0x57)],
+               tbl.OP_CUDA_ENTER: [("get_current",), ("push", 0x100)], tbl.OP_CUDA_LEAVE: [("pop", 0)]}
 
 
 def test_every_opcode_of_the_table_has_a_probe():
@@ -169,8 +265,17 @@ STOPPING = sorted(n for n, spec in tbl.OPCODES.items() if spec.stops is not None
 @pytest.mark.parametrize("interpreter", sorted(INTERPRETERS))
 def test_each_interpreter_stops_where_a_check_fails(interpreter, opcode):
     status, log, table = _run(interpreter, opcode, False)
-    assert (status, log) == (-1, [])  # stopped at row 0, before its call (or the row after a check)
+    if opcode == tbl.OP_CUDA_LEAVE:  # the pop's out-pointer is the block's scratch word: its address varies
+        log = [(tag, 0) for tag, *_ in log]
+    # stopped at row 0, before its call (or the row after a check), or right after its failed driver call
+    assert (status, log) == (-1, FAILED_CALL.get(opcode, []))
     error = tbl.stop_error(status, table)
+    if opcode in FAILED_CALL:
+        from apic.replay.cuda_driver import CudaReplayError
+
+        assert isinstance(error, CudaReplayError)
+        assert re.search(r"CUDA graph replay failed: .* returned \w+ \(\d+\) at op-table row 0", str(error)), error
+        return
     assert isinstance(error, ReplayIndexError if tbl.OPCODES[opcode].guard else ReplayError)
     assert "CPU graph replay failed" in str(error)
 
