@@ -153,6 +153,8 @@ MAX_HANDLE_OPTIONS = 8  # options of one native handle
 MAX_NATIVE_TYPES = 64  # native Warp struct types one module reads
 MAX_SPLIT_WRITES = 4096  # array offsets in one list of a kernel proved splittable (split_writes, split_world)
 MAX_KERNEL_PARAMS = 4096  # parameters of a CUDA kernel (its [offset, size] pairs)
+MAX_CONDITIONAL_DEPTH = 16  # how deep a CUDA graph's conditional nodes nest (each level is a child graph)
+MAX_CONDITIONAL_BODY_OPS = 1 << 20  # sequence positions in one body of a CUDA conditional node
 MAX_OP_KIND = 1 << 16  # an op's kind number, read before it is looked up
 MAX_SOURCE_FLAGS = 16  # compiler flags of a module's saved source (Warp's defaults are fewer)
 # handles

@@ -16,7 +16,9 @@ module images and hands them here) does, in order:
    it once; each ``wp.capture_launch`` then is one ``cuGraphLaunch``.
 
 ``graph.mode = "launch"`` walks the ops with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` /
-``cuMemsetD*Async`` instead, for comparison. Everything the graph allocated is freed when it is.
+``cuMemsetD*Async`` instead, for comparison (``wp.capture_if`` / ``capture_while`` conditions then read on
+the host, one stream synchronisation per test: ``apic.replay.cuda_conditional``). Everything the graph
+allocated is freed when it is.
 
 Inside a caller's own capture (``wp.ScopedCapture`` without ``apic``, ``wp.capture_begin(external=True)``,
 the body of Warp's ``capture_if`` / ``capture_while``, or a stream capture begun with cuda-python), a
@@ -42,7 +44,9 @@ from apic.replay import cuda_resources
 from apic.replay.cuda_binding_io import CudaBindingIO
 from apic.replay.cuda_resources import ContextGuard, Resources
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
-from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
+from apic.replay.cuda_conditional import SET_CONDITION_PTX, SET_CONDITION_SYMBOL, build_graph, check_support
+from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, lower, needs_fill_kernel
+from apic.record.conditional_tree import has_conditionals
 from apic.replay.named_params import NamedParams
 from apic.replay.cuda_run import CudaRun
 from apic.targets import cuda as cuda_target
@@ -124,7 +128,7 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
                             res.memory)
             self._plan, self._keep = lowered.plan, lowered.keep
             if self._plan:
-                build_graph(self._plan, cu, res)
+                self._keep += build_graph(self._plan, cu, res, getattr(self, "_set_condition", None))
             # The uploads above (cuMemcpyHtoD from pageable memory, cuMemsetD8) go to the legacy stream and
             # may still be in flight when they return; replays run on a non-blocking stream, which does
             # not wait for the legacy one. Let every upload land before the first replay can start.
@@ -194,6 +198,10 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
                     except RuntimeError:  # a driver without the attribute's function: clusters stay portable
                         pass
             functions.append(fn)
+        if has_conditionals(self.recording.ops):  # conditional nodes: refused before anything else is built
+            check_support(cu)
+            condition_module = self._load_module(SET_CONDITION_PTX, "apic_set_condition.ptx")
+            self._set_condition = cu("cuModuleGetFunction", condition_module, SET_CONDITION_SYMBOL.encode())
         if any(needs_fill_kernel(op) for op in self.recording.ops):
             fill_module = self._load_module(FILL_PTX, "apic_fill.ptx")
             self._fill = cu("cuModuleGetFunction", fill_module, FILL_SYMBOL.encode())
