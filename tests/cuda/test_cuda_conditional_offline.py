@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 
 import pytest
 
@@ -438,3 +439,32 @@ def test_the_gpu_conditional_workload_replays_bit_for_bit_on_the_cpu():
         assert all(np.array_equal(got[k].view(np.uint8), expected[k].view(np.uint8)) for k in got), run
         flags.append(int(got["flag"][0]))
     assert flags == [1, 0, 1, 0]  # the if / else took each side
+
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "data", "golden", "cuda-conditional")
+
+
+def test_the_golden_cuda_graph_with_conditionals_reads_and_lowers(cu, monkeypatch):
+    """tests/data/golden/cuda-conditional (written offline by generate_cuda_conditional.py, never rewritten): read
+    by this apic, its sequence as written, and loaded through wp.capture_load against the stand-in driver."""
+    import warp as wp
+
+    from apic.format import reader
+
+    with open(os.path.join(GOLDEN, "graph.wrp"), "rb") as f:
+        saved = reader.read(f.read())
+    assert saved.device["kind"] == "cuda"
+    # as written (the launch's bytes are those of the warp-lang that wrote it; the layout is any version's)
+    ops, written = saved.recording.ops, _nested_ops()
+    assert [type(op) for op in ops] == [type(op) for op in written]
+    assert [op for op in ops if isinstance(op, (rec.Branch, rec.Jump))] == [
+        op for op in written if isinstance(op, (rec.Branch, rec.Jump))]
+    device = FakeDevice(cu)
+    monkeypatch.setattr(_compat, "cuda_driver", lambda: device)
+    for kernel in saved.recording.kernels:
+        device.param_info[kernel.symbol] = tuple(tuple(p) for p in kernel.params)
+    graph = wp.capture_load(os.path.join(GOLDEN, "graph"), device="cuda:0")
+    kinds = [a[-1].conditional.type.name[len("CU_GRAPH_COND_TYPE_"):] for a in device.named("cuGraphAddNode")]
+    assert kinds == ["IF", "IF", "WHILE", "WHILE", "IF", "WHILE"]
+    graph.launch()
+    assert len(device.named("cuGraphLaunch")) == 1
