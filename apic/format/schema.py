@@ -59,6 +59,11 @@ the module's object and source files behind a 16-byte trailer instead of in a ``
 without manifests); ``target.cpu`` may name an x86-64 level (``capture_save(cpu_target=...)``). Read more
 strictly: ``source.options.extra_flags`` takes only Warp's default compiler flags.
 
+2026-11-28, every version (no new version: an older reader refuses such a file, naming op kind 8, rather than
+misreading it): CUDA graphs may hold ``branch`` and ``jump`` (``wp.capture_if`` / ``capture_while``), which must
+nest as conditional nodes (``apic.record.conditional_tree``; docs/FORMAT.md 8.1) within
+``MAX_CONDITIONAL_DEPTH`` and ``MAX_CONDITIONAL_BODY_OPS``. Golden file: ``tests/data/golden/cuda-conditional``.
+
 Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every format version from
 ``MIN_READ_VERSION`` to ``FORMAT_VERSION``; ``MIN_READ_VERSION`` moves only in a new minor release, and a
 version stays readable for at least 6 months after the first release that wrote a newer one.
