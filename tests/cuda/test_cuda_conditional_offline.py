@@ -441,7 +441,7 @@ def test_the_gpu_conditional_workload_replays_bit_for_bit_on_the_cpu():
     assert flags == [1, 0, 1, 0]  # the if / else took each side
 
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "data", "golden", "cuda-conditional")
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "golden", "cuda-conditional")
 
 
 def test_the_golden_cuda_graph_with_conditionals_reads_and_lowers(cu, monkeypatch):

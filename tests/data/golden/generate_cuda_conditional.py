@@ -18,7 +18,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, TESTS)
+sys.path[:0] = [TESTS, os.path.join(TESTS, "cuda")]
 
 import warp as wp  # noqa: E402
 
