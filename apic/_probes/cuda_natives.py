@@ -119,8 +119,8 @@ def cuda_dependency_args(driver, name: str, dependencies: list) -> tuple:
 
 def cuda_capture_info_call(driver) -> str:
     """The driver call that returns a capturing stream's graph and dependencies, as
-    ``(status, id, graph, dependencies, ..., count)``: ``cuStreamGetCaptureInfo`` from cuda-python 13.0,
-    ``cuStreamGetCaptureInfo_v2`` before (whose ``cuStreamGetCaptureInfo`` returns only the status and id)."""
+    ``(status, id, graph, dependencies, ..., count)``: ``cuStreamGetCaptureInfo`` in cuda-python 12 and 13
+    (13.0 adds the edge data before the count), ``cuStreamGetCaptureInfo_v2`` where a binding still has it."""
     if hasattr(driver, "cuStreamGetCaptureInfo_v2"):
         return "cuStreamGetCaptureInfo_v2"
     return "cuStreamGetCaptureInfo"
