@@ -468,3 +468,57 @@ def test_the_golden_cuda_graph_with_conditionals_reads_and_lowers(cu, monkeypatc
     assert kinds == ["IF", "IF", "WHILE", "WHILE", "IF", "WHILE"]
     graph.launch()
     assert len(device.named("cuGraphLaunch")) == 1
+
+
+def _cuda_tool(name: str) -> str:
+    """A CUDA toolkit program (``ptxas``, ``nvcc``) on the PATH or under /usr/local/cuda*, or a skip saying so."""
+    import glob
+    import shutil
+
+    found = shutil.which(name) or next(iter(sorted(glob.glob(f"/usr/local/cuda*/bin/{name}"))), None)
+    if found is None:
+        pytest.skip(f"no {name} here (a CUDA toolkit): the PTX is checked by the GPU check's load instead")
+    return found
+
+
+@pytest.mark.parametrize("arch", [75, 90])  # (CUDA 13's ptxas has no sm_50 any more; the driver JITs for its GPU)
+def test_the_set_condition_ptx_assembles_leaving_the_driver_builtin_to_the_driver(tmp_path, arch):
+    import subprocess
+
+    ptxas = _cuda_tool("ptxas")
+    source = tmp_path / "set.ptx"
+    source.write_bytes(cuda_conditional.SET_CONDITION_PTX.rstrip(b"\0"))
+    done = subprocess.run([ptxas, f"-arch=sm_{arch}", str(source), "-o", str(tmp_path / "set.cubin")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert b"cudaGraphSetConditional" in (tmp_path / "set.cubin").read_bytes()  # resolved when the driver loads it
+
+
+def _instructions(ptx: str) -> str:
+    """A PTX text's statements as one string without whitespace, comments, its ISA version and target, or the
+    compiler's scratch register."""
+    import re
+
+    text = re.sub(r"//[^\n]*", "", ptx.replace("\0", ""))
+    kept = [line for line in text.splitlines()
+            if not line.strip().startswith((".version", ".target")) and "temp_param_reg" not in line]
+    return re.sub(r"\s+", "", "\n".join(kept))
+
+
+def test_the_set_condition_ptx_is_what_nvcc_makes_of_its_cuda_source(tmp_path):
+    """The hand-written kernel against nvcc's PTX of ``cudaGraphSetConditional(h, (*cond != 0) ^ negate)``."""
+    import subprocess
+
+    nvcc = _cuda_tool("nvcc")
+    source = tmp_path / "set.cu"
+    source.write_text(
+        'extern "C" __global__ void apic_set_condition(cudaGraphConditionalHandle h, const int* cond, '
+        "unsigned int negate)\n{\n    cudaGraphSetConditional(h, (unsigned int)(*cond != 0) ^ negate);\n}\n")
+    done = subprocess.run([nvcc, "-ptx", "-arch=sm_50", str(source), "-o", str(tmp_path / "set.ptx")],
+                          capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 and "sm_50" in done.stderr:  # a toolkit that dropped sm_50: the oldest it has
+        done = subprocess.run([nvcc, "-ptx", "-arch=sm_75", str(source), "-o", str(tmp_path / "set.ptx")],
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    made = _instructions((tmp_path / "set.ptx").read_text())
+    assert _instructions(cuda_conditional.SET_CONDITION_PTX.decode()) == made, made
