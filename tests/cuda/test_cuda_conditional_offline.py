@@ -522,3 +522,21 @@ def test_the_set_condition_ptx_is_what_nvcc_makes_of_its_cuda_source(tmp_path):
     assert done.returncode == 0, done.stderr
     made = _instructions((tmp_path / "set.ptx").read_text())
     assert _instructions(cuda_conditional.SET_CONDITION_PTX.decode()) == made, made
+
+
+def test_a_graph_nested_deeper_than_a_reader_takes_is_not_saved(ptx, tmp_path, monkeypatch):
+    """Fail closed at save, not at the load on another machine: the writer checks the reader's limits."""
+    import warp as wp
+
+    from apic.errors import UnsupportedOperationError
+
+    recording, contents, _ = _plain()
+    graph = FileGraph(dataclasses.replace(recording, ops=tuple(_nest(3))), contents, ptx.encode("latin-1"),
+                      (ARCH, "", "ptx"), ARCH)
+    monkeypatch.setattr(schema, "MAX_CONDITIONAL_DEPTH", 2)
+    with pytest.raises(UnsupportedOperationError, match="nested 3 deep, deeper than the 2"):
+        wp.capture_save(graph, str(tmp_path / "deep"))
+    assert not os.path.exists(tmp_path / "deep.wrp")
+    monkeypatch.setattr(schema, "MAX_CONDITIONAL_DEPTH", 3)
+    wp.capture_save(graph, str(tmp_path / "deep"))
+    assert os.path.exists(tmp_path / "deep.wrp")
