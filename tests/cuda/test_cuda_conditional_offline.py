@@ -439,6 +439,13 @@ def test_the_gpu_conditional_workload_replays_bit_for_bit_on_the_cpu():
         assert all(np.array_equal(got[k].view(np.uint8), expected[k].view(np.uint8)) for k in got), run
         flags.append(int(got["flag"][0]))
     assert flags == [1, 0, 1, 0]  # the if / else took each side
+    # the layout the CUDA recorder shares reads back as the GPU test expects it (test_cuda_conditional_gpu.py)
+    tree = conditional_tree(cap.graph.recording.ops)
+    nodes = [item for item in tree if isinstance(item, (IfNode, WhileNode))]
+    assert [type(n).__name__ for n in nodes] == ["IfNode", "IfNode", "WhileNode", "WhileNode", "IfNode", "WhileNode"]
+    assert nodes[0].otherwise is not None and nodes[1].otherwise is None
+    assert isinstance(nodes[3].body[-1], WhileNode) and isinstance(nodes[4].then[0], WhileNode)
+    assert depth_of(tree) == 2
 
 
 GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "golden", "cuda-conditional")
