@@ -19,8 +19,6 @@ import numpy as np
 import pytest
 import warp as wp
 
-import apic
-
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
 mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
 
