@@ -241,12 +241,14 @@ def test_op_by_op_replay_reads_each_condition_on_the_host(cu, ptx, monkeypatch):
     assert not device.named("cuGraphLaunch")
 
 
-def test_a_replay_inside_a_callers_capture_adds_conditional_nodes_to_its_graph(cu, ptx, monkeypatch):
-    """warp#1827: the loaded graph's nodes, conditional ones included, join the graph the caller captures."""
+@pytest.mark.parametrize("mode", ["graph", "launch"])
+def test_a_replay_inside_a_callers_capture_adds_conditional_nodes_to_its_graph(cu, ptx, monkeypatch, mode):
+    """warp#1827: the loaded graph's nodes, conditional ones included, join the graph the caller captures (in both
+    modes: a capture cannot wait for the host to read a condition)."""
     device, graph = _load(cu, monkeypatch, ptx, _nested_ops())
     device.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
     before = len(device.calls)
-    graph.launch(stream=0x5678)
+    graph.launch(stream=0x5678, mode=mode)
     names = [n for n, _ in device.calls[before:]]
     assert "cuGraphLaunch" not in names and "cuLaunchKernel" not in names and "cuMemcpyDtoH" not in names
     captured = int(device.capture_graph)
