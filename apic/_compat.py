@@ -21,8 +21,8 @@ from apic._probes.cpu import (
     unload_object,
 )
 from apic._probes.cuda_natives import (
-    compile_cuda_source, cuda_build_options, cuda_driver, cuda_entry_abi, cuda_graph_instantiate_call,
-    cuda_kernel_symbol, cuda_launch_params, cuda_module_binary_path, nvrtc_archs, warp_native_dir,
+    compile_cuda_source, cuda_build_options, cuda_capture_info_call, cuda_dependency_args, cuda_driver, cuda_entry_abi,
+    cuda_graph_instantiate_call, cuda_kernel_symbol, cuda_launch_params, cuda_module_binary_path, nvrtc_archs, warp_native_dir,
 )
 from apic._probes.internals import (
     ARRAY_T_SIZE, CPU_BLOCKS, FEM_CACHE_MODULE, HANDLE_TYPE, INDEXEDARRAY_T_SIZE, LAUNCH_KEEPS_ARGS, SPARSE_MODULE,
@@ -35,7 +35,8 @@ __all__ = [
     "ARRAY_T_SIZE", "BOUNDS_BY_VALUE", "CPU_BLOCKS", "FEM_CACHE_MODULE", "HANDLE_TYPE", "INDEXEDARRAY_T_SIZE",
     "KERNEL_ABI", "LAUNCH_KEEPS_ARGS", "SPARSE_MODULE", "SYSV_X86_64", "WARP_VERSION", "bounds_shape",
     "compile_cpu_source", "compile_cuda_source", "cuda_build_options", "cuda_driver", "cuda_entry_abi",
-    "cuda_graph_instantiate_call", "cuda_kernel_symbol", "cuda_launch_params", "cuda_module_binary_path",
+    "cuda_capture_info_call", "cuda_dependency_args", "cuda_graph_instantiate_call", "cuda_kernel_symbol",
+    "cuda_launch_params", "cuda_module_binary_path",
     "function_address", "host_target", "invoke_cpu_blocks", "is_plain_array_type", "kernel_bounds_type",
     "kernel_symbol", "launch_bounds_type", "level_features", "load_object", "lookup_symbol", "module_binary_path",
     "module_build_options", "module_source_path", "native_address", "native_handle_types", "native_target", "nvrtc_archs",

@@ -20,8 +20,10 @@ ORIGINALS: dict[str, object] = {}  # Warp's own capture API, saved by ``apic.cap
 
 
 def refuse_in_cuda_recording(api: str) -> None:
-    """apic's CUDA recording is one linear stream of ops: refuse what would branch or pause it."""
-    if cuda_recorder.active() is not None:
+    """Refuse what would pause an apic CUDA recording or hide ops from it (Warp's own pauses around the
+    bodies of a conditional it builds are let through: ``apic.record.cuda_control_flow``)."""
+    recorder = cuda_recorder.active()
+    if recorder is not None and not recorder.warp_internal:
         raise UnsupportedOperationError(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")
 
 
@@ -118,6 +120,20 @@ def _warp_body(body, stream, device):
     return body
 
 
+def _cuda_recording_of(condition, api: str, **bodies):
+    """The apic CUDA recording a conditional on ``condition``'s device goes into, or None; refuses bodies it
+    cannot record (a graph's ops would reach Warp's body graph without passing apic's recorder)."""
+    recorder = cuda_recorder.active()
+    if recorder is None or not recorder.owns(condition.device):
+        return None
+    for what, body in bodies.items():
+        if body is not None and (isinstance(body, (Graph, CudaGraph, _warp_graph_type())) or not callable(body)):
+            raise UnsupportedOperationError(
+                f"wp.{api} with a {type(body).__name__} as its {what}", "pass a callable that issues the body's work",
+                capture="CUDA (apic=True)")
+    return recorder
+
+
 def _warp_graph_type() -> type:
     return wp_context.Graph
 
@@ -141,6 +157,12 @@ def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
         return
     _check_condition(condition)
     if not condition.device.is_cpu:
+        recording = _cuda_recording_of(condition, "capture_if", on_true=on_true, on_false=on_false)
+        if recording is not None:  # Warp builds the conditional node; apic records its bodies as Warp calls them
+            warp_if = original("capture_if")
+            recording.record_cuda_if(condition, on_true, on_false, lambda t, f: warp_if(
+                condition, on_true=t, on_false=f, stream=stream, **kwargs))
+            return None
         refuse_in_cuda_recording("wp.capture_if")
         return original("capture_if")(condition, on_true=_warp_body(on_true, stream, condition.device),
                                        on_false=_warp_body(on_false, stream, condition.device), stream=stream, **kwargs)
@@ -172,6 +194,12 @@ def capture_while(condition, while_body, stream=None, **kwargs):
     """
     _check_condition(condition)
     if not condition.device.is_cpu:
+        recording = _cuda_recording_of(condition, "capture_while", while_body=while_body)
+        if recording is not None:
+            warp_while = original("capture_while")
+            recording.record_cuda_while(condition, while_body, lambda body: warp_while(
+                condition, body, stream=stream, **kwargs))
+            return None
         refuse_in_cuda_recording("wp.capture_while")
         body = _warp_body(while_body, stream, condition.device)
         return original("capture_while")(condition, body, stream=stream, **kwargs)

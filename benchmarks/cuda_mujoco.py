@@ -1,15 +1,18 @@
 """A mujoco-warp step on a GPU: Warp's own replays and apic's, side by side on one card, in one run.
 
-    python -m benchmarks.cuda_mujoco [--worlds 64] [--replays 20] [--rounds 5] [--json PATH]
+    python -m benchmarks.cuda_mujoco [--worlds 64,1024] [--conditional both] [--replays 20] [--rounds 5] [--json PATH]
 
-The scene is the client tests' (``tests/clients/test_mujoco_warp.py``: contacts, a constraint solve) with
-``opt.graph_conditional = False`` (fixed solver iterations: an ``apic=True`` capture cannot hold conditional
-nodes). Each method steps its own Data from the same start, the same number of times:
+The scene is the client tests' (``tests/clients/test_mujoco_warp.py``: contacts, a constraint solve), run at each
+batch size of ``--worlds`` with each setting of mujoco-warp's ``opt.graph_conditional`` (``--conditional``:
+``on`` is its GPU default, the solver exiting early through a ``capture_while`` that becomes a CUDA conditional
+node; ``off``, fixed solver iterations, no conditional nodes; ``both``, the default). For each, each method
+steps its own Data from the same start, the same number of times:
 
 * ``warp graph``: Warp's own CUDA graph of one step, replayed with Warp's ``wp.capture_launch``: the floor;
 * ``warp APIC loaded``: Warp's native APIC (1.13+) with apic's shims off: saved and loaded by Warp;
 * ``apic loaded, graph`` / ``apic loaded, launch``: apic's saved step loaded, replayed as one CUDA graph or one
-  ``cuLaunchKernel`` per node.
+  ``cuLaunchKernel`` per node (with conditional nodes, each condition read on the host: a synchronisation per
+  solver iteration).
 
 Afterwards every method's ``qpos`` is compared with the floor's: "bit for bit", or the largest difference
 (float atomics on a GPU need not add in the same order twice). Without a GPU or mujoco-warp it says so and exits 3.
@@ -33,12 +36,28 @@ SCENE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cuda_mujoco", description=__doc__.splitlines()[0])
-    parser.add_argument("--worlds", type=int, default=64, help="worlds in the batch (default 64)")
+    parser.add_argument("--worlds", type=_sizes, default=(64, 1024),
+                        help="batch sizes, comma-separated (default 64,1024)")
+    parser.add_argument("--conditional", choices=("both", "on", "off"), default="both",
+                        help="opt.graph_conditional settings to run (default both)")
     parser.add_argument("--replays", type=int, default=20, help="replays per timed batch (default 20)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     return parser.parse_args(argv)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive batch sizes, got {text!r}")
+    return sizes
+
+
+def settings(args) -> list[tuple[int, bool]]:
+    """``(worlds, graph_conditional)`` of each run, in order: every size with the setting(s) asked for."""
+    flags = {"both": (True, False), "on": (True,), "off": (False,)}[args.conditional]
+    return [(worlds, flag) for worlds in args.worlds for flag in flags]
 
 
 def scene_xml() -> str:
@@ -53,7 +72,7 @@ def scene_xml() -> str:
     raise RuntimeError(f"no SCENE in {SCENE_FILE}")
 
 
-def build(args):
+def build(worlds: int, conditional: bool, device: str):
     """The model and a ``fresh()`` that makes equal Data (put_data's uninitialised arrays zeroed)."""
     import mujoco
     import mujoco_warp as mjw
@@ -62,12 +81,12 @@ def build(args):
     mjm = mujoco.MjModel.from_xml_string(scene_xml())
     mjm.opt.iterations, mjm.opt.ls_iterations = 8, 8
     m = mjw.put_model(mjm)
-    m.opt.graph_conditional = False
+    m.opt.graph_conditional = conditional
     mjd = mujoco.MjData(mjm)
     mjd.qvel[:3] = (0.4, -0.2, 0.0)
 
     def fresh():
-        data = mjw.put_data(mjm, mjd, nworld=args.worlds, nconmax=16 * args.worlds, njmax=32 * args.worlds)
+        data = mjw.put_data(mjm, mjd, nworld=worlds, nconmax=16 * worlds, njmax=32 * worlds)
         for name in ("contact", "efc"):
             for arr in vars(getattr(data, name, None) or object()).values():
                 if isinstance(arr, wp.array):
@@ -75,7 +94,7 @@ def build(args):
         return data
 
     mjw.step(m, fresh())  # loads every module outside any capture
-    wp.synchronize_device(args.device)
+    wp.synchronize_device(device)
     return m, fresh
 
 
@@ -138,36 +157,66 @@ def run(args) -> dict:
     wp.init()
     dev = wp.get_device(args.device)
     results = {"benchmark": "cuda_mujoco", "status": "ok", "device": dev.name, "arch": dev.arch,
-               "warp": wp.config.version, "apic": apic.__version__, "worlds": args.worlds,
-               "replays": args.replays, "rounds": args.rounds, "methods": {}}
+               "warp": wp.config.version, "apic": apic.__version__, "replays": args.replays, "rounds": args.rounds,
+               "runs": []}
+    for worlds, conditional in settings(args):
+        results["runs"].append(run_one(args, worlds, conditional))
+    return results
+
+
+def run_one(args, worlds: int, conditional: bool) -> dict:
+    """Every method at one batch size and one graph_conditional setting."""
+    import warp as wp
+
+    run = {"worlds": worlds, "graph_conditional": conditional, "methods": {}}
     with wp.ScopedDevice(args.device), tempfile.TemporaryDirectory() as folder:
-        m, fresh = build(args)
-        found, errors, qpos = methods(m, fresh, args.device, folder)
+        try:
+            m, fresh = build(worlds, conditional, args.device)
+            found, errors, qpos = methods(m, fresh, args.device, folder)
+        except Exception as error:  # noqa: BLE001  (reported; the other runs still go)
+            run["error"] = f"{type(error).__name__}: {error}"
+            return run
         time_rounds(found, args.replays, args.rounds, lambda: wp.synchronize_device(args.device))
         floor = qpos["warp graph"]()
         for method in found:
             got = qpos[method.name]()
             same = np.array_equal(got.view(np.uint8), floor.view(np.uint8))
-            results["methods"][method.name] = {
+            run["methods"][method.name] = {
                 "total": summarise(method.total, 1), "issue": summarise(method.issue, 1), "replays": method.replays,
                 "qpos_vs_warp_graph": "bit for bit" if same else f"max abs diff {float(np.abs(got - floor).max()):.3g}"}
         for name, error in errors.items():
-            results["methods"][name] = {"error": error}
-    return results
+            run["methods"][name] = {"error": error}
+    return run
 
 
 def table(results: dict) -> str:
-    lines = [f"mujoco-warp step, {results['worlds']} worlds, on {results['device']} (warp-lang {results['warp']}; "
-             f"{results['rounds']} rounds of {results['replays']} replays)", "",
-             "| method | us per step (min / median) | issue us per step (median) | qpos vs warp graph |",
-             "|---|---|---|---|"]
-    for name, m in results["methods"].items():
-        if m.get("error"):
-            lines.append(f"| {name} | not run: {m['error']} | | |")
+    """One table per run, then each method's step with conditional nodes against without, per batch size."""
+    lines = [f"mujoco-warp step on {results['device']} (warp-lang {results['warp']}; {results['rounds']} rounds of "
+             f"{results['replays']} replays)"]
+    medians: dict = {}
+    for run in results["runs"]:
+        setting = "graph_conditional" if run["graph_conditional"] else "unrolled solver"
+        lines += ["", f"{run['worlds']} worlds, {setting}", ""]
+        if run.get("error"):
+            lines.append(f"not run: {run['error']}")
             continue
-        total = m["total"]["per_replay_us"]
-        lines.append(f"| {name} | {total['min']:.1f} / {total['median']:.1f} | "
-                     f"{m['issue']['per_replay_us']['median']:.1f} | {m['qpos_vs_warp_graph']} |")
+        lines += ["| method | us per step (min / median) | issue us per step (median) | qpos vs warp graph |",
+                  "|---|---|---|---|"]
+        for name, m in run["methods"].items():
+            if m.get("error"):
+                lines.append(f"| {name} | not run: {m['error']} | | |")
+                continue
+            total = m["total"]["per_replay_us"]
+            medians[(name, run["worlds"], run["graph_conditional"])] = total["median"]
+            lines.append(f"| {name} | {total['min']:.1f} / {total['median']:.1f} | "
+                         f"{m['issue']['per_replay_us']['median']:.1f} | {m['qpos_vs_warp_graph']} |")
+    pairs = sorted({(name, worlds) for name, worlds, flag in medians if (name, worlds, not flag) in medians},
+                   key=lambda p: (p[1], p[0]))
+    if pairs:
+        lines += ["", "| method | worlds | us per step with conditional nodes | without | ratio |", "|---|---|---|---|---|"]
+        for name, worlds in pairs:
+            on, off = medians[(name, worlds, True)], medians[(name, worlds, False)]
+            lines.append(f"| {name} | {worlds} | {on:.1f} | {off:.1f} | {on / off:.2f}x |")
     return "\n".join(lines)
 
 

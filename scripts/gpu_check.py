@@ -34,7 +34,8 @@ from dataclasses import dataclass
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "apic-gpu-check/1"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU, EXIT_GPU_UNUSABLE = 0, 1, 2, 3, 4
-DEFAULT_BUDGET = 420  # seconds for all jobs together: the check runs in about 7 minutes at most
+DEFAULT_BUDGET = 540  # seconds for all jobs together: 9 minutes, under the 10 a device command may run
+SECOND_PYTHON_ENV = "APIC_SECOND_PYTHON"  # an interpreter with the other supported warp-lang (1.12.1)
 
 # Tests that need a CUDA device besides tests/cuda/test_cuda_gpu.py (they skip, saying so, without one), and the
 # offline CUDA suites, which compile with the same NVRTC and run their device-dependent parts there.
@@ -56,27 +57,44 @@ class Job:
     junit: str | None = None  # the JUnit XML the command writes (pytest jobs)
     optional: bool = False  # skipped, saying why, where ``requires`` is not importable; never fails the check
     requires: str | None = None  # a module the job needs
+    python: str | None = None  # the interpreter ``requires`` is checked in (default: the check's)
+    unavailable: str | None = None  # why the job cannot run here (it is then skipped, saying so)
 
 
-def build_jobs(out: str, python: str = sys.executable) -> list[Job]:
-    """The jobs, in the order they run (the most important first)."""
+GPU_TESTS = ("tests/cuda/test_cuda_gpu.py",)
+CONDITIONAL_TESTS = ("tests/cuda/test_cuda_conditional_gpu.py", "tests/cuda/test_cuda_conditional_offline.py")
 
-    def pytest(name: str, paths, timeout: int) -> Job:
+
+def build_jobs(out: str, python: str = sys.executable, second_python: str | None = None) -> list[Job]:
+    """The jobs, in the order they run (the most important first). ``second_python`` (default
+    ``$APIC_SECOND_PYTHON``): an interpreter with the other supported warp-lang, which runs the GPU tests again."""
+    if second_python is None:
+        second_python = os.environ.get(SECOND_PYTHON_ENV) or None
+
+    def pytest(name: str, paths, timeout: int, interpreter: str = python) -> Job:
         junit = os.path.join(out, f"junit-{name}.xml")
-        return Job(name, (python, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-o", "junit_family=xunit2",
-                          f"--junitxml={junit}", *paths), timeout, junit)
+        return Job(name, (interpreter, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-o",
+                          "junit_family=xunit2", f"--junitxml={junit}", *paths), timeout, junit)
 
+    def optional(job: Job, requires: str, interpreter: str = python, unavailable: str | None = None) -> Job:
+        return Job(f"{job.name} (optional)", job.argv, job.timeout, job.junit, optional=True, requires=requires,
+                   python=interpreter, unavailable=unavailable)
+
+    second = pytest("second-warp", [*GPU_TESTS, *CONDITIONAL_TESTS], 240, second_python or "python3")
     return [
-        pytest("cuda-gpu-tests", ["tests/cuda/test_cuda_gpu.py"], 240),
+        pytest("cuda-gpu-tests", list(GPU_TESTS), 200),
+        pytest("cuda-conditional-tests", list(CONDITIONAL_TESTS), 150),
         Job("benchmark", (python, "-m", "benchmarks.cuda_replay", "--json", os.path.join(out, "cuda_replay.json")),
-            120),
-        # the client on the GPU: its modules compile with NVRTC once (Warp's kernel cache is shared by the jobs)
-        Job("mujoco-warp (optional)", pytest("mujoco", ["tests/clients/test_mujoco_warp_gpu.py"], 180).argv, 180,
-            os.path.join(out, "junit-mujoco.xml"), optional=True, requires="mujoco_warp"),
+            90),
+        # the clients on the GPU: their modules compile with NVRTC once (Warp's kernel cache is shared by the jobs)
+        optional(pytest("mujoco-warp", ["tests/clients/test_mujoco_warp_gpu.py"], 200), "mujoco_warp"),
         Job("mujoco-warp benchmark (optional)",
-            (python, "-m", "benchmarks.cuda_mujoco", "--json", os.path.join(out, "cuda_mujoco.json")), 120,
+            (python, "-m", "benchmarks.cuda_mujoco", "--json", os.path.join(out, "cuda_mujoco.json")), 200,
             optional=True, requires="mujoco_warp"),
-        pytest("cuda-device-tests", list(DEVICE_TESTS), 150),
+        optional(pytest("newton", ["tests/clients/test_newton_gpu.py"], 150), "newton"),
+        optional(second, "warp", second_python or "python3", None if second_python else (
+            f"no second warp-lang interpreter given (--second-python or ${SECOND_PYTHON_ENV})")),
+        pytest("cuda-device-tests", list(DEVICE_TESTS), 120),
     ]
 
 
@@ -188,6 +206,17 @@ def child_env() -> dict:
     return env
 
 
+def warp_version(python: str) -> str:
+    """The warp-lang version ``python`` imports, or why it cannot say."""
+    try:
+        done = subprocess.run([python, "-c", "import warp; print(warp.config.version)"], capture_output=True,
+                              text=True, timeout=120, cwd=REPO, env=child_env())
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"cannot run {python}: {type(error).__name__}: {error}"
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if done.returncode == 0 and lines else f"{python} cannot import warp: {done.stderr.strip()[-200:]}"
+
+
 def importable(module: str, python: str = sys.executable) -> bool:
     """Whether ``module`` imports in the jobs' interpreter."""
     try:
@@ -200,7 +229,10 @@ def importable(module: str, python: str = sys.executable) -> bool:
 def run_job(job: Job, timeout: float, log) -> dict:
     """Run ``job`` (in a process group of its own, killed whole at ``timeout``); its record for the JSON."""
     record = {"name": job.name, "command": " ".join(job.argv), "optional": job.optional}
-    if job.requires and not importable(job.requires):
+    if job.unavailable:
+        record.update(status="skipped", reason=job.unavailable)
+        return record
+    if job.requires and not importable(job.requires, job.python or sys.executable):
         record.update(status="skipped", reason=f"{job.requires} is not importable here")
         return record
     log.write(f"\n===== {job.name}: {record['command']} (limit {timeout:.0f} s)\n")
@@ -284,8 +316,9 @@ def summary(results: dict) -> str:
     """A few lines: the verdict and the card, each job, the skips with their reasons, the benchmark's table."""
     probe_ = results.get("gpu") or {}
     warp = probe_.get("warp") or {}
+    second = f"; second warp-lang {results['second_warp']}" if results.get("second_warp") else ""
     lines = [f"apic GPU check: {results['status'].upper()} (card: {probe_.get('card') or 'none'}; "
-             f"warp-lang {warp.get('version')}; driver {(probe_.get('cuda_python') or {}).get('driver')})"]
+             f"warp-lang {warp.get('version')}{second}; driver {(probe_.get('cuda_python') or {}).get('driver')})"]
     if results.get("reason"):
         lines.append(f"  {results['reason']}")
     for job in results.get("jobs", []):
@@ -304,7 +337,7 @@ def summary(results: dict) -> str:
 
         lines += ["", table(bench)]
     client = results.get("client_benchmark")
-    if client and client.get("methods"):
+    if client and client.get("runs"):
         from benchmarks.cuda_mujoco import table as client_table
 
         lines += ["", client_table(client)]
@@ -319,6 +352,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help=f"seconds for all jobs (default {DEFAULT_BUDGET})")
     parser.add_argument("--jobs", help="only these jobs (comma-separated names; --list shows them)")
     parser.add_argument("--list", action="store_true", help="print the jobs and exit")
+    parser.add_argument("--second-python", default=os.environ.get(SECOND_PYTHON_ENV) or None,
+                        help=f"an interpreter with the other warp-lang (1.12.1): the GPU tests run again there "
+                             f"(default ${SECOND_PYTHON_ENV})")
     return parser.parse_args(argv)
 
 
@@ -331,6 +367,8 @@ def check(args: argparse.Namespace, results: dict, log) -> None:
         results["exit_code"], results["reason"] = problem
         results["status"] = "no-gpu" if problem[0] == EXIT_NO_GPU else "gpu-unusable"
         return
+    if getattr(args, "second_python", None):
+        results["second_warp"] = warp_version(args.second_python)
     deadline = time.monotonic() + args.budget
     for job in selected_jobs(args):
         left = deadline - time.monotonic()
@@ -349,7 +387,7 @@ def check(args: argparse.Namespace, results: dict, log) -> None:
 
 
 def selected_jobs(args: argparse.Namespace) -> list[Job]:
-    jobs = build_jobs(args.out)
+    jobs = build_jobs(args.out, second_python=getattr(args, "second_python", None))
     if not args.jobs:
         return jobs
     wanted = [w.strip() for w in args.jobs.split(",") if w.strip()]
@@ -363,7 +401,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.out = os.path.abspath(args.out)
     if args.list:
-        for job in build_jobs(args.out):
+        for job in build_jobs(args.out, second_python=args.second_python):
             print(f"{job.name}: {' '.join(job.argv)} (limit {job.timeout} s{', optional' if job.optional else ''})")
         return EXIT_OK
     os.makedirs(args.out, exist_ok=True)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The GPU check: on a machine with a CUDA GPU, run every test that needs one and the CUDA replay benchmark
-# (benchmarks/cuda_replay.py: Warp's own replays next to apic's; mujoco-warp's GPU test and benchmarks/cuda_mujoco.py where
-# mujoco-warp is importable), in about 7 minutes at most, writing
+# The GPU check: on a machine with a CUDA GPU, run every test that needs one (conditional nodes included:
+# tests/cuda/test_cuda_conditional_gpu.py) and the CUDA replay benchmark (benchmarks/cuda_replay.py: Warp's own
+# replays next to apic's; mujoco-warp's GPU test and benchmarks/cuda_mujoco.py, both graph_conditional settings at
+# 64 and 1,024 worlds, where mujoco-warp is importable; newton's pendulum example where newton is; the GPU tests
+# again under a second warp-lang, 1.12.1, given by --second-python or APIC_SECOND_PYTHON), in 9 minutes at most, writing
 # gpu-check.json (the card, each job, each test's outcome, the figures) and gpu-check.log under $OUT if
 # set, else ./gpu-results. Prints a short summary. No network needed.
 #
@@ -26,6 +28,11 @@
 #        python3 -m pip install -q --no-index --no-deps --target /tmp/apic-clients .devkit/clients/*.whl
 #   and PYTHONPATH=/tmp/apic-site:/tmp/apic-clients:$PWD in the last. A part and the clients together pass the
 #   64 MiB a command may upload: keep them in separate commands.
+# For the second warp-lang (1.12.1), install its wheel into a folder of its own in one more command (a kit like the
+# first, or pip install --no-index --target /tmp/apic-site-1.12 from .devkit/warp-1.12.1/) and give the check
+# a wrapper that puts it first on the path, e.g.
+#        printf '#!/bin/sh\nPYTHONPATH=/tmp/apic-site-1.12:$PWD exec python3 "$@"\n' > /tmp/py112 && chmod +x /tmp/py112
+#        APIC_SECOND_PYTHON=/tmp/py112 bash scripts/gpu_check.sh
 # If the machine was released in between (the installer says a part is missing or its SHA-256 does not
 # match), start again at 1. While it is still up, a rerun needs only
 #        export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh [--jobs cuda-gpu-tests]

@@ -158,3 +158,9 @@ def tick(x: wp.array(dtype=wp.int32)):
     """A tiny launch (the benchmark's graph of 1,000 of them uses one like it)."""
     i = wp.tid()
     x[i] = x[i] + 1
+
+
+@wp.kernel
+def flip(flag: wp.array(dtype=wp.int32)):
+    """A condition that alternates from one step to the next (both sides of an if run over two steps)."""
+    flag[0] = 1 - flag[0]

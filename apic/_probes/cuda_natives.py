@@ -107,6 +107,25 @@ def cuda_graph_instantiate_call(driver, graph) -> tuple[str, tuple]:
     return "cuGraphInstantiate", (graph, 0)
 
 
+def cuda_dependency_args(driver, name: str, dependencies: list) -> tuple:
+    """The dependency arguments of the driver call ``name`` (``cuGraphAddNode``,
+    ``cuStreamUpdateCaptureDependencies``): ``(dependencies, count)`` in cuda-python 12.x, whose
+    functions of that name take no edge data, ``(dependencies, None, count)`` from 13.0, where they do."""
+    doc = (getattr(driver, name).__doc__ or "").split("\n", 1)[0]
+    if "dependencyData" in doc:
+        return (dependencies, None, len(dependencies))
+    return (dependencies, len(dependencies))
+
+
+def cuda_capture_info_call(driver) -> str:
+    """The driver call that returns a capturing stream's graph and dependencies, as
+    ``(status, id, graph, dependencies, ..., count)``: ``cuStreamGetCaptureInfo`` in cuda-python 12 and 13
+    (13.0 adds the edge data before the count), ``cuStreamGetCaptureInfo_v2`` where a binding still has it."""
+    if hasattr(driver, "cuStreamGetCaptureInfo_v2"):
+        return "cuStreamGetCaptureInfo_v2"
+    return "cuStreamGetCaptureInfo"
+
+
 def cuda_build_options(module) -> dict:
     """The options Warp compiles the Warp ``module`` with for CUDA (what ``build_cuda`` is given), plus
     ``strip_hash``, ``llvm_cuda`` and ``extra_cuda_include_dirs`` (what a source fallback cannot carry).

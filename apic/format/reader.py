@@ -36,6 +36,7 @@ from apic.format.read_context import Context
 from apic.format.read_ops import read_ops
 from apic.format.read_raw import read_raw_ops
 from apic.format.read_tables import ModuleEntry
+from apic.record.conditional_tree import StructureError, conditional_tree
 from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, control_of
 from apic.record.recording import ModuleInfo, Recording
@@ -265,6 +266,11 @@ def read(data) -> SavedGraph:
     problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
     if problem is not None:
         _fail("sequence", problem)
+    if graph_target is CUDA and moves:  # conditional nodes: bodies that nest, within the reader's limits
+        try:
+            conditional_tree(ops, schema.MAX_CONDITIONAL_DEPTH, schema.MAX_CONDITIONAL_BODY_OPS)
+        except StructureError as error:
+            _fail("sequence", f"{error} (a CUDA graph's branches must nest as conditional nodes)")
 
     recording = Recording(
         abi=abi,

@@ -59,6 +59,11 @@ the module's object and source files behind a 16-byte trailer instead of in a ``
 without manifests); ``target.cpu`` may name an x86-64 level (``capture_save(cpu_target=...)``). Read more
 strictly: ``source.options.extra_flags`` takes only Warp's default compiler flags.
 
+2026-11-28, every version (no new version: an older reader refuses such a file, naming op kind 8, rather than
+misreading it): CUDA graphs may hold ``branch`` and ``jump`` (``wp.capture_if`` / ``capture_while``), which must
+nest as conditional nodes (``apic.record.conditional_tree``; docs/FORMAT.md 8.1) within
+``MAX_CONDITIONAL_DEPTH`` and ``MAX_CONDITIONAL_BODY_OPS``. Golden file: ``tests/data/golden/cuda-conditional``.
+
 Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every format version from
 ``MIN_READ_VERSION`` to ``FORMAT_VERSION``; ``MIN_READ_VERSION`` moves only in a new minor release, and a
 version stays readable for at least 6 months after the first release that wrote a newer one.
@@ -153,6 +158,8 @@ MAX_HANDLE_OPTIONS = 8  # options of one native handle
 MAX_NATIVE_TYPES = 64  # native Warp struct types one module reads
 MAX_SPLIT_WRITES = 4096  # array offsets in one list of a kernel proved splittable (split_writes, split_world)
 MAX_KERNEL_PARAMS = 4096  # parameters of a CUDA kernel (its [offset, size] pairs)
+MAX_CONDITIONAL_DEPTH = 16  # how deep a CUDA graph's conditional nodes nest (each level is a child graph)
+MAX_CONDITIONAL_BODY_OPS = 1 << 20  # sequence positions in one body of a CUDA conditional node
 MAX_OP_KIND = 1 << 16  # an op's kind number, read before it is looked up
 MAX_SOURCE_FLAGS = 16  # compiler flags of a module's saved source (Warp's defaults are fewer)
 # handles

@@ -37,6 +37,7 @@ from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
 from apic.record import handle_words
+from apic.record.conditional_tree import StructureError, conditional_tree, has_conditionals
 from apic.targets import target as targets
 from apic.targets.cpu import MODULE_EXTENSION, module_file_name
 
@@ -188,6 +189,13 @@ def _check_cuda_saveable(graph) -> None:
             "process). Pass the array itself, or capture on the CPU, where apic remaps handle ids",
             capture="CUDA (apic=True)",
         )
+    if has_conditionals(graph.recording.ops):  # what a reader takes (docs/FORMAT.md 8.1), refused before writing
+        try:
+            conditional_tree(graph.recording.ops, schema.MAX_CONDITIONAL_DEPTH, schema.MAX_CONDITIONAL_BODY_OPS)
+        except StructureError as error:
+            raise UnsupportedOperationError(
+                "saving a CUDA graph whose wp.capture_if / wp.capture_while bodies a reader would refuse", str(error),
+                capture="CUDA (apic=True)") from error
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from apic.errors import CaptureError
 from apic.errors import UnsupportedOperationError as _Unsupported
 from apic.record import handles, layout
 from apic.record.base import RecorderBase
+from apic.record.cuda_control_flow import CudaControlFlow
 from apic.record.cuda_params import param_types
 from apic.record.launch_args import pointer_value as _as_int
 from apic.record.op_addresses import resolve_ops
@@ -69,7 +70,7 @@ class CudaModule:
         return _compat.cuda_module_binary_path(self.module, self.module_exec)
 
 
-class CudaRecorder(RecorderBase):
+class CudaRecorder(CudaControlFlow, RecorderBase):
     """State of one CUDA recording, from ``capture_begin`` to ``capture_end``."""
 
     def __init__(self, device, stream: int) -> None:

@@ -288,7 +288,7 @@ OP_SPECS: tuple[OpSpec, ...] = tuple(
     OpSpec(op_type, op_type.kind, op_type.kind.name.lower(), targets)
     for op_type, targets in (
         (Launch, _CPU_ONLY), (Memcpy, _BOTH), (Memset, _BOTH), (Memtile, _BOTH), (ArrayCopy, _CPU_ONLY),
-        (ArrayFill, _CPU_ONLY), (Alloc, _BOTH), (Branch, _CPU_ONLY), (Jump, _CPU_ONLY), (NativeCall, _CPU_ONLY),
+        (ArrayFill, _CPU_ONLY), (Alloc, _BOTH), (Branch, _BOTH), (Jump, _BOTH), (NativeCall, _CPU_ONLY),
         (CudaLaunch, _CUDA_ONLY), (HandleCall, _CPU_ONLY),
     )
 )

@@ -17,8 +17,9 @@ module images and hands them here) does, in order:
 
 ``graph.mode = "launch"`` walks the ops with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` /
 ``cuMemsetD*Async`` instead. Both modes run as op-table rows in one call of apic's native interpreter
-(``cuda_rows.py``: the driver called by address, no Python per op). Everything the graph allocated is
-freed when it is.
+(``cuda_rows.py``: the driver called by address, no Python per op), but for ``mode="launch"`` of a graph with
+``wp.capture_if`` / ``capture_while``: its conditions are read on the host, one stream synchronisation per test
+(``apic.replay.cuda_conditional``). Everything the graph allocated is freed when it is.
 
 Inside a caller's own capture (``wp.ScopedCapture`` without ``apic``, ``wp.capture_begin(external=True)``,
 the body of Warp's ``capture_if`` / ``capture_while``, or a stream capture begun with cuda-python), a
@@ -44,7 +45,10 @@ from apic.replay import cuda_resources, cuda_rows
 from apic.replay.cuda_binding_io import CudaBindingIO
 from apic.replay.cuda_resources import ContextGuard, Resources
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
-from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, build_graph, lower, needs_fill_kernel
+from apic.replay.cuda_conditional import (SET_CONDITION_PTX, SET_CONDITION_SYMBOL, build_graph, check_support,
+                                          has_conditional_steps)
+from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL, lower, needs_fill_kernel
+from apic.record.conditional_tree import has_conditionals
 from apic.replay.named_params import NamedParams
 from apic.replay.cuda_run import CudaRun
 from apic.targets import cuda as cuda_target
@@ -126,10 +130,12 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
                             res.memory)
             self._plan, self._keep = lowered.plan, lowered.keep
             if self._plan:
-                build_graph(self._plan, cu, res)
-            # the replays as op-table rows (apic.replay.cuda_rows), where the driver library's entry points are found
+                self._keep += build_graph(self._plan, cu, res, getattr(self, "_set_condition", None))
+            # the replays as op-table rows (apic.replay.cuda_rows), where the driver library's entry points are found;
+            # a plan with conditional steps has no launch-mode rows (its conditions are read on the host)
             entries = cuda_rows.driver_entries(cu) if self._plan else None
-            self._rows = cuda_rows.CudaRows(self._plan, entries, res.context, res.stream, res.exec) if entries else None
+            self._rows = cuda_rows.CudaRows(self._plan, entries, res.context, res.stream, res.exec,
+                                            launch=not has_conditional_steps(self._plan)) if entries else None
             # The uploads above (cuMemcpyHtoD from pageable memory, cuMemsetD8) go to the legacy stream and
             # may still be in flight when they return; replays run on a non-blocking stream, which does
             # not wait for the legacy one. Let every upload land before the first replay can start.
@@ -199,6 +205,10 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
                     except RuntimeError:  # a driver without the attribute's function: clusters stay portable
                         pass
             functions.append(fn)
+        if has_conditionals(self.recording.ops):  # conditional nodes: refused before anything else is built
+            check_support(cu)
+            condition_module = self._load_module(SET_CONDITION_PTX, "apic_set_condition.ptx")
+            self._set_condition = cu("cuModuleGetFunction", condition_module, SET_CONDITION_SYMBOL.encode())
         if any(needs_fill_kernel(op) for op in self.recording.ops):
             fill_module = self._load_module(FILL_PTX, "apic_fill.ptx")
             self._fill = cu("cuModuleGetFunction", fill_module, FILL_SYMBOL.encode())

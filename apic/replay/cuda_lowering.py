@@ -3,7 +3,9 @@
 Each op becomes one step: a kernel node (a launch, with its param blob relocated to the loaded regions),
 a memcpy node, a memset node (a memset, or a fill of a 1, 2 or 4-byte value at an aligned address), or
 a launch of the small fill kernel below (any other fill). ``graph.mode = "launch"`` walks the same steps
-with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` / ``cuMemsetD*Async`` instead.
+with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` / ``cuMemsetD*Async`` instead. A graph with
+``wp.capture_if`` / ``wp.capture_while`` lowers to a nested plan (``"if"`` and ``"while"`` steps around
+the plain ones) that ``apic.replay.cuda_conditional`` builds as CUDA conditional nodes.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from apic._compat import cuda_graph_instantiate_call
 from apic.record import ops as rec
+from apic.record.conditional_tree import IfNode, WhileNode, conditional_tree, has_conditionals
 from apic.replay.relocate import Arena
 
 # The fill kernel for fills memset nodes cannot do: dst[i] = src[i % size] for each byte i < total.
@@ -125,12 +127,31 @@ def lower(recording, regions: list[int], functions: list, fill, cu, memory: list
 
     keep = [arena.buffer]  # the param arena, kernelParams arrays and fill arguments: alive as long as the plan
     steps = _Steps(recording, address, functions, arena, fill, constants, fills, keep)
+    if has_conditionals(recording.ops):
+        return Lowered(_lower_body(conditional_tree(recording.ops), steps), keep)
     plan = []
     for op in recording.ops:
         step = rec.handler(_STEP, op, "lowering a graph for CUDA replay")(op, steps)
         if step is not None:
             plan.append(step)
     return Lowered(plan, keep)
+
+
+def _lower_body(body: tuple, steps: "_Steps") -> list:
+    """The steps of a conditional tree's body: ``("if", cond, then, otherwise-or-None)`` and
+    ``("while", cond, body)`` (``cond``: the device address of the int32) around the plain steps."""
+    plan = []
+    for item in body:
+        if isinstance(item, IfNode):
+            otherwise = None if item.otherwise is None else _lower_body(item.otherwise, steps)
+            plan.append(("if", steps.address(item.cond), _lower_body(item.then, steps), otherwise))
+        elif isinstance(item, WhileNode):
+            plan.append(("while", steps.address(item.cond), _lower_body(item.body, steps)))
+        else:
+            step = rec.handler(_STEP, item, "lowering a graph for CUDA replay")(item, steps)
+            if step is not None:
+                plan.append(step)
+    return plan
 
 
 @dataclass(frozen=True)
@@ -168,6 +189,11 @@ def _memtile_step(op: rec.Memtile, c: _Steps) -> tuple:
     return ("kernel", c.fill, (blocks, 1, 1), (FILL_BLOCK, 1, 1), 0, ctypes.addressof(params))
 
 
+def _outside_tree(op, c: _Steps):
+    """A CUDA graph with branches is lowered through its conditional tree (``_lower_body``), which holds none."""
+    raise TypeError(f"a {type(op).__name__} op outside the conditional tree of a CUDA graph")
+
+
 # op type -> (op, _Steps) -> one step, or None (nothing to do); the reader lets no CPU-only kind into a CUDA graph
 _CPU_ONLY = rec.Refused("cannot replay a {type} op on CUDA")
 _STEP = {
@@ -176,46 +202,57 @@ _STEP = {
     rec.Memset: lambda op, c: ("memset", c.address(op.dst), op.value, 1, op.nbytes),
     rec.Memtile: _memtile_step,
     rec.Alloc: lambda op, c: None,
+    rec.Branch: _outside_tree,
+    rec.Jump: _outside_tree,
     **{spec.type: _CPU_ONLY for spec in rec.OP_SPECS if "cuda" not in spec.targets},
 }
 
 
-def build_graph(plan: list[tuple], cu, res) -> None:
-    """One CUDA graph of the ``plan``'s steps in order, instantiated: ``res.graph`` and ``res.exec``."""
+def add_node(step: tuple, graph, previous: list, cu, context):
+    """Add one plain step (kernel, memcpy, memset) to ``graph`` after the nodes ``previous``; the new node."""
     driver = cu.cu
-    res.graph = cu("cuGraphCreate", 0)
-    previous: list = []
-    for step in plan:
-        if step[0] == "kernel":
-            _, fn, grid, block, smem, params = step
-            node_params = driver.CUDA_KERNEL_NODE_PARAMS()
-            node_params.func = fn
-            node_params.gridDimX, node_params.gridDimY, node_params.gridDimZ = grid
-            node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = block
-            node_params.sharedMemBytes = smem
-            node_params.kernelParams = params
-            node = cu("cuGraphAddKernelNode", res.graph, previous, len(previous), node_params)
-        elif step[0] == "memcpy":
-            _, dst, src, nbytes = step
-            copy = driver.CUDA_MEMCPY3D()
-            copy.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
-            copy.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
-            copy.srcDevice = driver.CUdeviceptr(src)
-            copy.dstDevice = driver.CUdeviceptr(dst)
-            copy.srcPitch = copy.dstPitch = nbytes
-            copy.srcHeight = copy.dstHeight = 1
-            copy.WidthInBytes, copy.Height, copy.Depth = nbytes, 1, 1
-            node = cu("cuGraphAddMemcpyNode", res.graph, previous, len(previous), copy, res.context)
-        else:
-            _, dst, value, width, count = step
-            memset = driver.CUDA_MEMSET_NODE_PARAMS()
-            memset.dst = driver.CUdeviceptr(dst)
-            memset.value = value
-            memset.elementSize = width
-            memset.width = count
-            memset.height = 1
-            memset.pitch = count * width
-            node = cu("cuGraphAddMemsetNode", res.graph, previous, len(previous), memset, res.context)
-        previous = [node]
-    name, args = cuda_graph_instantiate_call(driver, res.graph)  # differs between cuda-python 11 and 12+
-    res.exec = cu(name, *args)
+    if step[0] == "kernel":
+        _, fn, grid, block, smem, params = step
+        node_params = driver.CUDA_KERNEL_NODE_PARAMS()
+        node_params.func = fn
+        node_params.gridDimX, node_params.gridDimY, node_params.gridDimZ = grid
+        node_params.blockDimX, node_params.blockDimY, node_params.blockDimZ = block
+        node_params.sharedMemBytes = smem
+        node_params.kernelParams = params
+        return cu("cuGraphAddKernelNode", graph, previous, len(previous), node_params)
+    if step[0] == "memcpy":
+        _, dst, src, nbytes = step
+        copy = driver.CUDA_MEMCPY3D()
+        copy.srcMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        copy.dstMemoryType = driver.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        copy.srcDevice = driver.CUdeviceptr(src)
+        copy.dstDevice = driver.CUdeviceptr(dst)
+        copy.srcPitch = copy.dstPitch = nbytes
+        copy.srcHeight = copy.dstHeight = 1
+        copy.WidthInBytes, copy.Height, copy.Depth = nbytes, 1, 1
+        return cu("cuGraphAddMemcpyNode", graph, previous, len(previous), copy, context)
+    _, dst, value, width, count = step
+    memset = driver.CUDA_MEMSET_NODE_PARAMS()
+    memset.dst = driver.CUdeviceptr(dst)
+    memset.value = value
+    memset.elementSize = width
+    memset.width = count
+    memset.height = 1
+    memset.pitch = count * width
+    return cu("cuGraphAddMemsetNode", graph, previous, len(previous), memset, context)
+
+
+def enqueue_step(step: tuple, stream, cu) -> None:
+    """Enqueue one plain step on ``stream`` (the context is current): ``cuLaunchKernel``, ``cuMemcpyDtoDAsync``
+    or ``cuMemsetD*Async``."""
+    driver = cu.cu
+    if step[0] == "kernel":
+        _, fn, grid, block, smem, params = step
+        cu("cuLaunchKernel", fn, *grid, *block, smem, stream, params, 0)
+    elif step[0] == "memcpy":
+        _, dst, src, nbytes = step
+        cu("cuMemcpyDtoDAsync", driver.CUdeviceptr(dst), driver.CUdeviceptr(src), nbytes, stream)
+    else:
+        _, dst, value, width, count = step
+        name = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]
+        cu(name, driver.CUdeviceptr(dst), value, count, stream)

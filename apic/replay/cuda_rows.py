@@ -133,14 +133,20 @@ class CudaRows:
     on another stream (tables made at its first use; the stream is written into their block, under the lock).
     ``mode`` is ``"graph"`` (one ``cuGraphLaunch``; only where a ``graph_exec`` is given) or ``"launch"``."""
 
-    def __init__(self, plan: list, entries: dict[str, int], context, stream, graph_exec=None) -> None:
+    def __init__(self, plan: list, entries: dict[str, int], context, stream, graph_exec=None,
+                 launch: bool = True) -> None:
         self._args = (plan, entries, context, graph_exec)
+        self._launch = launch  # False: no launch-mode rows (a plan with conditional steps)
         self._own = {mode: self._replay(mode, int(stream or 0)) for mode in self._modes()}
         self._other: dict = {}
         self._lock = threading.Lock()
 
     def _modes(self) -> tuple[str, ...]:
-        return ("graph", "launch") if self._args[3] is not None else ("launch",)
+        return ("graph",) * (self._args[3] is not None) + ("launch",) * self._launch
+
+    def has(self, mode: str) -> bool:
+        """Whether ``mode`` replays as rows here."""
+        return mode in self._modes()
 
     def _replay(self, mode: str, stream: int) -> _Replay:
         plan, entries, context, graph_exec = self._args

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from apic.errors import CaptureError
 from apic.replay import cuda_resources
+from apic.replay.cuda_conditional import add_to_capture, has_conditional_steps, run_on_host
 from apic.replay.cuda_driver import CudaReplayError
+from apic.replay.cuda_lowering import enqueue_step
 
 MODES = ("graph", "launch")
 
@@ -77,30 +79,32 @@ class CudaRun:
         with self._current():
             if handle is not self._resources.stream and self._check_stream(handle):
                 _hold_in_capture(self.device, handle, self)
-                mode = "launch"  # op by op: the ops become nodes of the caller's graph
-            if rows is not None:
+                # op by op: the ops become nodes of the caller's graph (conditional nodes are added whole)
+                if rows is not None and rows.has("launch"):
+                    rows.run("launch", handle)
+                else:
+                    self._enqueue(handle, capturing=True)
+            elif rows is not None and rows.has(mode):
                 rows.run(mode, handle)
             elif mode == "graph":
                 self._cu("cuGraphLaunch", self._resources.exec, handle)
             else:
                 self._enqueue(handle)
 
-    def _enqueue(self, stream) -> None:
+    def _enqueue(self, stream, capturing: bool = False) -> None:
         """Enqueue the plan's steps one by one on ``stream`` through cuda-python (the context is current): where
-        the driver library's entry points cannot be had for the op-table rows (``cuda_rows.driver_entries``)."""
+        the op-table rows cannot run them (the driver library's entry points not found, ``cuda_rows.driver_entries``,
+        or a plan with conditional steps). With conditional nodes: into a capture, the plan's nodes are added to the
+        capture's graph; otherwise each condition is read on the host when reached (``apic.replay.cuda_conditional``)."""
         cu = self._cu
-        driver = cu.cu
-        for step in self._plan:
-            if step[0] == "kernel":
-                _, fn, grid, block, smem, params = step
-                cu("cuLaunchKernel", fn, *grid, *block, smem, stream, params, 0)
-            elif step[0] == "memcpy":
-                _, dst, src, nbytes = step
-                cu("cuMemcpyDtoDAsync", driver.CUdeviceptr(dst), driver.CUdeviceptr(src), nbytes, stream)
+        if has_conditional_steps(self._plan):
+            if capturing:
+                add_to_capture(self._plan, stream, cu, self._resources.context, self._set_condition, self._keep)
             else:
-                _, dst, value, width, count = step
-                name = {1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]
-                cu(name, driver.CUdeviceptr(dst), value, count, stream)
+                run_on_host(self._plan, stream, cu)
+            return
+        for step in self._plan:
+            enqueue_step(step, stream, cu)
 
     def _refuse_in_capture(self, what: str) -> None:
         """``what`` waits for the device, which a stream capture forbids (it would invalidate the capture)."""

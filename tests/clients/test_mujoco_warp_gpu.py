@@ -1,9 +1,11 @@
 """mujoco-warp on a CUDA GPU under apic (skipped, saying why, without one or without mujoco-warp).
 
-A small scene (``test_mujoco_warp.SCENE``, two worlds, contacts) on ``cuda:0``. An ``apic=True`` capture records
-alongside Warp's own CUDA graph, so it cannot hold Warp's conditional nodes: the step runs with
-``opt.graph_conditional = False`` (mujoco-warp's own switch: fixed solver iterations, no ``capture_while`` /
-``capture_if``), and with conditional nodes on the capture is refused, naming the reason.
+A small scene (``test_mujoco_warp.SCENE``, two worlds, contacts) on ``cuda:0``, with both settings of
+mujoco-warp's ``opt.graph_conditional``: ``True`` (its GPU default: the solver exits early through a
+``capture_while``, which apic records and rebuilds as a CUDA conditional node) and ``False`` (fixed solver
+iterations, no conditional nodes). An ``apic=True`` capture records alongside Warp's own CUDA graph; the step
+is saved and replayed in a process that cannot import mujoco-warp, and (warp#1827) the loaded step is
+replayed inside a caller's own capture between kernels of the caller's.
 
 The oracle is Warp's own graph replay of the same step. A GPU's float atomics need not add in the same order
 twice, so Warp's graph is replayed twice from the same start first: every array those two runs agree on must
@@ -16,8 +18,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import warp as wp
-
-import apic
 
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
 mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
@@ -39,11 +39,12 @@ def _model(conditional: bool):
     return mjm, m
 
 
-@pytest.fixture(scope="module")
-def scene():
-    """The model without conditional nodes, ``fresh()`` Data (equal every time), every module loaded on the GPU."""
+@pytest.fixture(scope="module", params=[True, False], ids=["graph_conditional", "unrolled"])
+def scene(request):
+    """The model (``graph_conditional`` as the parameter says), ``fresh()`` Data (equal every time), every module
+    loaded on the GPU."""
     with wp.ScopedDevice(DEV):
-        mjm, m = _model(conditional=False)
+        mjm, m = _model(conditional=request.param)
         mjd = mujoco.MjData(mjm)
         mjd.qvel[:3] = (0.4, -0.2, 0.0)
 
@@ -130,12 +131,60 @@ def test_saved_step_replays_in_a_process_without_mujoco(scene, warp_reference, t
         assert np.allclose(found[name].view(np.float32), reference[name].view(np.float32), rtol=1e-4, atol=1e-5), name
 
 
-def test_conditional_nodes_are_refused_naming_them():
-    """mujoco-warp's default on a GPU (``graph_conditional``: the solver's ``capture_while``) is refused."""
+def test_the_conditional_step_records_its_while(scene):
+    """With graph_conditional the recording holds the solver's capture_while as a conditional node (at any
+    depth); without, none."""
+    from apic.record.conditional_tree import conditional_tree, depth_of
+
+    m, fresh = scene
     with wp.ScopedDevice(DEV):
-        mjm, m = _model(conditional=True)
-        data = mjw.put_data(mjm, mujoco.MjData(mjm), nworld=2, nconmax=32, njmax=64)
-        mjw.step(m, data)
-        with pytest.raises(apic.UnsupportedOperationError, match="capture_while|capture_if"):
-            with wp.ScopedCapture(device=DEV, apic=True):
-                mjw.step(m, data)
+        with wp.ScopedCapture(device=DEV, apic=True) as cap:
+            mjw.step(m, fresh())
+    depth = depth_of(conditional_tree(cap.graph.recording.ops))
+    assert (depth > 0) == bool(m.opt.graph_conditional), depth
+
+
+@wp.kernel
+def _caller_kernel(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32), scale: wp.float32):
+    i = wp.tid()
+    b[i] = b[i] + scale * a[i]
+
+
+def test_loaded_step_inside_a_callers_capture(scene, warp_reference, tmp_path):
+    """warp#1827: the loaded step (conditional nodes with the GPU default) replayed while the caller captures
+    its own graph, between a kernel of the caller's before and after; the caller's graph replays it ``STEPS``
+    times as Warp's own graph of the step, and the caller's kernels as they run eagerly."""
+    from apic.replay import cuda_loaded_graph
+
+    reason = cuda_loaded_graph.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot replay a saved CUDA graph here: {reason}")
+    m, fresh = scene
+    reference, noisy = warp_reference
+    data = fresh()
+    with wp.ScopedDevice(DEV):
+        with wp.ScopedCapture(device=DEV, apic=True) as cap:
+            mjw.step(m, data)
+        wp.capture_save(cap.graph, str(tmp_path / "step"), outputs={n: getattr(data, n) for n in OUTPUTS})
+        loaded = wp.capture_load(str(tmp_path / "step"), device=DEV)
+        a = wp.array(np.arange(64, dtype=np.float32), device=DEV)
+        b, eager_b = wp.zeros(64, dtype=wp.float32, device=DEV), wp.zeros(64, dtype=wp.float32, device=DEV)
+        wp.launch(_caller_kernel, dim=64, inputs=[a, eager_b, 0.0])  # loads the module outside the capture
+        with wp.ScopedCapture(device=DEV) as outer:
+            wp.launch(_caller_kernel, dim=64, inputs=[a, b, 2.0])
+            wp.capture_launch(loaded)
+            wp.launch(_caller_kernel, dim=64, inputs=[a, b, 0.5])
+        for _ in range(STEPS):
+            wp.capture_launch(outer.graph)
+            wp.launch(_caller_kernel, dim=64, inputs=[a, eager_b, 2.0])
+            wp.launch(_caller_kernel, dim=64, inputs=[a, eager_b, 0.5])
+        wp.synchronize_device(DEV)
+    found = {}
+    for name in OUTPUTS:
+        out = wp.empty_like(getattr(data, name), device="cpu")
+        loaded.get_param(name, out)
+        found[name] = out.numpy().view(np.uint8).reshape(-1)
+    _compare({n: reference[n] for n in OUTPUTS}, noisy, found, "loaded step inside a caller's capture")
+    for name in set(OUTPUTS) & noisy:
+        assert np.allclose(found[name].view(np.float32), reference[name].view(np.float32), rtol=1e-4, atol=1e-5), name
+    assert np.array_equal(b.numpy(), eager_b.numpy())

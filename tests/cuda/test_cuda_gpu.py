@@ -6,7 +6,7 @@ captured-then-replayed, and every array must agree bit for bit: through Warp's o
 (in this process and in a fresh one), after the saved CUBIN was refused and the kept source compiled here
 with NVRTC, inside a caller's own capture (Warp's, an external one, a plain cuda-python stream capture,
 the bodies of Warp's conditional nodes). What an ``apic=True`` CUDA capture does not record (handle updates,
-named scalar parameters, host copies, branches) is refused with an apic error that says why.
+named scalar parameters, host copies, graphs launched inside) is refused with an apic error that says why.
 
 Every kernel is in one Warp module (``cuda_kernels``), which the GPU compiles once.
 """
@@ -312,7 +312,9 @@ def test_unrecordable_work_is_refused():
     assert cuda_record.active() is None
 
 
-def test_branching_or_nested_graphs_are_refused(tmp_path):
+def test_nested_graphs_are_refused(tmp_path):
+    """Launching a graph, or a graph as a conditional's body: its ops would not pass apic's recorder
+    (wp.capture_if / capture_while with callables are recorded: tests/test_cuda_conditional_gpu.py)."""
     needs_cuda_python()
     live = capture(cw.make_state(DEV))
     loaded = wp.capture_load(save(tmp_path), device=DEV)
@@ -320,8 +322,9 @@ def test_branching_or_nested_graphs_are_refused(tmp_path):
     bodies = {
         "a captured graph": lambda: wp.capture_launch(live),
         "a loaded graph": lambda: wp.capture_launch(loaded),
-        "capture_if": lambda: wp.capture_if(cond, on_true=lambda: None),
-        "capture_while": lambda: wp.capture_while(cond, lambda: None),
+        "a captured graph as an if body": lambda: wp.capture_if(cond, on_true=live),
+        "a loaded graph as a while body": lambda: wp.capture_while(cond, loaded),
+        "a loaded graph launched in a body": lambda: wp.capture_while(cond, lambda: wp.capture_launch(loaded)),
     }
     for what, body in bodies.items():
         with pytest.raises(apic.UnsupportedOperationError, match="CUDA"):

@@ -91,12 +91,21 @@ class FakeDevice:
         self.next_address = 0x7F0000000000
         self.capture_status = cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE  # of every stream
         self.stream_context = 0x100  # the context every stream belongs to (0x100: the primary one)
+        self.driver_version = 12080  # what cuDriverGetVersion reports (CUDA 12.8)
+        self.conditions: list[int] = []  # the int32 each 4-byte cuMemcpyDtoH reads next (host-evaluated conditions)
+        self.body_graphs: dict[int, list] = {}  # conditional node -> the body graphs the driver made for it
+        self.capture_graph = None  # the graph a capturing stream builds (cuStreamGetCaptureInfo), made on first ask
+        self._kept: list = []  # host memory the stand-in hands out as the driver's (phGraph_out arrays)
 
     def __getattr__(self, name):
         real = getattr(self.cu, name)
         if not (name.startswith("cu") and callable(real) and not isinstance(real, type)):
             return real  # enums, structs, handle types: the real ones
-        return lambda *args: self._call(name, real, args)
+        def call(*args):
+            return self._call(name, real, args)
+
+        call.__doc__ = real.__doc__  # apic reads a binding's signature from it (_compat.cuda_dependency_args)
+        return call
 
     def _handle(self, kind):
         self.next_handle += 0x10
@@ -153,8 +162,31 @@ class FakeDevice:
             self.next_address += -(-args[0] // 256) * 256 + 256
         elif name == "cuGraphCreate":
             values = (self._handle("CUgraph"),)
+        elif name == "cuDriverGetVersion":
+            values = (self.driver_version,)
+        elif name == "cuGraphConditionalHandleCreate":
+            values = (self._handle("CUgraphConditionalHandle"),)
+        elif name == "cuGraphAddNode":
+            node = self._handle("CUgraphNode")
+            params = args[-1]
+            if params.type == cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL:
+                # the driver's out-parameter: phGraph_out (at byte 32 of CUgraphNodeParams) points at the bodies
+                bodies = (ctypes.c_void_p * params.conditional.size)(
+                    *[int(self._handle("CUgraph")) for _ in range(params.conditional.size)])
+                self._kept.append(bodies)
+                ctypes.c_void_p.from_address(params.getPtr() + 32).value = ctypes.addressof(bodies)
+                self.body_graphs[int(node)] = [int(b) for b in bodies]
+            values = (node,)
         elif name.startswith("cuGraphAdd"):
             values = (self._handle("CUgraphNode"),)
+        elif name.startswith("cuStreamGetCaptureInfo"):
+            if self.capture_graph is None:
+                self.capture_graph = self._handle("CUgraph")
+            previous = [cu.CUgraphNode(0x99)]  # what the caller's capture added last
+            values = (self.capture_status, 7, self.capture_graph, previous)
+            values += ((None,) if len(_returned_values(real)) == 6 else ()) + (len(previous),)
+        elif name == "cuMemcpyDtoH" and args[2] == 4 and self.conditions:
+            ctypes.c_int32.from_address(int(args[0])).value = self.conditions.pop(0)
         elif name.startswith("cuGraphInstantiate"):
             values = (self._handle("CUgraphExec"),)
         elif name == "cuGetErrorName":

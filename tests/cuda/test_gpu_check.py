@@ -67,19 +67,41 @@ def test_an_unknown_job_is_refused_and_the_json_says_so(tmp_path, monkeypatch):
 
 
 # --- the job list ---------------------------------------------------------------------------------------------
-def test_every_job_names_what_exists(tmp_path):
+def test_every_job_names_what_exists(tmp_path, monkeypatch):
+    monkeypatch.delenv(check.SECOND_PYTHON_ENV, raising=False)
     jobs = {job.name: job for job in check.build_jobs(str(tmp_path), python="PY")}
-    assert list(jobs) == ["cuda-gpu-tests", "benchmark", "mujoco-warp (optional)", "mujoco-warp benchmark (optional)",
+    assert list(jobs) == ["cuda-gpu-tests", "cuda-conditional-tests", "benchmark", "mujoco-warp (optional)",
+                          "mujoco-warp benchmark (optional)", "newton (optional)", "second-warp (optional)",
                           "cuda-device-tests"]
     assert jobs["cuda-gpu-tests"].argv[-1] == "tests/cuda/test_cuda_gpu.py"
+    assert jobs["cuda-conditional-tests"].argv[-2:] == check.CONDITIONAL_TESTS
     assert jobs["benchmark"].argv[:3] == ("PY", "-m", "benchmarks.cuda_replay")
     assert jobs["mujoco-warp (optional)"].optional and jobs["mujoco-warp (optional)"].requires == "mujoco_warp"
-    assert check.DEFAULT_BUDGET <= 7 * 60 and all(job.timeout <= check.DEFAULT_BUDGET for job in jobs.values())
+    assert jobs["newton (optional)"].requires == "newton"
+    assert jobs["newton (optional)"].argv[-1] == "tests/clients/test_newton_gpu.py"
+    assert "APIC_SECOND_PYTHON" in jobs["second-warp (optional)"].unavailable
+    # a budget under the 10 minutes one device command may run, and no job longer than it
+    assert check.DEFAULT_BUDGET <= 9 * 60 and all(job.timeout <= check.DEFAULT_BUDGET for job in jobs.values())
     for job in jobs.values():
         if job.junit:
             assert job.junit.startswith(str(tmp_path)) and f"--junitxml={job.junit}" in job.argv
             for path in job.argv[job.argv.index(f"--junitxml={job.junit}") + 1 :]:
                 assert os.path.exists(os.path.join(REPO, path.split("::", 1)[0])), path
+
+
+def test_a_second_warp_runs_the_gpu_tests_again_in_its_interpreter(tmp_path, monkeypatch):
+    """--second-python (or $APIC_SECOND_PYTHON): the GPU and conditional tests again under that interpreter;
+    without one the job is skipped, saying how to give one, and never fails the check."""
+    monkeypatch.setenv(check.SECOND_PYTHON_ENV, "/opt/warp-1.12.1/bin/python")
+    (job,) = [j for j in check.build_jobs(str(tmp_path), python="PY") if j.name.startswith("second-warp")]
+    assert job.argv[0] == job.python == "/opt/warp-1.12.1/bin/python" and job.unavailable is None
+    assert job.argv[-3:] == (*check.GPU_TESTS, *check.CONDITIONAL_TESTS) and job.optional
+    monkeypatch.delenv(check.SECOND_PYTHON_ENV)
+    (job,) = [j for j in check.build_jobs(str(tmp_path)) if j.name.startswith("second-warp")]
+    record = check.run_job(job, 10, open(os.devnull, "w"))
+    assert record["status"] == "skipped" and "--second-python" in record["reason"]
+    assert check.warp_version(sys.executable) == wp.config.version
+    assert "cannot" in check.warp_version("/nonexistent/python")
 
 
 def test_the_device_tests_named_by_node_id_are_collected():
@@ -304,6 +326,28 @@ def test_the_benchmark_reports_the_two_targets_as_ratios():
     assert "launch_vs_floor: 1.300 (target at most 1.2: NOT met)" in text
     assert "issue_vs_warp_graph: 0.800 (target at most 1.0: met)" in text
     assert bench.ratios({**methods, "C floor": {"error": "no C compiler"}}) == {"issue_vs_warp_graph": pytest.approx(0.8)}
+
+
+def test_the_client_benchmark_runs_both_settings_at_both_sizes_and_compares_them():
+    from benchmarks import cuda_mujoco
+
+    args = cuda_mujoco.parse_args([])
+    assert cuda_mujoco.settings(args) == [(64, True), (64, False), (1024, True), (1024, False)]
+    assert cuda_mujoco.settings(cuda_mujoco.parse_args(["--worlds", "8", "--conditional", "off"])) == [(8, False)]
+    with pytest.raises(SystemExit):
+        cuda_mujoco.parse_args(["--worlds", "0"])
+    step = {"total": {"per_replay_us": {"min": 2400.0, "median": 2430.0}}, "issue": {"per_replay_us": {"median": 9.0}},
+            "qpos_vs_warp_graph": "bit for bit"}
+    slow = {**step, "total": {"per_replay_us": {"min": 9900.0, "median": 9930.0}}}
+    results = {"device": "NVIDIA H100", "warp": "1.19.0", "rounds": 5, "replays": 20, "runs": [
+        {"worlds": 1024, "graph_conditional": True, "methods": {"apic loaded, graph": step}},
+        {"worlds": 1024, "graph_conditional": False, "methods": {"apic loaded, graph": slow}},
+        {"worlds": 64, "graph_conditional": True, "error": "RuntimeError: no"}]}
+    text = cuda_mujoco.table(results)
+    assert "1024 worlds, graph_conditional" in text and "1024 worlds, unrolled solver" in text
+    assert "| apic loaded, graph | 2400.0 / 2430.0 | 9.0 | bit for bit |" in text
+    assert "| apic loaded, graph | 1024 | 2430.0 | 9930.0 | 0.24x |" in text
+    assert "not run: RuntimeError: no" in text
 
 
 # --- the kit ---------------------------------------------------------------------------------------------------

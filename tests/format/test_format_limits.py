@@ -22,6 +22,7 @@ import apic
 import persist_kernels as pk
 from wrp_helpers import read_doc, unpack_body
 from apic.format import fields, schema, writer
+from apic.record import ops as rec
 from test_handles import _saved_doc
 
 
@@ -167,7 +168,29 @@ CUDA_CASES = [
      r"kernels\[0\]\.params: .* at most"),
     ("MAX_BLOCK_THREADS", lambda d, n: d["ops"][0].update(block=[n, 1, 1]), r"ops\[0\]\.block\[0\]: .* is outside"),
     ("MAX_GRID_YZ", lambda d, n: d["ops"][0].update(grid=[1, n, 1]), r"ops\[0\]: grid .* exceed CUDA's limits"),
+    ("MAX_CONDITIONAL_DEPTH", lambda d, n: d.update(_conditional_wire("depth", n)),
+     r"sequence: the conditional body at position \d+ is nested \d+ deep"),
+    ("MAX_CONDITIONAL_BODY_OPS", lambda d, n: d.update(_conditional_wire("body", n)),
+     r"sequence: the body at positions 1\.\.\d+ holds \d+ ops"),
 ]
+
+
+def _conditional_wire(shape: str, n: int) -> dict:
+    """The ``ops`` and ``sequence`` of a CUDA file whose conditional bodies nest ``n`` deep (``shape="depth"``), or
+    whose one if-body holds ``n`` copies (``"body"``): written with the writer's own check of the limits lifted."""
+    from unittest import mock
+
+    import test_cuda_conditional_offline as cond
+
+    if shape == "depth":
+        ops = cond._nest(n)
+    else:
+        copy_op = cond._plain()[2][1]
+        ops = [rec.Branch(cond.C, n + 1)] + [copy_op] * n
+    with mock.patch.object(schema, "MAX_CONDITIONAL_DEPTH", 1 << 30), \
+            mock.patch.object(schema, "MAX_CONDITIONAL_BODY_OPS", 1 << 30):
+        doc, _ = cond._document("", ops)
+    return {"ops": doc["ops"], "sequence": doc["sequence"]}
 # Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests;
 # MAX_MANIFEST_BYTES is tested on the trailer below, MAX_ID_WORDS on saved arrays of Mesh ids); MAX_TEXT is the default of fields.check_str, and a
 # pattern bounds every field read with it more tightly (tested on its own below).

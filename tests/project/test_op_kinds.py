@@ -116,7 +116,9 @@ def test_a_refusal_names_the_kind():
     op = rec.CudaLaunch(0, (1,), rec.Blob(b""), (1, 1, 1), (1, 1, 1), 0)
     with pytest.raises(TypeError, match="cannot lower op CudaLaunch"):
         lowering_rows.lower_op(op, "bounds-by-pointer-v1", None, None, [], None)
-    with pytest.raises(TypeError, match="cannot replay a Jump op on CUDA"):
+    with pytest.raises(TypeError, match="cannot replay a NativeCall op on CUDA"):
+        cuda_lowering._STEP[rec.NativeCall](rec.NativeCall("f", ()), None)
+    with pytest.raises(TypeError, match="a Jump op outside the conditional tree"):  # lowered as conditional nodes
         cuda_lowering._STEP[rec.Jump](rec.Jump(0), None)
 
 
@@ -145,8 +147,8 @@ def test_the_layers_refuse_an_unknown_op_type_naming_it():
 
 
 def test_the_writer_refuses_a_kind_the_target_cannot_hold():
-    with pytest.raises(UnsupportedOperationError, match="saving a Jump op in a CUDA graph"):
-        write_ops.op_wire(rec.Jump(0), {}, "cuda")
+    with pytest.raises(UnsupportedOperationError, match="saving a NativeCall op in a CUDA graph"):
+        write_ops.op_wire(rec.NativeCall("f", ()), {}, "cuda")
     with pytest.raises(UnsupportedOperationError, match="saving a CudaLaunch op in a CPU graph"):
         write_ops.op_wire(rec.CudaLaunch(0, (1,), rec.Blob(b""), (1, 1, 1), (1, 1, 1), 0), {}, "cpu")
 
