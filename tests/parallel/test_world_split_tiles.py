@@ -71,14 +71,22 @@ def test_refused_tile_form_stays_serial_with_its_reason(name):
 def test_tile_print_is_refused():
     import warp as wp
 
-    @wp.kernel
+    @wp.kernel(module="unique")
     def prints_tile(m: wp.array3d(dtype=float), out: wp.array3d(dtype=float)):
         w = wp.tid()
         t = wp.tile_load(m[w], shape=(tk.N, tk.N))
         wp.tile_print(t)
         wp.tile_store(out[w], t)
 
-    verdict = world_verdict(prints_tile)
+    try:
+        verdict = world_verdict(prints_tile)
+    finally:
+        # wp.tile_print is no builtin of the supported warp-lang versions: this kernel never compiles. Keep it out
+        # of Warp's registry, or a later wp.force_load() in this process (capture_begin(force_module_load=True))
+        # fails on it, whichever test runs it.
+        from warp._src import context as wp_context
+
+        wp_context.user_modules.pop(prints_tile.module.name, None)
     assert not verdict.splittable and "tile_print" in verdict.reason, verdict
 
 
