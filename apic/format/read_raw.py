@@ -16,8 +16,8 @@ _RAW_TRIAL = 64  # entries read_raw_ops reads before it unpacks the rest at once
 
 def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target, abi: str) -> list:
     """The ops of the file's ``ops`` array, each entry ``buf[bounds[i]:bounds[i + 1]]`` (msgpack bytes not yet
-    unpacked; ``unpack(data, many=False)`` unpacks one, or the list of those in ``data``, as the whole body is,
-    with every check of ``apic.format.reader``), as ``read_ops`` reads them.
+    unpacked; ``unpack(data, count=None)`` unpacks one, or the list of the ``count`` in ``data``, as the whole
+    body is, with every check of ``apic.format.reader``), as ``read_ops`` reads them.
 
     A forward launch read (or read alike) from unpacked bytes leaves a raw template: its bytes before and
     after its argument bytes (those of the msgpack ``bin`` in ``args.data``). A later entry of the same
@@ -48,7 +48,7 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
         else:  # no template matched (or its descriptors differ): unpacked and read in full
             misses += 1
             if i >= _RAW_TRIAL and 2 * misses > i:  # few launches alike: the rest unpacked at once, read by read_ops
-                ops += read_ops(unpack(buf[begin : bounds[-1]], True), ctx, kernels, target, abi, i)
+                ops += read_ops(unpack(buf[begin : bounds[-1]], len(bounds) - 1 - i), ctx, kernels, target, abi, i)
                 break
             entry = unpack(buf[begin:end])
             op = read_ops([entry], ctx, kernels, target, abi, i)[0]

@@ -72,9 +72,10 @@ def _entry(op: dict, long_header: bool, extra: bytes | None) -> bytes:
     return _pack_map(items)
 
 
-def _file(body: dict, entries: list[bytes]) -> bytes:
-    """A whole ``.wrp`` of ``body`` whose ``ops`` array is ``entries`` (raw msgpack), header sealed."""
-    items = []
+def _file(body: dict, entries: list[bytes], extra: bytes | None = None) -> bytes:
+    """A whole ``.wrp`` of ``body`` whose ``ops`` array is ``entries`` (raw msgpack), header sealed; ``extra``:
+    the raw msgpack value of an unknown top-level key ``zz``."""
+    items = [] if extra is None else [("zz", extra)]
     for key, value in body.items():
         if key == "ops":
             count = len(entries)
@@ -178,6 +179,37 @@ def test_an_unknown_key_in_canonical_entries_keeps_one_reading(body):
             extra = _launches(body)[0]["args"]["data"] if same_copy else op["args"]["data"]
             entries.append(msgpack.packb({**op, "zz": extra}, use_bin_type=True))
         _check_one_reading(body, entries)
+
+
+def _whole_body_unpacks(data: bytes) -> bool:
+    try:
+        msgpack.unpackb(data[schema.HEADER.size:], raw=False)
+    except (ValueError, msgpack.UnpackException):  # StackError: nested deeper than msgpack's limit
+        return False
+    return True
+
+
+@pytest.mark.parametrize("where", ["op entry", "top level"])
+@pytest.mark.parametrize("depth", [1020, 1022, 1023, 1024])
+def test_nesting_is_bounded_as_in_the_whole_body(body, where, depth):
+    """An unknown key nested ``depth`` lists deep, in an op entry or at the top level. The reader unpacks the
+    entries and top-level values one by one; msgpack bounds nesting from the top of what it unpacks, so an
+    entry alone may go two levels deeper than in the body. The reader must accept exactly what msgpack's
+    unpacking of the whole body accepts (before: 1022 and 1023 in an entry, 1024 at the top level, loaded)."""
+    deep = b"\x91" * depth + b"\x00"
+    entries = [msgpack.packb(op, use_bin_type=True) for op in body["ops"]]
+    if where == "op entry":
+        last = max(i for i, op in enumerate(body["ops"]) if op["kind"] == schema.WireOp.LAUNCH)
+        op = body["ops"][last]
+        entries[last] = _pack_map([(k, msgpack.packb(v, use_bin_type=True)) for k, v in op.items()] + [("zz", deep)])
+        data = _file(body, entries)
+    else:
+        data = _file(body, entries, deep)
+    if _whole_body_unpacks(data):
+        assert _read_args(data) == _structural(data)
+    else:
+        with pytest.raises(apic.FormatError, match="not valid msgpack"):
+            reader.read(data)
 
 
 def test_the_fuzzers_raw_alike_inputs_have_one_reading(tmp_path):
