@@ -96,8 +96,8 @@ def bind(saved, carried: dict) -> tuple:
                                            split_refused=UNSEALED)
             kernels.append(info)
             continue
-        claimed = None if info.split_writes is None else (
-            tuple(info.split_writes), None if info.split_world is None else tuple(info.split_world), bool(info.split_tiles))
+        world = None if info.split_world is None else tuple(info.split_world)
+        claimed = None if info.split_writes is None else (tuple(info.split_writes), world, bool(info.split_tiles))
         if claimed != claims.get(info.symbol):
             raise FormatError(
                 f"invalid apic graph file: kernels[{index}]: its parallel-replay claim (split_writes / split_world "

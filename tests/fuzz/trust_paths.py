@@ -222,7 +222,9 @@ def one_reading(data: bytes) -> str | None:
 
     fast, full = read(True), read(False)
     if isinstance(fast, str) or isinstance(full, str):
-        return None if isinstance(fast, str) and isinstance(full, str) else f"fast: {_short(fast)}; full: {_short(full)}"
+        if isinstance(fast, str) and isinstance(full, str):
+            return None
+        return f"fast: {_short(fast)}; full: {_short(full)}"
     if fast.ops != full.ops or fast.kernels != full.kernels:
         differ = [i for i, (a, b) in enumerate(zip(fast.ops, full.ops)) if a != b]
         return f"the fast and the full reading differ in {len(differ)} op(s), first at {differ[:1]}"
