@@ -30,7 +30,6 @@ import numpy as np
 import pytest
 import warp as wp
 
-import apic
 import tile_kernels as tk
 import world_kernels as wk
 from apic.format import manifest as kernel_manifest
