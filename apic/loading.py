@@ -35,6 +35,7 @@ from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
 from apic.format import manifest_check
+from apic.format import sealed_claims
 from apic.format import source as source_format
 from apic.format.module_folder import fetch_verified
 from apic.format.reader import SavedGraph
@@ -200,7 +201,9 @@ def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=N
                 images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error,
                                                                            saved.writer.get("warp"))
                 loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
-            loaded[entry.file].apic_source = source_format.kept_source(entry, images)  # for a later save
+            # for range entries and a later save: only the source the object's kernel manifest names
+            loaded[entry.file].apic_source = source_format.kept_source(entry, images)
+            loaded[entry.file].apic_source_unbound = entry.source is not None and loaded[entry.file].apic_source is None
         modules.append(ModuleInfo(entry.name, loaded[entry.file]))
 
     kernels = []
@@ -261,6 +264,7 @@ def load(saved: SavedGraph, fetch, origin: str, device, names=list):
     refused = objects_refused(saved)
     check_memory(saved)
     files, id_arrays = checked_images(saved, fetch, names, origin, refused)
+    saved = dataclasses.replace(saved, recording=dataclasses.replace(saved.recording, kernels=files.kernels))
     return build_graph(saved, files.images, device, id_arrays, files.compiled)
 
 
@@ -269,7 +273,10 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
     checked against its kernel's manifest, and the arrays of handle ids each launch passes."""
     files = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the files that give its code, which the .wrp cannot change
-    return files, manifest_check.check(saved, manifest_check.load(saved, fetch, names, origin, files.manifests))
+    id_arrays = manifest_check.check(saved, manifest_check.load(saved, fetch, names, origin, files.manifests))
+    # and so do the claims a threaded replay acts on: a .wrp's claim is the sealed one, or refused
+    files.kernels = sealed_claims.bind(saved, files.manifests)
+    return files, id_arrays
 
 
 

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 import warp as wp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/ (the fuzz package), when run as a script
-from fuzz import control_seed, fs_odd  # noqa: E402
+from fuzz import control_seed, fs_odd, trust_paths  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -74,7 +74,7 @@ for _path in (HERE, REPO):
         sys.path.insert(0, _path)
 
 HEADER = struct.Struct("<8sIIQ32s")  # as apic.format.schema.HEADER (kept here so the worker protocol needs no apic)
-SEEDS = ("memory", "sim", "indexed", "handles", "control")
+SEEDS = ("memory", "sim", "indexed", "handles", "control", "alike")
 
 
 # ==================================================================================================
@@ -166,6 +166,7 @@ def make_seeds(folder: str) -> dict[str, str]:
     wp.capture_save(cap.graph, os.path.join(folder, "handles"), inputs={"points": points}, outputs={"out": out})
     paths["handles"] = os.path.join(folder, "handles.wrp")
     paths["control"] = control_seed.save_control(folder, _scaled_copy)
+    paths["alike"] = trust_paths.save_alike(folder)  # launches read alike, a claim sealed in its manifest
     return {name: paths[name] for name in SEEDS}
 
 
@@ -393,9 +394,9 @@ class Mutator:
 
     BYTE_STRATEGIES = ("bitflip", "bytes", "truncate", "extend", "header")
     SEALED_STRATEGIES = ("body-bytes", "msgpack-length", "msgpack-type", "msgpack-number", "msgpack-splice",
-                         "msgpack-copy")
+                         "msgpack-copy", "raw-alike")
     TREE_STRATEGIES = ("tree-value", "tree-number", "tree-type", "tree-structure", "tree-blob", "tree-descriptor",
-                       "tree-reloc", "tree-sequence", "tree-module", "tree-multi")
+                       "tree-reloc", "tree-sequence", "tree-module", "tree-claim", "tree-multi")
 
     def __init__(self, rng: random.Random, seeds: dict[str, str]) -> None:
         self.rng = rng
@@ -410,7 +411,8 @@ class Mutator:
             self.docs[name] = decode(data)
             self.nodes[name] = msgpack_nodes(data[HEADER.size :])
             self.paths[name] = [p for p in _all_paths(self.docs[name])]
-        self.weights = ([(s, 1.0) for s in self.BYTE_STRATEGIES] + [(s, 1.5) for s in self.SEALED_STRATEGIES]
+        self.weights = ([(s, 1.0) for s in self.BYTE_STRATEGIES]
+                        + [(s, 4.0 if s == "raw-alike" else 1.5) for s in self.SEALED_STRATEGIES]
                         + [(s, 3.0) for s in self.TREE_STRATEGIES])
 
     # -- entry point -------------------------------------------------------------------------------
@@ -593,6 +595,12 @@ class Mutator:
                     pass
             return kept
         return getattr(self, "t_" + strategy[5:])(seed)
+
+    def s_raw_alike(self, seed):  # launches re-encoded: longer headers, unknown keys (tests/fuzz/trust_paths.py)
+        return trust_paths.raw_alike(self.rng, self.docs[seed], seal)
+
+    def t_claim(self, seed):  # a kernel's split claim forged, cleared or swapped (tests/fuzz/trust_paths.py)
+        return trust_paths.claim_edit(self.rng, self.docs[seed])
 
     def t_value(self, seed):
         rng = self.rng
@@ -835,6 +843,8 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
                     modules = {k: v[:-1] + bytes([v[-1] ^ 1]) for k, v in modules.items()}
                 graph = wp.capture_load_from_bytes(data, modules)
             result["outcome"] = "loaded"
+            result["claims"] = [[k.symbol, None if k.split_writes is None else trust_paths.claim_of(k)]
+                                for k in graph.recording.kernels]
             for name in graph.params:  # bound views lie inside their regions
                 graph.param_numpy(name).copy()
                 result["params"] += 1
@@ -888,6 +898,7 @@ class Stats:
     cli_runs: int = 0
     findings: list = field(default_factory=list)  # dicts: kind, strategy, error, file
     worker_restarts: int = 0
+    trust_checks: int = 0  # inputs checked for one reading and sealed claims (tests/fuzz/trust_paths.py)
 
     def count(self, strategy: str, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -898,7 +909,8 @@ class Stats:
         lines = [f"{self.inputs} inputs in {self.seconds:.0f} s ({self.inputs / max(self.seconds, 1e-9):.0f}/s); "
                  f"outcomes {dict(sorted(self.outcomes.items()))}; replayed {self.replayed}; "
                  f"refused past the header and msgpack {self.deep}; CLI processes {self.cli_runs}; "
-                 f"worker restarts {self.worker_restarts}; findings {len(self.findings)}"]
+                 f"worker restarts {self.worker_restarts}; one-reading/claim checks {self.trust_checks}; "
+                 f"findings {len(self.findings)}"]
         for strategy, per in sorted(self.by_strategy.items()):
             lines.append(f"  {strategy:16s} {dict(sorted(per.items()))}")
         for finding in self.findings:
@@ -1022,6 +1034,7 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
         seeds = make_seeds(os.path.join(workdir, "seeds"))
     rng = random.Random(seed)
     mutator = Mutator(rng, seeds)
+    sealed = trust_paths.sealed_claims_of(seeds)  # the honest seeds' claims, those their manifests seal
     inputs_dir = _inputs_dir(workdir, seeds)
     findings_dir = os.path.join(workdir, "findings")
     os.makedirs(findings_dir, exist_ok=True)
@@ -1071,6 +1084,12 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
             if outcome in ("bug", "crash", "hang"):
                 stats.findings.append(_record(findings_dir, len(stats.findings), outcome, strategy, answer, data,
                                               recipe))
+            # one file, one graph: the reader's fast path and a full unpacking agree; claims kept are sealed
+            problem = trust_paths.one_reading(data) or trust_paths.claim_problem(answer.get("claims"), sealed)
+            stats.trust_checks += 1
+            if problem:
+                stats.findings.append(_record(findings_dir, len(stats.findings), "trust", strategy,
+                                              {"error": problem}, data, recipe))
             cli_due = (cli_every and stats.inputs % cli_every == 0) or stats.inputs <= cli_first
             if cli_due or outcome in ("bug", "crash", "hang"):
                 problem, output = run_cli(path)

@@ -7,7 +7,7 @@ import hashlib
 
 import msgpack
 
-from apic.format import schema
+from apic.format import schema, sealed_claims
 from apic.format.manifest import (FLAG_HANDLE_IDS, FLAG_MESH_INDICES, FLAG_NONE, FORMAT, VERSION, carry,
                                   contiguous_words, in_mesh_indices, mesh_indices)
 from apic.record import ops as rec
@@ -93,7 +93,9 @@ def build(recording, module: int, module_sha256: str, source_sha256: str | None 
             _blob_layout(adj, recording.handles, meshes, slot_kinds) if adj else None,
         ]
     doc = {"format": FORMAT, "version": VERSION, "module_sha256": module_sha256, "source_sha256": source_sha256,
-           "kernels": [[symbol, *kernels[symbol]] for symbol in sorted(kernels)]}
+           "kernels": [[symbol, *kernels[symbol]] for symbol in sorted(kernels)],
+           # the kernels' parallel-replay claims, sealed with the code they describe (apic.format.sealed_claims)
+           sealed_claims.FIELD: sealed_claims.seal(recording, sorted(launches))}
     return msgpack.packb(doc, use_bin_type=True)
 
 

@@ -16,8 +16,8 @@ _RAW_TRIAL = 64  # entries read_raw_ops reads before it unpacks the rest at once
 
 def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target, abi: str) -> list:
     """The ops of the file's ``ops`` array, each entry ``buf[bounds[i]:bounds[i + 1]]`` (msgpack bytes not yet
-    unpacked; ``unpack(data, many=False)`` unpacks one, or the list of those in ``data``, as the whole body is,
-    with every check of ``apic.format.reader``), as ``read_ops`` reads them.
+    unpacked; ``unpack(data, count=None)`` unpacks one, or the list of the ``count`` in ``data``, as the whole
+    body is, with every check of ``apic.format.reader``), as ``read_ops`` reads them.
 
     A forward launch read (or read alike) from unpacked bytes leaves a raw template: its bytes before and
     after its argument bytes (those of the msgpack ``bin`` in ``args.data``). A later entry of the same
@@ -48,7 +48,7 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
         else:  # no template matched (or its descriptors differ): unpacked and read in full
             misses += 1
             if i >= _RAW_TRIAL and 2 * misses > i:  # few launches alike: the rest unpacked at once, read by read_ops
-                ops += read_ops(unpack(buf[begin : bounds[-1]], True), ctx, kernels, target, abi, i)
+                ops += read_ops(unpack(buf[begin : bounds[-1]], len(bounds) - 1 - i), ctx, kernels, target, abi, i)
                 break
             entry = unpack(buf[begin:end])
             op = read_ops([entry], ctx, kernels, target, abi, i)[0]
@@ -60,17 +60,27 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
 
 def _add_raw_template(templates: dict, starts: dict, raw: bytes, entry: dict, ctx: Context) -> None:
     """Keep what ``read_raw_ops`` compares a later entry with, of a launch ``entry`` (``raw``, its bytes) read
-    valid; nothing where its argument bytes are not found once in ``raw`` as msgpack ``bin`` (the shortest)."""
+    valid; nothing where ``raw`` is not ``entry``'s canonical msgpack or its argument bytes are not found
+    once in it as msgpack ``bin`` (the shortest header)."""
     template = launch_template(entry)
     known = None if template is None else ctx.checked_launches.get(template)
     if known is None:
         return
+    # Byte equality must mean map equality. msgpack parses left to right, so a later entry equal to ``raw``
+    # but for ``raw[at:at + size]`` is ``entry`` with other argument bytes exactly when those bytes are the
+    # payload of ``args.data``. In the canonical encoding (shortest headers, as apic writes) that payload
+    # follows its shortest bin header, and where ``packed`` occurs once in ``raw`` (overlaps counted) that
+    # occurrence is it. A non-canonical entry (a longer header, an unknown key holding a copy of the bytes,
+    # a float32) could place those bytes elsewhere: it gets no template, and its likes are read in full.
+    if msgpack.packb(entry, use_bin_type=True) != raw:
+        return
     data = entry["args"]["data"]
     size = len(data)
     packed = msgpack.packb(data, use_bin_type=True)  # the shortest bin header, then the bytes
-    if raw.count(packed) != 1:
+    first = raw.find(packed)
+    if first < 0 or raw.find(packed, first + 1) >= 0:
         return
-    at = raw.index(packed) + len(packed) - size
+    at = first + len(packed) - size
     after = templates.setdefault((len(raw), at), {}).setdefault(raw[:at], (size, {}))[1]
     after.setdefault(raw[at + size :], (known, entry["args"]))
     if at not in starts.setdefault(len(raw), []):

@@ -18,6 +18,7 @@ binaries are native code, checked against their SHA-256 (see docs/FORMAT.md, "Tr
 from __future__ import annotations
 
 import hashlib
+import struct
 from dataclasses import dataclass, field
 
 import msgpack
@@ -162,6 +163,16 @@ def _unpacked(data, options: dict, many: bool = False):
         raise FormatError(f"corrupt apic graph file: the body is not valid msgpack ({error})") from None
 
 
+def _op_entries(data: bytes, options: dict, count: int | None = None):
+    """The op entry in ``data`` (``count``: the list of the ``count`` entries in it), unpacked two levels
+    down, where it lies in the body (in its map, in the ``ops`` array): msgpack bounds nesting by depth
+    from the top, so an entry nested too deep for the whole body is refused here too, never read by one
+    path and refused by another."""
+    if count is None:
+        return _unpacked(b"\x91\x91" + data, options)[0][0]
+    return _unpacked(b"\x91\xdd" + struct.pack(">I", count) + data, options)[0]
+
+
 def _split(body: memoryview, options: dict) -> tuple[dict, list] | None:
     """``(doc, bounds)``: a body whose top level is a map of string keys, each once, with ``ops`` an array,
     unpacked but for that array (``doc["ops"]`` is ``[]``), and where each entry of it lies in the body
@@ -190,7 +201,8 @@ def _split(body: memoryview, options: dict) -> tuple[dict, list] | None:
             spans[key] = (start, unpacker.tell())
         if bounds is None or unpacker.tell() != len(body):
             return None
-        doc = {key: [] if key == "ops" else msgpack.unpackb(body[start:end], **options)
+        # each value one level down, as in the body (msgpack's nesting limit counts the body's map)
+        doc = {key: [] if key == "ops" else msgpack.unpackb(b"\x91" + body[start:end], **options)[0]
                for key, (start, end) in spans.items()}
     except (_DuplicateKey, ValueError, msgpack.UnpackException):
         return None
@@ -255,7 +267,7 @@ def read(data) -> SavedGraph:
         distinct = read_ops(_list(doc["ops"], "ops"), ctx, kernels, graph_target, abi)
     else:
         buf = bytes(body)
-        distinct = read_raw_ops(buf, bounds, lambda data, many=False: _unpacked(data, options, many), ctx, kernels,
+        distinct = read_raw_ops(buf, bounds, lambda data, count=None: _op_entries(data, options, count), ctx, kernels,
                                 graph_target, abi)
     sequence = tables.sequence(doc["sequence"], len(distinct))
     moves = any(EFFECTS[kind].control for kind in set(map(type, distinct)))  # a branch or jump: its target

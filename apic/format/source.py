@@ -24,7 +24,7 @@ import re
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import manifest as kernel_manifest
-from apic.format import schema
+from apic.format import schema, sealed_claims
 from apic.record.recording import module_source as recorded_source
 from apic.targets.cpu import module_file_name
 
@@ -203,6 +203,7 @@ class LoadFiles:
     images: dict
     compiled: set
     manifests: dict
+    kernels: tuple = ()  # the graph's kernels with the split claims the manifests seal (sealed_claims.bind)
 
 
 def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGraphError | None) -> LoadFiles:
@@ -232,12 +233,17 @@ def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGrap
                 why = f"the packaged binary: {error}"
             else:
                 found[module.file], manifest = kernel_manifest.carried(saved_object, f"module file '{module.file}'")
+                bound = None
                 if manifest is not None:
                     manifests[index] = (manifest, {"module_sha256": hashlib.sha256(found[module.file]).hexdigest()})
-                _keep_if_intact(module, fetch, found)
+                    bound = sealed_claims.sealed(manifest, f"module file '{module.file}'")[0]
+                _keep_if_bound(module, fetch, found, bound)
                 continue
         data, manifest = kernel_manifest.carried(checked_source(module, fetch, origin, why),
                                                  f"source file '{module.source.file}'")
+        if not _utf8(data):  # Warp generates UTF-8 C++; range entries are made from the text
+            raise FormatError(f"invalid apic graph file: the generated source '{module.source.file}' of module "
+                              f"'{module.name}' is not UTF-8 text")
         if manifest is not None:
             manifests[index] = (manifest, {"source_sha256": hashlib.sha256(data).hexdigest()})
         found[module.file] = compile_saved(module, data, why, saved.writer.get("warp"))
@@ -246,13 +252,26 @@ def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGrap
     return LoadFiles(found, compiled, manifests)
 
 
-def _keep_if_intact(module, fetch, found: dict[str, bytes]) -> None:
-    """Keep a module's saved source, if it is there and intact, for a later save (not needed to load)."""
-    if module.source is None:
+def _keep_if_bound(module, fetch, found: dict[str, bytes], bound: str | None) -> None:
+    """Keep a module's saved source, if it is there, intact and the one its object's kernel manifest names
+    (``bound``: that bare source's SHA-256), for a threaded replay's range entries and a later save (not
+    needed to load). The ``.wrp`` names the source file and its SHA-256, but it is data: the source a
+    threaded replay compiles must be the one saved with the object, not one a ``.wrp`` points at."""
+    if module.source is None or bound is None:
         return
     data = fetch(module.source.file)
     if data is not None and hashlib.sha256(bytes(data)).hexdigest() == module.source.sha256:
-        found[module.source.file] = kernel_manifest.carried(bytes(data), module.source.file)[0]
+        bare = kernel_manifest.carried(bytes(data), module.source.file)[0]
+        if hashlib.sha256(bare).hexdigest() == bound and _utf8(bare):
+            found[module.source.file] = bare
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def rebuilt_after_rejection(module, images: dict[str, bytes], error: Exception, written_by: str) -> bytes:

@@ -77,6 +77,12 @@ def module_source(module_name: str, module_exec) -> tuple[bytes, dict]:
     kept = getattr(module_exec, "apic_source", None)
     if kept is not None:
         return bytes(kept[0]), dict(kept[1])
+    if getattr(module_exec, "apic_source_unbound", False):
+        raise FileNotFoundError(
+            f"Warp module '{module_name}' of this loaded graph has no source bound to its object: the graph file "
+            "names a saved source, but not the one the object's kernel manifest names (or the object carries no "
+            "manifest), and apic compiles no other"
+        )
     if module_exec is None or hasattr(module_exec, "apic_image"):
         raise FileNotFoundError(
             f"Warp module '{module_name}' of this loaded graph has no saved source (the file it was loaded "

@@ -107,7 +107,11 @@ def _range_object(module_name: str, module_exec) -> str:
         raise LookupError("this process was forked while another thread was building a range object: the "
                           "compiler's own locks may be held for ever in it, so it builds none (serial launches)")
     if key not in _loaded:
-        text, _ = range_source(source.decode("utf-8"))
+        try:
+            text = source.decode("utf-8")
+        except UnicodeDecodeError:  # (a load refuses such a source; a live module's is Warp's own)
+            raise LookupError(f"the generated source of module '{module_name}' is not UTF-8 text") from None
+        text, _ = range_source(text)
         image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
         handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
         _compat.load_object(image, handle)
@@ -142,10 +146,12 @@ _TILE_CALL = re.compile(rb"\bwp::(?:adj_)?tile_\w+\s*[(<]")
 
 
 def module_uses_tiles(module_name: str, module_exec) -> bool:
-    """Whether any kernel or function of a module's generated source calls a tile builtin. A file's ``tiles``
-    flag for a kernel is not trusted alone: a kernel that calls tiles (itself or through a function) run by
-    two threads in one loaded object corrupts its tile memory (``per_thread_entries``), so a split kernel
-    of a module that calls tiles anywhere gets per-thread copies whatever its flag says."""
+    """Whether any kernel or function of a module's generated source calls a tile builtin, as Warp spells
+    the call. A kernel that calls tiles (itself or through a function) run by two threads in one loaded
+    object corrupts its tile memory (``per_thread_entries``), so a split kernel of a module that calls tiles
+    anywhere gets per-thread copies whatever its flag says. This is a second, cautious look only: a loaded
+    graph's ``tiles`` flag is the one sealed in its module's kernel manifest (``apic.format.sealed_claims``)
+    and its source the one that manifest names, neither of which a ``.wrp`` can change."""
     source, _options = module_source(module_name, module_exec)
     return _TILE_CALL.search(source) is not None
 

@@ -119,23 +119,18 @@ def test_loaded_graph_splits_by_world_as_eager_in_fresh_process(tmp_path, name, 
         assert np.array_equal(arr.numpy().view(np.uint8), got.view(np.uint8)), (name, i)
 
 
-def test_a_file_that_clears_a_tile_kernels_tiles_flag_still_gets_a_copy_per_thread(tmp_path):
+def test_a_file_that_clears_a_tile_kernels_tiles_flag_is_refused(tmp_path):
     """A damaged or hostile file saying ``tiles: false`` for a tile kernel: two threads in one loaded object
-    would share its tile memory (wrong results, or a crash). The module's saved source decides instead."""
-    launch, eager = _save("cholesky_rows", tmp_path)
+    would share its tile memory (wrong results, or a crash). The flag is sealed in the module's kernel
+    manifest (``apic.format.sealed_claims``): a file saying otherwise is refused."""
+    _save("cholesky_rows", tmp_path)
     body = _body(tmp_path)
     body["kernels"][0]["split_world"]["tiles"] = False
     rewrite_wrp(str(tmp_path / "g"), body)
-    iters = 3
-    result = _load_and_replay(tmp_path, "numba", iters)
-    (entry,) = result["report"]
-    assert result["world"] and not result["tiles"] and entry["chunks"] > 1, result  # the file's flag, as read
-    assert len(result["entries"]) >= 2 and len(set(result["entries"])) == len(result["entries"]), result
-    for _ in range(iters):
-        launch(eager)
-    for i, arr in enumerate(a for a in eager if isinstance(a, wp.array)):
-        got = np.load(str(tmp_path / f"out-a{i}.npy"))
-        assert np.array_equal(arr.numpy().view(np.uint8), got.view(np.uint8)), i
+    done = subprocess.run([sys.executable, "-c", "import apic, sys; apic.capture_load(sys.argv[1])", str(tmp_path / "g")],
+                          env=child_env(), capture_output=True, text=True, timeout=600, cwd=TESTS)
+    assert done.returncode == 1 and "FormatError" in done.stderr, done.stderr
+    assert "sealed in its module's kernel manifest" in done.stderr, done.stderr
 
 
 def test_loaded_graph_without_source_replays_serially_as_eager(tmp_path):
