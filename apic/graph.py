@@ -6,12 +6,12 @@ import numpy as np
 
 from apic import _compat
 from apic.record import bindings as b
-from apic.errors import BindingError, ReplayError
+from apic.errors import ReplayError
 from apic.record.params import pack
 from apic.record.ops import HandleRef, launch_counts
 from apic.record.active_recorder import active
 from apic.record.recording import Recording
-from apic.replay import range_entry
+from apic.replay import backends, range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
@@ -43,7 +43,7 @@ class Graph(NamedParams):
     """
 
     def __init__(self, recording: Recording, device, *, apic: bool, keepalive=(), is_loaded: bool = False,
-                 region_addresses=None, kernel_addresses=None, bindings=(), id_arrays=None):
+                 region_addresses=None, kernel_addresses=None, bindings=(), id_arrays=None, backend=None):
         self.device = device
         self.apic = apic
         self.is_loaded = is_loaded
@@ -61,6 +61,8 @@ class Graph(NamedParams):
         self.id_arrays = id_arrays or {}  # id(launch) -> arrays of handle ids it passes (apic.format.manifest)
         self.program: Program = lower(recording, self.address_of, list(kernel_addresses), checked=is_loaded,
                                       id_arrays=self.id_arrays)
+        # the CPU backend that loaded it (apic.replay.backends); a live graph's is chosen at its first replay
+        self.program.backend = backend
         self._checks_blocks = any(k.cpu_blocks for k in recording.kernels)
         # named scalar parameters (apic.param): their types, current values and arena bytes
         self.scalars = {p.name: p for p in recording.params}
@@ -144,7 +146,7 @@ class Graph(NamedParams):
             program = self.program
             if threads > 1 and self.program.splits and _split_unavailable() is None:
                 program = self.program.parallel(threads, self._min_tasks, self._range_entry, self._row_ns)
-                if self._row_ns is None and self._kept_for_size(program) and native_replay():
+                if self._row_ns is None and self._kept_for_size(program) and native_replay(self.program):
                     self._to_measure.add(key)
             self._parallel[key] = program
         return program
@@ -286,14 +288,15 @@ class Graph(NamedParams):
         """Raise what a replay stopped with ``status`` by the fast path of ``wp.capture_launch`` means."""
         raise_status(status, replay_limits(), self.program.table)
 
-    # --- named parameters (apic.replay.named_params): copies to and from host memory ------------------
+    # --- named parameters (apic.replay.named_params): copies by the backend (host memory) -------------
+    def _backend(self):
+        return self.program.backend or backends.cpu_backend()
+
     def _write_binding(self, binding, arr) -> None:
-        if b.is_warp_array(arr):
-            b.check_array(binding, arr, "set_param")
-            b.binding_view(binding, self.region_addresses[binding.region])[...] = b.array_view(arr)
-            return
-        source = b.array_like_copy(binding, arr, f"set_param('{binding.name}')")
-        b.typed_view(binding, self.region_addresses[binding.region], self)[...] = source
+        self._backend().write_binding(self, binding, arr)
+
+    def _read_binding(self, binding, arr) -> None:
+        self._backend().read_binding(self, binding, arr)
 
     def _set_scalar(self, scalar, value) -> None:
         packed = pack(scalar, value, f"set_param('{scalar.name}')")
@@ -303,18 +306,6 @@ class Graph(NamedParams):
 
             write_slots(self.program.arena, offsets, np.frombuffer(packed, dtype=np.uint8))
         self.param_values[scalar.name] = packed
-
-    def _read_binding(self, binding, arr) -> None:
-        where = f"get_param('{binding.name}')"
-        b.check_writable(arr, where)
-        if isinstance(arr, np.ndarray):
-            view = b.typed_view(binding, self.region_addresses[binding.region], self)
-            if arr.shape != view.shape or arr.dtype != view.dtype:
-                raise BindingError(f"{where}: the array is {arr.dtype} {arr.shape}; expected {view.dtype} {view.shape}")
-            arr[...] = view
-            return
-        b.check_array(binding, arr, "get_param")
-        b.array_view(arr)[...] = b.binding_view(binding, self.region_addresses[binding.region])
 
     def param_numpy(self, name: str):
         """A zero-copy NumPy view of the named parameter (apic only; ``shape + element shape``)."""

@@ -2,7 +2,8 @@
 
 Loading sits above both the file format (``apic.format``) and replay (``apic.replay``), so that neither
 sees the other: replay never reads a file, the reader never lowers a program. A CUDA graph is handed to
-``apic.replay.cuda_loaded_graph`` with the module images checked here (``load_cuda``); a CPU graph is built here.
+its backend (``apic.replay.backends``: ``cuda``) with the module images checked here (``load_cuda``); a CPU
+graph is built by the CPU backend ``APIC_REPLAY`` names (``apic.replay.backends.cpu``: steps 3 and 4 below).
 
 For a CPU graph, order matters, and nothing native runs before the checks that protect it:
 
@@ -22,16 +23,13 @@ For a CPU graph, order matters, and nothing native runs before the checks that p
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
-import re
-import weakref
+import types
 
-import numpy as np
 import warp as wp
 
 from apic import _compat
-from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
+from apic.errors import GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
 from apic.format import manifest_check
@@ -39,16 +37,8 @@ from apic.format import sealed_claims
 from apic.format import source as source_format
 from apic.format.module_folder import fetch_verified
 from apic.format.reader import SavedGraph
-from apic.graph import Graph
-from apic.record import handles
-from apic.record.recording import ModuleInfo
-from apic.replay import budget
-from apic.replay import cuda_loaded_graph as cuda_replay
-from apic.targets.cpu import CPU_LEVELS
-
-_ALIGN = 64
-_load_ids = itertools.count()
-_loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloaded yet
+from apic.replay import backends, budget
+from apic.replay.backends.cpu import loaded_modules  # noqa: F401  (public here, as before)
 
 #: The most memory one load may allocate, in bytes: its regions, its handles' native memory and its
 #: replay program (``apic.replay.budget``). A graph needing more is refused with ``apic.GraphMemoryError``
@@ -65,39 +55,6 @@ def memory_limit() -> int | None:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):  # pragma: no cover - platforms without sysconf
         return None
-
-
-def loaded_modules() -> frozenset[str]:
-    """The LLVM names of the module objects loaded for graphs that are still alive."""
-    return frozenset(_loaded)
-
-
-def _unload(handle: str) -> None:
-    _loaded.discard(handle)
-    _compat.unload_object(handle)
-
-
-class LoadedModule:
-    """A module binary loaded for a loaded graph; holds the code in place like a live ``ModuleExec``."""
-
-    def __init__(self, name: str, image: bytes, native_types: tuple[str, ...], cpu_level: str | None = None) -> None:
-        safe = re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
-        self.handle = f"apic_load_{next(_load_ids)}_{safe}"
-        self.apic_image = image  # kept so that a loaded graph can be saved again
-        self.native_types = tuple(native_types)
-        # the CPU level the object was compiled for (None: a host's): code built again from the module's
-        # source for this graph (range entries) is built for it too, so it computes the same bits
-        self.apic_cpu_level = cpu_level
-        _compat.load_object(image, self.handle)
-        _loaded.add(self.handle)
-        self._unload = weakref.finalize(self, _unload, self.handle)
-        self._unload.atexit = False  # at interpreter exit Warp may already be gone
-
-    def lookup(self, symbol: str) -> int:
-        """The address of ``symbol``; never asked of an unloaded module (warp <= 1.12 would crash)."""
-        if not self._unload.alive or self.handle not in _loaded:
-            raise RuntimeError(f"module {self.handle} was unloaded")
-        return _compat.lookup_symbol(self.handle, symbol)
 
 
 def check_compatible(saved: SavedGraph) -> None:
@@ -164,87 +121,6 @@ def check_memory(saved: SavedGraph) -> None:
         )
 
 
-def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
-    """A zeroed buffer with ``nbytes`` usable bytes at a 64-byte aligned address; (owner, address, view)."""
-    try:
-        owner = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
-    except (MemoryError, ValueError):
-        raise GraphMemoryError(f"cannot allocate {nbytes:,} bytes for region {index} of the graph") from None
-    pad = -owner.ctypes.data % _ALIGN
-    return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
-
-
-def build_graph(saved: SavedGraph, images: dict[str, bytes], device, id_arrays=None, compiled=frozenset()):
-    """Allocate, fill, load and lower: the loaded ``apic.Graph``; ``id_arrays`` (from
-    ``apic.format.manifest_check.check``): the arrays of handle ids each launch passes, checked at replay;
-    ``compiled``: the module files whose object was compiled here rather than saved."""
-    recording = saved.recording
-    buffers, addresses, views, regions = [], [], [], []
-    for region, contents in zip(recording.regions, saved.contents):
-        owner, address, view = _allocate(region.nbytes, region.id)
-        if contents:
-            view[:] = np.frombuffer(contents, dtype=np.uint8)
-        buffers.append(owner)
-        addresses.append(address)
-        views.append(view)
-        regions.append(dataclasses.replace(region, address=address))
-
-    loaded: dict[str, LoadedModule] = {}
-    modules = []
-    level = saved.target.get("cpu") if saved.target.get("cpu") in CPU_LEVELS else None
-    for entry in saved.modules:
-        if entry.file not in loaded:
-            try:
-                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types,
-                                                  None if entry.file in compiled else level)
-            except RuntimeError as error:  # Warp's loader rejected the object: its source, if saved
-                images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error,
-                                                                           saved.writer.get("warp"))
-                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
-            # for range entries and a later save: only the source the object's kernel manifest names
-            loaded[entry.file].apic_source = source_format.kept_source(entry, images)
-            loaded[entry.file].apic_source_unbound = entry.source is not None and loaded[entry.file].apic_source is None
-        modules.append(ModuleInfo(entry.name, loaded[entry.file]))
-
-    kernels = []
-    for kernel in recording.kernels:
-        file = saved.modules[kernel.module].file
-        # Every symbol name is in the object file's string table, NUL-terminated (ELF, COFF, Mach-O);
-        # checking there first keeps names the JIT would not find (and would complain about) from it.
-        found = kernel.symbol.encode() + b"\0" in images[file]
-        address = modules[kernel.module].module_exec.lookup(kernel.symbol) if found else 0
-        if not address:
-            raise FormatError(f"kernel '{kernel.key}': symbol {kernel.symbol} is not in module file '{file}'")
-        kernels.append(dataclasses.replace(kernel, address=address))
-
-    rebuilt = _rebuild_handles(saved, addresses, views)
-    live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels),
-                               handles=rebuilt)
-    return Graph(
-        live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
-        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings, id_arrays=id_arrays,
-    )
-
-
-def _rebuild_handles(saved: SavedGraph, addresses: list[int], views: list[np.ndarray]) -> tuple:
-    """Build every native handle again over the loaded regions; write the new ids into saved memory.
-
-    What the native builders read is checked first (``apic.format.handles.check_handle_data``).
-    """
-    rebuilt = []
-    for index, (handle, data) in enumerate(zip(saved.recording.handles, saved.volume_data)):
-        wire_handles.check_handle_data(index, handle, views)  # before Warp's native builder reads it
-        try:
-            obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
-        except (RuntimeError, ValueError, TypeError) as error:  # Warp's own checks of what the file holds
-            raise FormatError(f"invalid apic graph file: handles[{index}]: Warp could not build the "
-                              f"wp.{handle.kind} it describes: {error}") from error
-        rebuilt.append(dataclasses.replace(handle, obj=obj))
-    for region, offset, index in saved.handle_slots:
-        views[region][offset : offset + 8].view(np.uint64)[0] = rebuilt[index].obj.id
-    return tuple(rebuilt)
-
-
 def objects_refused(saved: SavedGraph) -> IncompatibleGraphError | None:
     """None if the saved objects can run here; else why not, where compiling the modules' saved source
     (``source_fallback=True``) here is enough. Raises ``IncompatibleGraphError`` where it is not."""
@@ -265,7 +141,9 @@ def load(saved: SavedGraph, fetch, origin: str, device, names=list):
     check_memory(saved)
     files, id_arrays = checked_images(saved, fetch, names, origin, refused)
     saved = dataclasses.replace(saved, recording=dataclasses.replace(saved.recording, kernels=files.kernels))
-    return build_graph(saved, files.images, device, id_arrays, files.compiled)
+    services = types.SimpleNamespace(sources=source_format, check_handle_data=wire_handles.check_handle_data,
+                                     id_arrays=id_arrays, compiled=files.compiled)
+    return backends.cpu_backend().load(saved, files.images, device, services)
 
 
 def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: IncompatibleGraphError | None):
@@ -283,6 +161,5 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
 def load_cuda(saved, fetch, origin: str, device):
     """A loaded CUDA graph (``apic.replay.cuda_loaded_graph.LoadedCudaGraph``): ``fetch(file name)`` returns a module's
     bytes or None; a module's saved source stands in for an object this GPU cannot run."""
-    ordinal = cuda_replay.device_ordinal(device)
     images = cuda_source.images(saved, fetch, origin, verified_images)  # verified_images unless sources can stand in
-    return cuda_replay.LoadedCudaGraph(saved, images, ordinal, cuda_source)
+    return backends.get("cuda").load(saved, images, device, types.SimpleNamespace(sources=cuda_source))

@@ -19,7 +19,8 @@ import warp as wp
 from apic._probes import host
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS, TEST_HOST_CPUS
-from apic.targets.cpu import check_cpu_level
+from apic.targets import x86_64
+from apic.targets.cpu import check_cpu_level, cpu_family
 from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
 # Builds and loads below make temporary files. Python resolves its temporary folder on first use while
@@ -49,7 +50,7 @@ BOUNDS_BY_VALUE: bool = _probe_bounds_by_value()
 
 # How a by-value 32-byte struct is passed on this platform. SysV x86-64 puts it on the stack after
 # the six register arguments; Win64 and AArch64 pass a pointer to a caller-owned copy instead.
-SYSV_X86_64: bool = platform.machine().lower() in ("x86_64", "amd64") and sys.platform != "win32"
+SYSV_X86_64: bool = cpu_family(platform.machine()) is x86_64 and sys.platform != "win32"
 
 # Name of the ABI, written into saved files so a loader can refuse an incompatible one.
 KERNEL_ABI: str = ABI_BY_VALUE if BOUNDS_BY_VALUE else ABI_BY_POINTER
@@ -354,8 +355,9 @@ def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -
     than a silent build for this host.
     """
     flags = str(options.get("extra_flags") or "")
-    if level is not None and platform.machine().lower() not in ("x86_64", "amd64"):
-        raise ValueError(f"CPU level {level} is an x86-64 level; this machine is {platform.machine()}")
+    family = None if level is None else cpu_family(level=level)  # None for no level apic knows: refused below
+    if family is not None and cpu_family(platform.machine()) is not family:
+        raise ValueError(f"CPU level {level} is an {family.NAME} level; this machine is {platform.machine()}")
     if level is None:
         return _build_cpu(source, options, flags)
     check_cpu_level(level)

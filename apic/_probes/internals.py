@@ -27,6 +27,7 @@ except ImportError:  # pragma: no cover - warp-lang <= 1.9, outside the supporte
     from warp import types as wp_types  # type: ignore[no-redef]
     from warp import utils as wp_utils  # type: ignore[no-redef]
 import warp.utils  # noqa: E402,F401  (the public module: apic's shims also replace the names it holds)
+from apic.targets import handle_kinds as hk
 
 WARP_VERSION: str = wp.config.version
 
@@ -103,8 +104,7 @@ def cache_folders(module_name: str, module_exec) -> list[tuple[str, str]]:
 
 def native_handle_types() -> tuple[type, ...]:
     """Warp classes whose ``id`` is the address of a native object that kernels dereference."""
-    names = ("Mesh", "Bvh", "HashGrid", "Volume", "MarchingCubes")
-    found = [vars(wp).get(n) for n in names]  # not getattr: warp 1.19 warns on wp.MarchingCubes
+    found = [vars(wp).get(n) for n in hk.NATIVE]  # not getattr: warp 1.19 warns on wp.MarchingCubes
     # warp 1.19 moved it to warp.geometry: if that module is not loaded, no such object exists
     geometry = sys.modules.get("warp._src.geometry.marching_cubes")
     found.append(getattr(geometry, "IsoSurfaceMarchingCubes", None))

@@ -34,10 +34,11 @@ from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import schema
 from apic.format import source as source_format
 from apic.targets import cuda as cuda_target
+from apic.targets import files
 
-SOURCE_FILE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{schema.MAX_FILE_STEM - 1}}}\.cu")
+SOURCE_FILE = files.read_rule(r"\.cu", schema.MAX_FILE_STEM)
 _BINARY_SUFFIX = re.compile(r"\.sm\d+[a-z]?\.(cubin|ptx)$")
-_DIGEST_SUFFIX = re.compile(r"\.[0-9a-f]{16}\.cu$")
+_DIGEST_SUFFIX = re.compile(rf"\.{files.DIGEST}\.cu$")
 # what marks a module whose binary links LTO-IR or fatbin inputs: Warp 1.19's marker, or (earlier
 # releases) the MathDx forward declarations Warp writes into the source
 _LINK_INPUTS = re.compile(
@@ -117,8 +118,7 @@ def add_sources(graph, doc: dict, images: dict[str, bytes]) -> None:
                            "of " + "; ".join(problems))
     for (data, options, name), entry in zip(found, doc["modules"]):
         digest = hashlib.sha256(data).hexdigest()
-        stem = re.sub(r"[^A-Za-z0-9_.-]", "_", name[: -len(".cu")]).strip(".")[:160] or "module"
-        file = f"{stem}.{digest[:16]}.cu"
+        file = files.file_name(name[: -len(".cu")], digest, ".cu", stem_max=160)
         images[file] = data
         entry["source"] = {"file": file, "sha256": digest, "size": len(data), "options": dict(options)}
 

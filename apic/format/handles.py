@@ -24,6 +24,7 @@ from apic.format import fields, schema
 from apic.record import handles as rec_handles
 from apic.record import ops as rec
 from apic.record import handle_words
+from apic.targets import handle_kinds as hk
 
 # NanoVDB grid buffers start with one of these magic numbers; the grid's byte size is a u64 at 32.
 _NANOVDB_MAGICS = (b"NanoVDB0", b"NanoVDB1", b"NanoVDB2")
@@ -39,7 +40,7 @@ def _fail(where: str, message: str):
 def handle_wire(handle: rec_handles.Handle) -> dict:
     """One handle's map (a Volume's buffer is read from the object now, like region contents)."""
     arrays = [[name, a.start.region, a.start.offset, a.dtype, a.length] for name, a in handle.arrays]
-    data = rec_handles.volume_bytes(handle.obj) if handle.kind == "Volume" else None
+    data = rec_handles.volume_bytes(handle.obj) if handle.kind == hk.VOLUME else None
     return {"kind": handle.kind, "arrays": arrays, "options": dict(handle.options), "data": data}
 
 
@@ -89,7 +90,7 @@ def _check_option(kind: str, name: str, value, where: str):
     return value
 
 
-_REQUIRED = {"Mesh": ("points", "indices"), "Bvh": ("lowers", "uppers"), "HashGrid": (), "Volume": ()}
+_REQUIRED = {hk.MESH: ("points", "indices"), hk.BVH: ("lowers", "uppers"), hk.HASH_GRID: (), hk.VOLUME: ()}
 
 
 def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | None]:
@@ -120,7 +121,7 @@ def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | Non
     for name, value in raw_options.items():
         options[name] = _check_option(kind, name, value, f"{where}.options.{name}")
     missing = [n for n in _REQUIRED[kind] if n not in arrays]
-    if kind == "HashGrid":
+    if kind == hk.HASH_GRID:
         missing += [n for n in ("dim_x", "dim_y", "dim_z") if n not in options]
         if "radius" in options and "points" not in arrays:
             missing.append("points")
@@ -129,7 +130,7 @@ def read_handle(entry, where: str, ctx) -> tuple[rec_handles.Handle, bytes | Non
     if missing:
         _fail(where, f"a wp.{kind} without {', '.join(missing)}")
     data = None
-    if kind == "Volume":
+    if kind == hk.VOLUME:
         data = fields.check_bin(entry.get("data"), f"{where}.data")
         if data[:8] not in _NANOVDB_MAGICS or len(data) < 40 or _NANOVDB_SIZE.unpack_from(data, 32)[0] > len(data):
             _fail(f"{where}.data", "not a NanoVDB grid buffer (bad magic or a grid larger than the buffer)")
@@ -200,7 +201,7 @@ def check_handle_data(index: int, handle: rec_handles.Handle, views) -> None:
     for name in ("points", "lowers", "uppers", "velocities"):
         if name in arrays and not np.isfinite(_values(arrays[name], views)).all():
             _fail(f"{where}.arrays.{name}", f"a wp.{handle.kind}'s {name} must be finite (NaN or infinity found)")
-    if handle.kind == "Bvh":
+    if handle.kind == hk.BVH:
         lowers = _values(arrays["lowers"], views)
         uppers = _values(arrays["uppers"], views)
         if len(lowers) != len(uppers) or (lowers > uppers).any():
@@ -208,7 +209,7 @@ def check_handle_data(index: int, handle: rec_handles.Handle, views) -> None:
                                             "(and lowers and uppers must have one entry each per item)")
         if not len(lowers):  # eager Warp builds an empty Bvh, then crashes refitting or querying it
             _fail(f"{where}.arrays.lowers", "a wp.Bvh needs at least one item (Warp crashes on an empty one)")
-    if handle.kind == "Mesh":
+    if handle.kind == hk.MESH:
         points, indices = arrays["points"], arrays["indices"]
         if "velocities" in arrays and arrays["velocities"].length != points.length:
             _fail(f"{where}.arrays.velocities", f"{arrays['velocities'].length} velocities for {points.length} points")

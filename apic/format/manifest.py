@@ -39,7 +39,6 @@ CUDA graphs carry no manifest: their kernels' parameter layouts are checked agai
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import dataclass
 
@@ -48,16 +47,15 @@ import msgpack
 from apic.errors import FormatError
 from apic.format import schema
 from apic.record import ops as rec
-from apic.targets import cpu
+from apic.targets import cpu, files
+from apic.targets import handle_kinds as hk
 
 FORMAT = "apic.kernels"
 VERSION = 1
 FLAG_NONE = 1  # some launch passed None (an all-zero descriptor) for this array
 FLAG_MESH_INDICES = 2  # some launch's array lay in a Mesh's indices
 FLAG_HANDLE_IDS = 4  # every launch passed a contiguous array of uint64 whose every element held a handle's id
-FILE = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{schema.MAX_FILE_STEM - 1}}}"
-                  r"\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+FILE = files.read_rule(rf"\.{files.DIGEST}\.({files.DIGEST})\.kernels", schema.MAX_FILE_STEM)
 _TRAILER = struct.Struct("<Q8s")  # behind a manifest carried in a module's object or source file: its size, magic
 _TRAILER_MAGIC = b"apicKRN1"
 
@@ -78,7 +76,7 @@ def mesh_indices(handles) -> list[tuple[int, int, int]]:
     """``(region, lo, hi)`` byte ranges of every Mesh's ``indices``."""
     found = []
     for handle in handles:
-        if handle.kind == "Mesh":
+        if handle.kind == hk.MESH:
             for name, array in handle.arrays:
                 if name == "indices" and isinstance(array.start, rec.Ref):
                     found.append((array.start.region, array.start.offset, array.start.offset + 4 * array.length))
@@ -140,7 +138,7 @@ def read_entry(value, where: str, module_file: str) -> ManifestEntry | None:
     match = FILE.fullmatch(file) if isinstance(file, str) else None
     if match is None or not file.startswith(module_file[: -len(".o")] + "."):
         fail(f"{where}.file", f"{file!r} is not the manifest file name of module file {module_file!r}")
-    if not isinstance(digest, str) or not _SHA256.fullmatch(digest) or not digest.startswith(match.group(1)):
+    if not isinstance(digest, str) or not files.SHA256.fullmatch(digest) or not digest.startswith(match.group(1)):
         fail(f"{where}.sha256", "expected the 64 lowercase hex digits whose first 16 are in the file name")
     if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= schema.MAX_MANIFEST_BYTES:
         fail(f"{where}.size", f"{size!r} is not a manifest size")

@@ -23,11 +23,12 @@ import os
 import re
 import stat
 
-_MODULE_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.([0-9a-f]{16})\.o")
+from apic.targets import files
+
+_MODULE_FILE = re.compile(rf"{files.WRITTEN_STEM}\.({files.DIGEST})\.o")
 # a kernel manifest (apic.format.manifest): <module file stem>.<its own sha16>.kernels
-_MANIFEST_FILE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.[0-9a-f]{16}\.([0-9a-f]{16})\.kernels")
-_TEMP_OF_MODULE = re.compile(
-    r"\.([A-Za-z0-9_-][A-Za-z0-9_.-]{0,95}\.[0-9a-f]{16}\.(?:o|[0-9a-f]{16}\.kernels))\.apic-tmp")
+_MANIFEST_FILE = re.compile(rf"{files.WRITTEN_STEM}\.{files.DIGEST}\.({files.DIGEST})\.kernels")
+_TEMP_OF_MODULE = re.compile(rf"\.({files.WRITTEN_STEM}\.{files.DIGEST}\.(?:o|{files.DIGEST}\.kernels))\.apic-tmp")
 _NOFOLLOW_DIR = (os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
                  | getattr(os, "O_CLOEXEC", 0))
 

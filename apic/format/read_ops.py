@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import marshal
 import math
-import struct
 
 from apic.format import handles as wire_handles
 from apic.format import schema
@@ -16,12 +15,14 @@ from apic.format.fields import check_list as _list
 from apic.format.fields import check_map as _map
 from apic.format.fields import check_str as _str
 from apic.format.fields import fail as _fail
+from apic.format.read_bounds import check_bounds, padded_with_ones
 from apic.format.read_context import Context, args_structure
 from apic.record import natives
 from apic.record import ops as rec
 from apic.record.handles import GRID_POINT_SIZES
 from apic.targets import cpu as cpu_target
 from apic.targets.cuda import MAX_SMEM
+from apic.targets import handle_kinds as hk
 
 
 _new, _set = object.__new__, object.__setattr__
@@ -161,8 +162,8 @@ def _checked_launch(entry: dict, where: str, ctx: Context, kernels) -> rec.Launc
         if len(bounds.data) not in sizes:
             expected = " or ".join(map(str, sizes))
             _fail(f"{where}.bounds", f"launch bounds of {len(bounds.data)} bytes (expected {expected})")
-        _check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
-        padded = ctx.checked_bounds[(bounds.data, dim)] = rec.Blob(_padded_with_ones(bounds.data, ctx.legacy_bounds))
+        check_bounds(bounds.data, dim, ctx.legacy_bounds, f"{where}.bounds")
+        padded = ctx.checked_bounds[(bounds.data, dim)] = rec.Blob(padded_with_ones(bounds.data, ctx.legacy_bounds))
     bounds = padded
     args = ctx.kernel_args(entry["args"], f"{where}.args")
     adj = entry.get("adj_args")
@@ -240,69 +241,6 @@ def _alloc(entry: dict, where: str, ctx: Context, kernels) -> rec.Alloc:
     return rec.Alloc(ctx.ref(entry["dst"], f"{where}.dst", nbytes), nbytes)
 
 
-_LEGACY_BOUNDS = struct.Struct("<4IiIQ")  # warp <= 1.13: int shape[4] (read unsigned, as the recorder reads an
-# extent past 2^31 that Warp stored in a C int), int ndim, (padding), size_t size
-
-
-def _templated_bounds(dim: tuple, rank: int) -> bytes:
-    """Warp 1.14+'s ``launch_bounds_<rank>d_t`` for a launch of ``dim`` (as ``wp.launch`` builds it: missing
-    dimensions are 1, extra ones fold into ``coord_mult``)."""
-    padded = tuple(dim) + (1,) * max(0, rank - len(dim))
-    kept, folded = padded[:rank], math.prod(padded[rank:])
-    if math.prod(kept) * folded >> 64:  # no launch of 2^64 threads or more: these bounds cannot be Warp's
-        return b""
-    shape = struct.pack(f"<{rank}I", *kept).ljust(-(-4 * rank // 8) * 8, b"\0")
-    return shape + struct.pack("<QQ", math.prod(kept) * folded, folded)
-
-
-def _check_bounds(data: bytes, dim: tuple, legacy: bool, where: str) -> None:
-    """The launch bounds must be exactly what Warp builds for the op's ``dim``: the kernel runs as many
-    threads as the bounds say, so bounds that disagree with ``dim`` would run past what was recorded."""
-    if not dim:
-        _fail(where, "a launch with an empty dim")
-    if len(data) == _LEGACY_BOUNDS.size:
-        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
-        if ndim == len(dim) and tuple(shape[:ndim]) == tuple(dim) and size == math.prod(dim) and not pad:
-            return
-    if legacy:  # warp <= 1.12 (bounds by value) has only this layout
-        _fail(where, f"launch bounds {data.hex()} (warp <= 1.13's shape[4], ndim, size) do not agree with the "
-                     f"op's dim {list(dim)}")
-    ranks = (1, 2) if len(data) == 24 else (3, 4)
-    # A block launch (tile kernels, CPU blocks) runs block_dim threads per coordinate: Warp folds the
-    # block size into coord_mult as a trailing dimension (at most 1024, Warp's largest block)
-    coord_mult = struct.unpack_from("<Q", data, len(data) - 8)[0]
-
-    def block(rank: int) -> tuple:  # the block size a coord_mult beyond dim's own folded dimensions says
-        folded = math.prod(dim[rank:])
-        extra = coord_mult // folded if folded and coord_mult % folded == 0 else 1
-        return (extra,) if 1 < extra <= schema.MAX_BLOCK_THREADS else ()
-
-    if not any(data == _templated_bounds(tuple(dim) + (1,) * max(0, rank - len(dim)) + block(rank), rank)
-               for rank in ranks):
-        _fail(where, f"launch bounds {data.hex()} are not what warp-lang builds for the op's dim {list(dim)}")
-
-
-def _padded_with_ones(data: bytes, legacy: bool) -> bytes:
-    """The bounds with every shape slot a kernel of another rank could read set to 1, never 0.
-
-    Which rank a kernel unravels its thread index with is compiled into it, not in the file: a 2-d
-    kernel handed 1-d bounds would read the padding after ``shape[0]`` as ``shape[1]`` and divide by
-    it. With 1 there, any rank reads coordinates inside the launch's own ``dim``. A kernel of the rank
-    the bounds were built for never reads these slots."""
-    out = bytearray(data)
-    if len(out) == _LEGACY_BOUNDS.size and (legacy or _LEGACY_BOUNDS.unpack(data)[4] in (1, 2, 3, 4)):
-        *shape, ndim, pad, size = _LEGACY_BOUNDS.unpack(data)
-        if 1 <= ndim <= 4 and not pad and tuple(shape[:ndim]) and size == math.prod(shape[:ndim]):
-            for slot in range(ndim, 4):
-                struct.pack_into("<i", out, 4 * slot, 1)
-            return bytes(out)
-    if len(out) == 24 and not any(out[4:8]):  # launch_bounds_1d_t: the padding after shape[0]
-        struct.pack_into("<I", out, 4, 1)
-    if len(out) == 32 and not any(out[12:16]):  # launch_bounds_3d_t: the padding after shape[2]
-        struct.pack_into("<I", out, 12, 1)
-    return bytes(out)
-
-
 def _check_args_layout(ctx: Context, kernel: int, args: rec.Blob, adj_args, where: str) -> None:
     """Every launch of a kernel passes an argument struct of the size its kernel entry records (Warp's
     packed struct for that kernel), with the same array descriptors at the same places."""
@@ -351,7 +289,7 @@ _HANDLE_CALLS = {
 }
 
 
-_HANDLE_CALL_KINDS = {"mesh": "Mesh", "bvh": "Bvh", "hash": "HashGrid"}
+_HANDLE_CALL_KINDS = {"mesh": hk.MESH, "bvh": hk.BVH, "hash": hk.HASH_GRID}
 
 
 def _handle_call(entry: dict, where: str, ctx: Context, kernels=None) -> rec.HandleCall:

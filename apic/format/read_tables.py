@@ -29,6 +29,7 @@ from apic.format.read_context import Context
 from apic.record.params import COMPONENT_SIZES as PARAM_COMPONENT_SIZES
 from apic.record.params import ScalarParam
 from apic.record.layout import extent
+from apic.targets.files import SHA256
 from apic.record.recording import KernelInfo
 from apic.record.regions import ArrayInfo, Region
 from apic.targets.cuda import ABI as CUDA_ABI
@@ -36,7 +37,6 @@ from apic.targets.cuda import ARCH_SUFFIXES, BOUNDS_SIZES, MAX_PARAM_BYTES
 from apic.targets.target import CPU, CUDA, Target
 
 _SYMBOL = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{schema.MAX_NAME - 1}}}")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 # A NumPy scalar type as ``dtype.str`` writes it ("<f4", "|b1"); checked before NumPy parses it, whose
 # parser for other strings (comma lists, sub-array shapes) raises SyntaxError and more.
 _NP_DTYPE = re.compile(r"[<>|=]?[biufc][0-9]{1,2}")
@@ -175,7 +175,7 @@ def modules(value, target: Target) -> tuple[ModuleEntry, ...]:
         module = ModuleEntry(
             name=_str(entry["name"], f"{where}.name", max_len=schema.MAX_NAME),
             file=_str(entry["file"], f"{where}.file", target.module_file),
-            sha256=_str(entry["sha256"], f"{where}.sha256", _SHA256),
+            sha256=_str(entry["sha256"], f"{where}.sha256", SHA256),
             size=_int(entry["size"], f"{where}.size"),
             native_types=tuple(
                 _str(t, f"{where}.native_types[{j}]", max_len=schema.MAX_WORD)

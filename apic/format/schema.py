@@ -75,6 +75,8 @@ from __future__ import annotations
 import struct
 
 from apic.record.ops import OpKind
+from apic.targets import cuda as cuda_target
+from apic.targets import files
 
 MAGIC = b"APICWRP\0"
 FORMAT_NAME = "apic.wrp"
@@ -149,7 +151,7 @@ MAX_WORD = 64  # versions in writer, the ABI tag, a native function's name, a na
 MAX_LABEL = 256  # target and device descriptions, CPU features, Warp dtype names
 MAX_NAME = 1024  # module names, kernel keys and symbols, binding names
 MAX_TEXT = 4096  # any other string
-MAX_FILE_STEM = 200  # the name part of a module's source file, before its digest and extension
+MAX_FILE_STEM = files.READ_STEM_MAX  # a saved file's name part, before its digest and extension
 # list lengths
 MAX_FEATURES = 4096  # CPU features named in target.features
 MAX_HANDLES = 1 << 16  # native handles of one graph
@@ -172,7 +174,7 @@ MIN_ARCH = 10  # sm_10 .. sm_999x: the architecture number 10 * major + minor
 MAX_ARCH = 10_000
 MAX_ARCH_SUFFIX = 1  # "a" or "f" (or none)
 MAX_BLOCK_THREADS = 1024  # CUDA's, and Warp's largest block (also a CPU block launch's folded block size)
-MAX_GRID_YZ = 65535  # CUDA's grid extent in y and z
+MAX_GRID_YZ = cuda_target.GRID_YZ_MAX  # CUDA's grid extent in y and z
 MAX_BLOCK_DIM = 1 << 16  # a saved source's block_dim option
 MAX_SOURCE_BYTES = MAX_INT32  # a module's saved source file
 MAX_OPTIMIZATION_LEVEL = 3  # a saved source's optimization_level option (clang's -O0 .. -O3)

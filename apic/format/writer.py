@@ -40,11 +40,12 @@ from apic.record import handle_words
 from apic.record.conditional_tree import StructureError, conditional_tree, has_conditionals
 from apic.targets import target as targets
 from apic.targets.cpu import MODULE_EXTENSION, module_file_name
+from apic.targets import handle_kinds as hk
 
 # Native objects a kernel reaches through a u64 handle, found in a module's generated C++ source.
 _HANDLE_CALL = re.compile(r"\bwp::(?:adj_)?(mesh|bvh|hash_grid|volume|marching_cubes)_\w+\s*\(")
-_HANDLE_NAMES = {"mesh": "Mesh", "bvh": "Bvh", "hash_grid": "HashGrid", "volume": "Volume",
-                 "marching_cubes": "MarchingCubes"}
+_HANDLE_NAMES = {"mesh": hk.MESH, "bvh": hk.BVH, "hash_grid": hk.HASH_GRID, "volume": hk.VOLUME,
+                 "marching_cubes": hk.MARCHING_CUBES}
 
 
 def wrp_paths(path) -> tuple[str, str]:

@@ -12,6 +12,7 @@ import warp as wp
 from apic.errors import UnsupportedOperationError
 from apic.record import handles
 from apic.record.active_recorder import active
+from apic.targets import handle_kinds as hk
 
 
 def _init_shim(kind: str, original):
@@ -66,7 +67,8 @@ def _method_shim(original, remember_build: bool = False):
 
 
 # Handle methods a CPU capture records: (class, method); they end in ``handles.NATIVE_CALLS``.
-METHODS = (("Mesh", "refit"), ("Bvh", "refit"), ("Bvh", "rebuild"), ("HashGrid", "build"), ("HashGrid", "reserve"))
+METHODS = ((hk.MESH, "refit"), (hk.BVH, "refit"), (hk.BVH, "rebuild"), (hk.HASH_GRID, "build"),
+           (hk.HASH_GRID, "reserve"))
 
 
 def patch(patches) -> None:
@@ -77,4 +79,5 @@ def patch(patches) -> None:
     for kind, name in METHODS:
         cls = classes.get(kind)
         if cls is not None and name in vars(cls):
-            patches.set(cls, name, _method_shim(vars(cls)[name], remember_build=(kind, name) == ("HashGrid", "build")))
+            build = (kind, name) == (hk.HASH_GRID, "build")
+            patches.set(cls, name, _method_shim(vars(cls)[name], remember_build=build))

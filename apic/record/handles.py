@@ -34,8 +34,9 @@ import warp as wp
 from apic import _compat
 from apic.errors import UnsupportedOperationError
 from apic.targets.cpu import HANDLE_CALLS
+from apic.targets import handle_kinds as hk
 
-KINDS = ("Mesh", "Bvh", "HashGrid", "Volume")
+KINDS = hk.RECORDED
 
 # Element types a handle's arrays may have, by the name saved in the file; a HashGrid's scalar type.
 DTYPES = {"vec3h": wp.vec3h, "vec3f": wp.vec3f, "vec3d": wp.vec3d, "int32": wp.int32}
@@ -47,16 +48,16 @@ GRID_POINT_SIZES = {0: 6, 1: 12, 2: 24}
 # Constructor options saved per kind (the arrays are read off the object itself); values are
 # msgpack scalars. ``bvh_constructor``/``constructor`` are saved as Warp's lower-case names.
 OPTIONS = {
-    "Mesh": ("support_winding_number", "bvh_constructor", "bvh_leaf_size"),
-    "Bvh": ("constructor", "leaf_size"),
-    "HashGrid": ("dim_x", "dim_y", "dim_z", "dtype", "radius"),
-    "Volume": (),
+    hk.MESH: ("support_winding_number", "bvh_constructor", "bvh_leaf_size"),
+    hk.BVH: ("constructor", "leaf_size"),
+    hk.HASH_GRID: ("dim_x", "dim_y", "dim_z", "dtype", "radius"),
+    hk.VOLUME: (),
 }
 ARRAYS = {
-    "Mesh": ("points", "indices", "velocities", "groups"),
-    "Bvh": ("lowers", "uppers", "groups"),
-    "HashGrid": ("points", "groups"),  # of its last build, if it was built
-    "Volume": (),
+    hk.MESH: ("points", "indices", "velocities", "groups"),
+    hk.BVH: ("lowers", "uppers", "groups"),
+    hk.HASH_GRID: ("points", "groups"),  # of its last build, if it was built
+    hk.VOLUME: (),
 }
 
 
@@ -166,7 +167,7 @@ def dtype_name(arr, what: str) -> str:
 
 def handle_arrays(kind: str, obj) -> list[tuple[str, Any]]:
     """The Warp arrays ``obj`` was built over, by the names its constructor takes."""
-    if kind == "HashGrid":
+    if kind == hk.HASH_GRID:
         built = getattr(obj, "_apic_build", None)
         return [] if built is None else [("points", built[0]), ("groups", built[2])]
     return [(name, getattr(obj, name, None)) for name in ARRAYS[kind]]
@@ -175,11 +176,11 @@ def handle_arrays(kind: str, obj) -> list[tuple[str, Any]]:
 def options_of(kind: str, obj) -> tuple[tuple[str, Any], ...]:
     """The constructor options of ``obj`` (what the registry saw, else what its attributes say)."""
     options = dict(getattr(obj, "_apic_options", {}))
-    if kind == "Mesh":
+    if kind == hk.MESH:
         options["support_winding_number"] = bool(getattr(obj, "support_winding_number", False))
-    elif kind == "Bvh" and getattr(obj, "_constructor", None) is not None:
+    elif kind == hk.BVH and getattr(obj, "_constructor", None) is not None:
         options["constructor"] = option_value(obj._constructor)  # rebuild() may have changed it
-    elif kind == "HashGrid":
+    elif kind == hk.HASH_GRID:
         for axis in ("dim_x", "dim_y", "dim_z"):
             if axis not in options and hasattr(obj, "_" + axis):
                 options[axis] = int(getattr(obj, "_" + axis))
@@ -229,10 +230,10 @@ def rebuild(handle: Handle, address_of, volume_data: bytes | None = None):
         raise UnsupportedOperationError(f"rebuilding a wp.{handle.kind}", f"warp-lang {_compat.WARP_VERSION} has none")
     arrays = {name: _view(a, address_of(a.start)) for name, a in handle.arrays}
     options = dict(handle.options)
-    if handle.kind == "Volume":
+    if handle.kind == hk.VOLUME:
         data = np.frombuffer(volume_data or b"", dtype=np.uint8)
         return cls(wp.array(data, dtype=wp.uint8, device="cpu"), copy=True)
-    if handle.kind == "HashGrid":
+    if handle.kind == hk.HASH_GRID:
         radius = options.pop("radius", None)
         kwargs = _accepted(cls.__init__, {"dtype": SCALARS.get(options.pop("dtype", None))})
         grid = cls(options["dim_x"], options["dim_y"], options["dim_z"], device="cpu", **kwargs)

@@ -13,6 +13,7 @@ import math
 
 from apic.record.effects import EFFECTS
 from apic.replay import table as tbl
+from apic.targets import handle_kinds as hk
 
 REGION_ALIGN = 64  # each region is allocated with this much slack for alignment
 GRID_CELL_BYTES = 8  # a hash grid's cell_starts and cell_ends: one int32 each per cell
@@ -37,15 +38,15 @@ def needs(saved) -> list[tuple[str, int]]:
     handles = 0
     for index, (handle, data) in enumerate(zip(recording.handles, saved.volume_data or (None,) * len(recording.handles))):
         arrays, options = dict(handle.arrays), dict(handle.options)
-        if handle.kind == "HashGrid":
+        if handle.kind == hk.HASH_GRID:
             cells = math.prod(int(options.get(axis, 1)) for axis in ("dim_x", "dim_y", "dim_z"))
             points = max(reserved.get(index, 0), arrays["points"].length if "points" in arrays else 0)
             handles += cells * GRID_CELL_BYTES + points * GRID_POINT_BYTES
-        elif handle.kind == "Mesh":
+        elif handle.kind == hk.MESH:
             handles += (arrays["indices"].length // 3 if "indices" in arrays else 0) * BVH_ITEM_BYTES
-        elif handle.kind == "Bvh":
+        elif handle.kind == hk.BVH:
             handles += (arrays["lowers"].length if "lowers" in arrays else 0) * BVH_ITEM_BYTES
-        elif handle.kind == "Volume":
+        elif handle.kind == hk.VOLUME:
             handles += VOLUME_COPIES * len(data or b"")
     parts.append(("native handles (hash grid cells and points, BVH nodes, Volume buffers)", handles))
     parts.append(("the replay program (op table)", len(recording.ops) * (TABLE_ROW_BYTES + OP_REF_BYTES)))

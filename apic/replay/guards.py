@@ -11,6 +11,7 @@ from __future__ import annotations
 from apic.record import ops as rec
 from apic.record.effects import EFFECTS, control_of, effects_of
 from apic.replay import table as tbl
+from apic.targets import handle_kinds as hk
 
 
 def blobs_of(op) -> list[rec.Blob]:
@@ -26,7 +27,7 @@ def mesh_indices(recording) -> list[tuple[rec.Ref, int, int]]:
     found = []
     for handle in recording.handles:
         arrays = dict(handle.arrays)
-        if handle.kind == "Mesh" and "indices" in arrays and "points" in arrays:
+        if handle.kind == hk.MESH and "indices" in arrays and "points" in arrays:
             found.append((arrays["indices"].start, arrays["indices"].length, arrays["points"].length))
     return found
 

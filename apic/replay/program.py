@@ -22,7 +22,7 @@ import numpy as np
 
 from apic.errors import LoopLimitError, ReplayError
 from apic.record import ops as rec
-from apic.replay import native_interpreter, split_planner
+from apic.replay import backends, native_interpreter, split_planner
 from apic.replay import table as tbl
 
 
@@ -105,6 +105,8 @@ class Program:
     verdicts: tuple | Callable = ((), ())
     threads: int = 1  # > 1: the table has OP_SPLIT rows, cut for this many threads (run on at most as many)
     plan: split_planner.Plan | None = None  # what those rows run (their work items live there)
+    # the CPU backend whose interpreter runs it (apic.replay.backends): chosen at its first replay when None
+    backend: object = None
     # the table whose address and row count the native calls use, and the call block of a plain replay
     # (``_bind``: made once per table)
     _bound: np.ndarray | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
@@ -144,7 +146,7 @@ class Program:
         if found is None:
             return self
         return Program(found.table, self.arena, self.loops, self.param_offsets, self._verdicts(), threads,
-                       found)
+                       found, self.backend)
 
     def run(self, repeats: int = 1) -> None:
         """Run every op once (``repeats`` times) in one call into the native interpreter.
@@ -159,10 +161,11 @@ class Program:
             self._bind(table)
         if not self._rows:
             return
-        native = _native or _load_interpreter()
+        backend = self.backend or self._choose_backend()
+        native = backend.native or backend.load_interpreter()
         main = _get_ident() == _MAIN_THREAD
-        if native is True:  # the Numba dispatcher or the reference interpreter
-            return self._run_python(repeats, _LIMITS_MAIN if main else _LIMITS_THREAD)
+        if native is True:  # an interpreter called from Python: the Numba dispatcher or the reference one
+            return self._run_python(backend, repeats, _LIMITS_MAIN if main else _LIMITS_THREAD)
         if repeats == 1 and main and not self.loops and self.threads == 1:
             status = native(self._call_at)  # the call block made once, in _bind
         else:
@@ -182,7 +185,8 @@ class Program:
         third of the call. The caller keeps it for as long as the table is this one (a program's table is
         never replaced).
         """
-        native = _native or _load_interpreter()
+        backend = self.backend or self._choose_backend()
+        native = backend.native or backend.load_interpreter()
         if native is True or self.loops or self.threads != 1 or (not any_thread and _get_ident() != _MAIN_THREAD):
             return None
         if self.table is not self._bound:
@@ -218,16 +222,22 @@ class Program:
         self._call = np.array([self._address, self._rows, 1, _LIMITS_MAIN_AT, 0, _NO_LOOPS_AT], dtype=np.int64)
         self._call_at, self._bound = self._call.ctypes.data, table
 
-    def _run_python(self, repeats: int, limits: np.ndarray) -> None:
+    def _choose_backend(self):
+        """The CPU backend ``APIC_REPLAY`` names, kept for this program's later replays."""
+        self.backend = backends.cpu_backend()
+        return self.backend
+
+    def _run_python(self, backend, repeats: int, limits: np.ndarray) -> None:
         """A replay through the Numba dispatcher (where the native object cannot be had) or the reference
         interpreter (``APIC_REPLAY=reference``)."""
-        if self.threads > 1 and _run_table_pooled:
+        run_table = backend.run_table
+        if self.threads > 1 and backend.pooled:
             from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
-                status = _run_table(self.table, repeats, limits, self.loops)
+                status = run_table(self.table, repeats, limits, self.loops)
         else:
-            status = _run_table(self.table, repeats, limits, self.loops)
+            status = run_table(self.table, repeats, limits, self.loops)
         if status:
             raise_status(status, limits, self.table)
 
@@ -271,39 +281,8 @@ def raise_status(status: int, limits: np.ndarray, table: np.ndarray) -> None:
         )
 
 
-_native = None  # the native serial interpreter (``native_interpreter.SERIAL_RUN``), or True: ``_run_table``
-_run_table = None  # the Numba dispatcher or the reference interpreter, where ``_native`` is True
-_run_table_pooled = True  # whether it runs OP_SPLIT rows on the splitter's pool (the reference one runs them itself)
-
-
-def native_replay() -> bool:
-    """Whether replays run through the native serial interpreter (not the Numba dispatcher's fallback,
-    nor ``APIC_REPLAY=reference``)."""
-    return (_native or _load_interpreter()) is not True
-
-
-def _load_interpreter():
-    """Bind the interpreter on first replay, not on import; once (an import statement per replay cost
-    about 0.7 us, most of ``wp.capture_launch``'s fixed cost).
-
-    By default the native serial interpreter, loaded from apic's cache without importing Numba
-    (``native_interpreter.py``; built with Numba when the cache has none for this key). Where it cannot
-    be had, the Numba dispatcher of the same loop. ``APIC_REPLAY=reference`` selects the pure-Python
-    reference interpreter instead (``reference.py``: a check of the Numba one, microseconds per op).
-    """
-    global _native, _run_table, _run_table_pooled
-    choice = os.environ.get("APIC_REPLAY", "numba")
-    if choice == "reference":
-        from apic.replay.reference import run_table  # no Numba: the point is a second implementation
-
-        _run_table, _run_table_pooled, _native = run_table, False, True
-    elif choice == "numba":
-        try:
-            _native = native_interpreter.load_serial_run()
-        except Exception:  # noqa: BLE001 - no native object here (build or loader failed): the dispatcher runs it
-            from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
-
-            _run_table, _run_table_pooled, _native = run_table, True, True
-    else:
-        raise ValueError(f"APIC_REPLAY={choice!r}: expected 'numba' (the default) or 'reference'")
-    return _native
+def native_replay(program: Program | None = None) -> bool:
+    """Whether ``program``'s replays (None: a new graph's) run through the native serial interpreter (not the
+    Numba dispatcher's fallback, nor another backend's: ``APIC_REPLAY``, ``apic.replay.backends``)."""
+    backend = (program.backend if program is not None else None) or backends.cpu_backend()
+    return (backend.native or backend.load_interpreter()) is not True

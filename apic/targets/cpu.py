@@ -17,8 +17,9 @@ and the replay program all read these instead of spelling them again.
 
 from __future__ import annotations
 
-import re
 import struct
+
+from apic.targets import files, x86_64
 
 NAME = "cpu"
 
@@ -59,14 +60,13 @@ INDEX_ELEM_SIZE = 4  # index buffers are int32
 
 # --- module files -------------------------------------------------------------------------------------------
 MODULE_EXTENSION = ".o"
-MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.o")  # what a reader accepts
+MODULE_FILE = files.read_rule(r"\.o", files.READ_STEM_MAX)  # what a reader accepts
 
 
 def module_file_name(name: str, sha256: str, extension: str = MODULE_EXTENSION) -> str:
     """The content-addressed file name of a module binary (or, with ``extension=".cpp"``, of its saved
     source) inside ``<stem>_modules/``."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name).strip(".")[:96] or "module"
-    return f"{safe}.{sha256[:16]}{extension}"
+    return files.file_name(name, sha256, extension)
 
 
 # --- handle calls ---------------------------------------------------------------------------------------------
@@ -77,16 +77,22 @@ HASH_GRID_RESERVE = "hash_grid_reserve_host"
 HANDLE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", HASH_GRID_BUILD, HASH_GRID_RESERVE)
 
 
-# --- instruction-set levels (``capture_save(cpu_target=...)``) ---------------------------------------------
-# The x86-64 psABI micro-architecture levels in LLVM's feature names, each holding the ones before it. A
-# module compiled for a level may use these features (and those Warp's compiler always turns on, found by
-# probing: ``apic._probes.cpu.forced_features``), so it loads on any CPU that has them.
-_X86_64_V1 = ("64bit", "cmov", "cx8", "fxsr", "mmx", "sse", "sse2")  # and x87, which LLVM does not list
-_X86_64_V2 = _X86_64_V1 + ("crc32", "cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3")
-_X86_64_V3 = _X86_64_V2 + ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave")
-_X86_64_V4 = _X86_64_V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
-CPU_LEVELS = {"x86-64-v2": frozenset(_X86_64_V2), "x86-64-v3": frozenset(_X86_64_V3),
-              "x86-64-v4": frozenset(_X86_64_V4)}
+# --- CPU families: instruction-set levels (``capture_save(cpu_target=...)``), feature macros, test CPUs --------
+# One module per family (targets/x86_64.py); a family adds its module here, and a CPUID-like probe of
+# its own in apic._probes (apic._probes.host.cpu_identity dispatches on the machine).
+_FAMILIES = (x86_64,)
+CPU_LEVELS = {name: f for family in _FAMILIES for name, f in family.CPU_LEVELS.items()}
+FEATURE_MACROS = {name: m for family in _FAMILIES for name, m in family.FEATURE_MACROS.items()}
+TEST_HOST_CPUS = {name: f for family in _FAMILIES for name, f in family.TEST_HOST_CPUS.items()}
+
+
+def cpu_family(machine: str | None = None, level: str | None = None):
+    """The facts module of the CPU family of ``machine`` (``platform.machine()``), or of the one whose level
+    ``level`` is; None for a family apic does not know."""
+    for family in _FAMILIES:
+        if machine is not None and machine.lower() in family.MACHINES or level in family.CPU_LEVELS:
+            return family
+    return None
 
 
 def check_cpu_level(level) -> None:
@@ -94,26 +100,3 @@ def check_cpu_level(level) -> None:
     if level is not None and (not isinstance(level, str) or level not in CPU_LEVELS):
         raise ValueError(f"cpu_target={level!r} is not a CPU level apic compiles for; use one of "
                          f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")
-
-# The C++ macro clang defines for each feature it compiles for: how a probe reads back what a build enables.
-FEATURE_MACROS = {
-    "sse3": "__SSE3__", "ssse3": "__SSSE3__", "sse4.1": "__SSE4_1__", "sse4.2": "__SSE4_2__", "popcnt": "__POPCNT__",
-    "crc32": "__CRC32__", "sahf": "__LAHF_SAHF__", "cx16": "__GCC_HAVE_SYNC_COMPARE_AND_SWAP_16",
-    "avx": "__AVX__", "avx2": "__AVX2__", "bmi": "__BMI__", "bmi2": "__BMI2__", "f16c": "__F16C__", "fma": "__FMA__",
-    "lzcnt": "__LZCNT__", "movbe": "__MOVBE__", "xsave": "__XSAVE__", "avx512f": "__AVX512F__",
-    "avx512bw": "__AVX512BW__", "avx512cd": "__AVX512CD__", "avx512dq": "__AVX512DQ__", "avx512vl": "__AVX512VL__",
-    "aes": "__AES__", "pclmul": "__PCLMUL__", "gfni": "__GFNI__", "vaes": "__VAES__", "vpclmulqdq": "__VPCLMULQDQ__",
-    "sha": "__SHA__", "adx": "__ADX__", "sse4a": "__SSE4A__", "fma4": "__FMA4__", "xop": "__XOP__",
-}
-
-# CPUs the host probe can be told to report (``APIC_TEST_HOST_CPU``, a test hook): a level, or a real CPU
-# whose features a test wants, as LLVM names them. AMD Zen 3 (znver3) has AVX2 but no AVX-512 and no GFNI;
-# Intel Ivy Bridge has AVX and F16C (all that Warp's compiler needs) but no AVX2 or FMA.
-TEST_HOST_CPUS = {
-    **CPU_LEVELS,
-    "ivybridge": CPU_LEVELS["x86-64-v2"] | {"aes", "avx", "f16c", "fsgsbase", "pclmul", "rdrnd", "xsave", "xsaveopt"},
-    "znver3": CPU_LEVELS["x86-64-v3"] | {
-        "adx", "aes", "clflushopt", "clwb", "clzero", "fsgsbase", "invpcid", "mwaitx", "pclmul", "pku", "prfchw",
-        "rdpid", "rdpru", "rdrnd", "rdseed", "sha", "shstk", "sse4a", "vaes", "vpclmulqdq", "wbnoinvd", "xsavec",
-        "xsaveopt", "xsaves"},
-}

@@ -24,13 +24,15 @@ import ctypes
 import re
 from dataclasses import dataclass
 
+from apic.targets import files
+
 
 NAME = "cuda"
 ABI = "cuda-params-v1"  # the kernel ABI of a CUDA graph file: by-value params after the launch bounds
 DEVICE_KIND = "cuda"  # its ``device.kind``
 KERNEL_SUFFIX = {False: "_cuda_kernel_forward", True: "_cuda_kernel_backward"}
 MODULE_KINDS = ("cubin", "ptx")
-MODULE_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,195}\.(cubin|ptx)")
+MODULE_FILE = files.read_rule(r"\.(cubin|ptx)", 196)
 ARCH_SUFFIXES = ("", "a", "f")  # sm_90a: architecture-specific; sm_100f: family-specific
 MAX_PARAM_BYTES = 32764  # the CUDA limit on a kernel's parameters (4 KiB before CUDA 12.1 / Volta)
 BOUNDS_SIZES = (24, 32)  # the launch bounds, the first parameter of every Warp CUDA kernel

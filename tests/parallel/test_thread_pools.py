@@ -29,7 +29,6 @@ import warp as wp
 import apic  # noqa: F401  (installs the shims)
 import persist_kernels as P
 from apic.replay import thread_count, threaded_launch
-from apic.replay import program as program_module
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import child_env, run_cli, same_bits
 
@@ -64,19 +63,21 @@ def _workers(prefix: str) -> list[str]:
 
 
 def _replay_with_reference(graph, threads: int) -> None:
-    """``APIC_REPLAY=reference`` as a user sets it: chosen on the next replay, then put back."""
-    saved, pooled, native = program_module._run_table, program_module._run_table_pooled, program_module._native
+    """``APIC_REPLAY=reference`` as a user sets it: chosen by the programs' next replay, then put back."""
+    kept = graph.program.backend
     chosen = os.environ.get("APIC_REPLAY")  # put back as found: CI runs the whole suite with it set
     os.environ["APIC_REPLAY"] = "reference"
     try:
-        program_module._run_table = program_module._native = None
+        for program in (graph.program, *graph._parallel.values()):
+            program.backend = None  # chosen again at its next replay (apic.replay.backends.cpu_backend)
         wp.capture_launch(graph, threads=threads)
     finally:
         if chosen is None:
             del os.environ["APIC_REPLAY"]
         else:
             os.environ["APIC_REPLAY"] = chosen
-        program_module._run_table, program_module._run_table_pooled, program_module._native = saved, pooled, native
+        for program in (graph.program, *graph._parallel.values()):
+            program.backend = kept
 
 
 def _set_and_launch(graph, threads: int) -> None:

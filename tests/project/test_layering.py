@@ -70,8 +70,6 @@ LAZY_FOR_STARTUP = {
     "apic.cli.bench": {"apic._text", "apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
     "apic.cli.replay": {"apic", "apic._compat", "apic.format.module_folder", "numpy", "warp"},
-    # the pure-Python reference interpreter: imported only when APIC_REPLAY=reference selects it
-    "apic.replay.program": {"apic.replay.reference"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
     "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.writer", "apic.loading"},
 }

@@ -54,16 +54,17 @@ def test_profile_matches_eager_demo():
 
 def test_capture_launch_stays_unprofiled():
     """``wp.capture_launch`` runs the plain interpreter, also after a profile of the same graph."""
-    from apic.replay import interpreter, program
+    from apic.replay import interpreter
 
     chain = Chain(8, 1)
     with wp.ScopedCapture(device="cpu") as capture:
         chain.step()
     apic.profile(capture.graph, replays=2)
     wp.capture_launch(capture.graph)
-    if program._run_table is not None and program._run_table.__module__ == interpreter.__name__:
-        assert program._run_table is interpreter.run_table
-    assert program._run_table is not interpreter.run_table_profiled
+    run_table = capture.graph.program.backend.run_table  # the interpreter of its backend (apic.replay.backends)
+    if run_table is not None and run_table.__module__ == interpreter.__name__:
+        assert run_table is interpreter.run_table
+    assert run_table is not interpreter.run_table_profiled
 
 
 def test_profile_counts_loop_iterations_and_matches_eager():

@@ -1,0 +1,186 @@
+"""What the CPU backends share (:mod:`apic.replay.backends`): a loaded graph's host memory (regions
+allocated zeroed, 64-byte aligned, owned by the graph), its modules loaded through Warp's LLVM backend under
+names unique to the load, its native handles built again, the named-array copies in and out of host memory,
+and a replay through the backend's interpreter (``CpuBackend.load_interpreter``, each backend's own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import re
+import weakref
+
+import numpy as np
+
+from apic import _compat
+from apic.errors import BindingError, FormatError, GraphMemoryError
+from apic.graph import Graph
+from apic.record import bindings as b
+from apic.record import handles
+from apic.record.recording import ModuleInfo
+from apic.replay.backends import Backend
+from apic.targets.cpu import CPU_LEVELS
+
+_ALIGN = 64
+_load_ids = itertools.count()
+_loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloaded yet
+
+
+class CpuBackend(Backend):
+    """A CPU backend: host memory and Warp's CPU modules; a subclass gives the interpreter
+    (``load_interpreter``) that runs a lowered op table."""
+
+    device_kind = "cpu"
+    native = None  # the native serial run (``native_interpreter.SERIAL_RUN``), or True: ``run_table`` runs it
+    run_table = None  # a Python-called interpreter: the Numba dispatcher or the reference one
+    pooled = True  # whether ``run_table`` runs OP_SPLIT rows on the splitter's pool (the reference one runs them)
+
+    def load_interpreter(self):
+        """Bind the interpreter on the first replay (not on import); returns ``native``."""
+        raise NotImplementedError
+
+    def load(self, saved, images: dict, device, services) -> Graph:
+        return load_graph(saved, images, device, services, self)
+
+    def run(self, target, repeats: int = 1) -> None:
+        target.run(repeats)
+
+    def write_binding(self, graph, binding, arr) -> None:
+        address = graph.region_addresses[binding.region]
+        if b.is_warp_array(arr):
+            b.check_array(binding, arr, "set_param")
+            b.binding_view(binding, address)[...] = b.array_view(arr)
+            return
+        source = b.array_like_copy(binding, arr, f"set_param('{binding.name}')")
+        b.typed_view(binding, address, graph)[...] = source
+
+    def read_binding(self, graph, binding, arr) -> None:
+        where = f"get_param('{binding.name}')"
+        b.check_writable(arr, where)
+        address = graph.region_addresses[binding.region]
+        if isinstance(arr, np.ndarray):
+            view = b.typed_view(binding, address, graph)
+            if arr.shape != view.shape or arr.dtype != view.dtype:
+                raise BindingError(f"{where}: the array is {arr.dtype} {arr.shape}; expected {view.dtype} {view.shape}")
+            arr[...] = view
+            return
+        b.check_array(binding, arr, "get_param")
+        b.array_view(arr)[...] = b.binding_view(binding, address)
+
+
+def loaded_modules() -> frozenset[str]:
+    """The LLVM names of the module objects loaded for graphs that are still alive."""
+    return frozenset(_loaded)
+
+
+def _unload(handle: str) -> None:
+    _loaded.discard(handle)
+    _compat.unload_object(handle)
+
+
+class LoadedModule:
+    """A module binary loaded for a loaded graph; holds the code in place like a live ``ModuleExec``."""
+
+    def __init__(self, name: str, image: bytes, native_types: tuple[str, ...], cpu_level: str | None = None) -> None:
+        safe = re.sub(r"[^A-Za-z0-9_]", "_", name)[:64]
+        self.handle = f"apic_load_{next(_load_ids)}_{safe}"
+        self.apic_image = image  # kept so that a loaded graph can be saved again
+        self.native_types = tuple(native_types)
+        # the CPU level the object was compiled for (None: a host's): code built again from the module's
+        # source for this graph (range entries) is built for it too, so it computes the same bits
+        self.apic_cpu_level = cpu_level
+        _compat.load_object(image, self.handle)
+        _loaded.add(self.handle)
+        self._unload = weakref.finalize(self, _unload, self.handle)
+        self._unload.atexit = False  # at interpreter exit Warp may already be gone
+
+    def lookup(self, symbol: str) -> int:
+        """The address of ``symbol``; never asked of an unloaded module (warp <= 1.12 would crash)."""
+        if not self._unload.alive or self.handle not in _loaded:
+            raise RuntimeError(f"module {self.handle} was unloaded")
+        return _compat.lookup_symbol(self.handle, symbol)
+
+
+def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """A zeroed buffer with ``nbytes`` usable bytes at a 64-byte aligned address; (owner, address, view)."""
+    try:
+        owner = np.zeros(nbytes + _ALIGN, dtype=np.uint8)
+    except (MemoryError, ValueError):
+        raise GraphMemoryError(f"cannot allocate {nbytes:,} bytes for region {index} of the graph") from None
+    pad = -owner.ctypes.data % _ALIGN
+    return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
+
+
+def load_graph(saved, images: dict[str, bytes], device, services, backend) -> Graph:
+    """Allocate, fill, load and lower: the loaded ``apic.Graph``, replayed by ``backend``. ``services`` (from the
+    loader): ``sources`` (``apic.format.source``: a module's saved source), ``check_handle_data``, ``id_arrays``
+    (``apic.format.manifest_check.check``: the arrays of handle ids each launch passes, checked at replay) and
+    ``compiled`` (the module files whose object was compiled here rather than saved)."""
+    id_arrays, compiled, source_format = services.id_arrays, services.compiled, services.sources
+    recording = saved.recording
+    buffers, addresses, views, regions = [], [], [], []
+    for region, contents in zip(recording.regions, saved.contents):
+        owner, address, view = _allocate(region.nbytes, region.id)
+        if contents:
+            view[:] = np.frombuffer(contents, dtype=np.uint8)
+        buffers.append(owner)
+        addresses.append(address)
+        views.append(view)
+        regions.append(dataclasses.replace(region, address=address))
+
+    loaded: dict[str, LoadedModule] = {}
+    modules = []
+    level = saved.target.get("cpu") if saved.target.get("cpu") in CPU_LEVELS else None
+    for entry in saved.modules:
+        if entry.file not in loaded:
+            try:
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types,
+                                                  None if entry.file in compiled else level)
+            except RuntimeError as error:  # Warp's loader rejected the object: its source, if saved
+                images[entry.file] = source_format.rebuilt_after_rejection(entry, images, error,
+                                                                           saved.writer.get("warp"))
+                loaded[entry.file] = LoadedModule(entry.name, images[entry.file], entry.native_types)
+            # for range entries and a later save: only the source the object's kernel manifest names
+            loaded[entry.file].apic_source = source_format.kept_source(entry, images)
+            loaded[entry.file].apic_source_unbound = entry.source is not None and loaded[entry.file].apic_source is None
+        modules.append(ModuleInfo(entry.name, loaded[entry.file]))
+
+    kernels = []
+    for kernel in recording.kernels:
+        file = saved.modules[kernel.module].file
+        # Every symbol name is in the object file's string table, NUL-terminated (ELF, COFF, Mach-O);
+        # checking there first keeps names the JIT would not find (and would complain about) from it.
+        found = kernel.symbol.encode() + b"\0" in images[file]
+        address = modules[kernel.module].module_exec.lookup(kernel.symbol) if found else 0
+        if not address:
+            raise FormatError(f"kernel '{kernel.key}': symbol {kernel.symbol} is not in module file '{file}'")
+        kernels.append(dataclasses.replace(kernel, address=address))
+
+    rebuilt = _rebuild_handles(saved, addresses, views, services.check_handle_data)
+    live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels),
+                               handles=rebuilt)
+    return Graph(
+        live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
+        kernel_addresses=[k.address for k in kernels], bindings=saved.bindings, id_arrays=id_arrays,
+        backend=backend,
+    )
+
+
+def _rebuild_handles(saved, addresses: list[int], views: list[np.ndarray], check_handle_data) -> tuple:
+    """Build every native handle again over the loaded regions; write the new ids into saved memory.
+
+    What the native builders read is checked first (``apic.format.handles.check_handle_data``).
+    """
+    rebuilt = []
+    for index, (handle, data) in enumerate(zip(saved.recording.handles, saved.volume_data)):
+        check_handle_data(index, handle, views)  # before Warp's native builder reads it
+        try:
+            obj = handles.rebuild(handle, lambda ref: addresses[ref.region] + ref.offset, data)
+        except (RuntimeError, ValueError, TypeError) as error:  # Warp's own checks of what the file holds
+            raise FormatError(f"invalid apic graph file: handles[{index}]: Warp could not build the "
+                              f"wp.{handle.kind} it describes: {error}") from error
+        rebuilt.append(dataclasses.replace(handle, obj=obj))
+    for region, offset, index in saved.handle_slots:
+        views[region][offset : offset + 8].view(np.uint64)[0] = rebuilt[index].obj.id
+    return tuple(rebuilt)

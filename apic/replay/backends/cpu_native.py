@@ -1,0 +1,24 @@
+"""The default CPU backend: the native serial interpreter, loaded from apic's cache without importing Numba
+(``apic.replay.native_interpreter``; built with Numba when the cache has none for this key), or, where it
+cannot be had, the Numba dispatcher of the same loop (``apic.replay.interpreter``)."""
+
+from __future__ import annotations
+
+from apic.replay import native_interpreter
+from apic.replay.backends.cpu import CpuBackend
+
+
+class CpuNative(CpuBackend):
+    name = "cpu_native"
+
+    def load_interpreter(self):
+        try:
+            self.native = native_interpreter.load_serial_run()
+        except Exception:  # noqa: BLE001 - no native object here (build or loader failed): the dispatcher runs it
+            from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
+
+            self.run_table, self.pooled, self.native = run_table, True, True
+        return self.native
+
+
+BACKEND = CpuNative()

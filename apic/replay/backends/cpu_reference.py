@@ -1,0 +1,20 @@
+"""The reference CPU backend (``APIC_REPLAY=reference``): the pure-Python interpreter of
+``apic.replay.reference``, a second implementation of every opcode that must leave each graph's memory
+as the native one does, bit for bit (microseconds per op: a check, not a replay path)."""
+
+from __future__ import annotations
+
+from apic.replay import reference
+from apic.replay.backends.cpu import CpuBackend
+
+
+class CpuReference(CpuBackend):
+    name = "cpu_reference"
+
+    def load_interpreter(self):
+        # no Numba: the point is a second implementation; it runs OP_SPLIT rows itself (no pool)
+        self.run_table, self.pooled, self.native = reference.run_table, False, True
+        return self.native
+
+
+BACKEND = CpuReference()
