@@ -118,6 +118,14 @@ def check_compatible(saved: SavedGraph) -> None:
             f"instruction-set features this CPU ({host['cpu']}) lacks: {', '.join(missing)}. Running them could "
             "crash with an illegal instruction; capture and save the graph again on this kind of CPU"
         )
+    level = saved_target.get("cpu")
+    lacking = sorted(CPU_LEVELS[level] - set(host["features"])) if level in CPU_LEVELS else ()
+    if lacking and saved.modules:  # threaded replay builds code for the level: every feature of it, known or not
+        raise IncompatibleGraphError(
+            f"this graph's kernels were compiled for {level}, whose instruction-set features this CPU "
+            f"({host['cpu']}) lacks: {', '.join(lacking)}. Running them could crash with an illegal instruction; "
+            "save the graph again for a lower level (capture_save(..., cpu_target=...))"
+        )
     for kernel in saved.recording.kernels:  # a feature this warp-lang lacks is refused now, not at replay
         if kernel.cpu_blocks and not _compat.CPU_BLOCKS:
             raise IncompatibleGraphError(

@@ -354,11 +354,11 @@ def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -
     than a silent build for this host.
     """
     flags = str(options.get("extra_flags") or "")
-    if level is not None and platform.machine().lower() not in ("x86_64", "amd64"):
-        raise ValueError(f"CPU level {level} is an x86-64 level; this machine is {platform.machine()}")
     if level is None:
         return _build_cpu(source, options, flags)
-    check_cpu_level(level)
+    check_cpu_level(level)  # first: a message quotes the level only once it is one of the few apic knows
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        raise ValueError(f"CPU level {level} is an x86-64 level; this machine is {platform.machine()}")
     prefix = ('#pragma clang diagnostic error "-Wignored-attributes"\n'
               f'#pragma clang attribute push(__attribute__((target("arch={level}"))), apply_to = function)\n')
     image = _build_cpu(prefix.encode() + source + b"\n#pragma clang attribute pop\n", options,

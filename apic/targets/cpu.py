@@ -18,6 +18,7 @@ and the replay program all read these instead of spelling them again.
 from __future__ import annotations
 
 import re
+import reprlib
 import struct
 
 NAME = "cpu"
@@ -92,7 +93,7 @@ CPU_LEVELS = {"x86-64-v2": frozenset(_X86_64_V2), "x86-64-v3": frozenset(_X86_64
 def check_cpu_level(level) -> None:
     """Refuse (``ValueError``) a ``cpu_target`` that is not None nor one of ``CPU_LEVELS``."""
     if level is not None and (not isinstance(level, str) or level not in CPU_LEVELS):
-        raise ValueError(f"cpu_target={level!r} is not a CPU level apic compiles for; use one of "
+        raise ValueError(f"cpu_target={reprlib.repr(level)} is not a CPU level apic compiles for; use one of "
                          f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")
 
 # The C++ macro clang defines for each feature it compiles for: how a probe reads back what a build enables.
