@@ -55,6 +55,12 @@ _loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloade
 DEFAULT_MAX_GRAPH_BYTES = 1 << 30
 max_graph_bytes: int | None = DEFAULT_MAX_GRAPH_BYTES
 
+#: Whether a CPU graph whose modules carry no kernel manifest loads (files saved before manifests, before
+#: 2026-11-22). False, the default, refuses it: a module file with its manifest cut off and the ``.wrp``
+#: re-sealed looks exactly like such a file, and would load without the manifest's checks. True loads it
+#: without them (docs/RELIABILITY.md, section 1, says what that leaves open): only for files you trust.
+allow_files_without_manifests: bool = False
+
 
 def memory_limit() -> int | None:
     """``max_graph_bytes``, or the physical memory of this machine (None where it cannot be read)."""
@@ -277,7 +283,16 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
     checked against its kernel's manifest, and the arrays of handle ids each launch passes."""
     files = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the files that give its code, which the .wrp cannot change
-    return files, manifest_check.check(saved, manifest_check.load(saved, fetch, names, origin, files.manifests))
+    tables = manifest_check.load(saved, fetch, names, origin, files.manifests)
+    bare = manifest_check.without_manifest(saved, tables)
+    if bare and not allow_files_without_manifests:
+        module = saved.modules[bare[0]]
+        raise FormatError(
+            f"module '{module.name}' (file '{module.file}' in {origin}) carries no kernel manifest, so nothing "
+            "binds the graph's launches to what its kernels expect: the file was saved before manifests "
+            "(2026-11-22), or its manifest was cut off. Load it, if you trust it, with "
+            "apic.loading.allow_files_without_manifests = True (without those checks), and save it again")
+    return files, manifest_check.check(saved, tables)
 
 
 
