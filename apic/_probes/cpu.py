@@ -136,8 +136,13 @@ def load_object(data: bytes, name: str) -> None:
             fd, path = tempfile.mkstemp(prefix="apic-", suffix=".o")
         try:
             view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError as error:  # a full disk: say what was being written, and where
+                raise OSError(error.errno, f"cannot stage the module object '{name}' in the temporary folder "
+                                           f"{tempfile.gettempdir()} for Warp's loader (warp-lang "
+                                           f"{WARP_VERSION} loads objects from files): {error.strerror}") from None
             result = llvm.wp_load_obj(ctypes.c_char_p(path.encode()), ctypes.c_char_p(name.encode()), *flag)
         finally:
             os.close(fd)
