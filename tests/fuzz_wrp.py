@@ -832,6 +832,8 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
             else:
                 with open(request["wrp"], "rb") as f:
                     data = f.read()
+                if request.get("fresh"):  # a folder reused with other contents (tests/fuzz/levels_trailers.py)
+                    modules_cache.pop(request["modules"], None)
                 modules = dict(modules_of(request["modules"]))
                 if request.get("corrupt_modules"):
                     modules = {k: v[:-1] + bytes([v[-1] ^ 1]) for k, v in modules.items()}
@@ -1061,6 +1063,7 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                     f.write(data)
                 mode = "file" if stats.inputs % 2 else "bytes"
             request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules", "mode": mode,
+                       "fresh": bool(recipe and recipe.get("edge")),
                        "corrupt_modules": mode == "bytes" and rng.random() < 0.05, "replay": True,
                        "replay_all": replay_all, "inspect": True}
             answer = worker.ask(request)
