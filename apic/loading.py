@@ -46,6 +46,12 @@ from apic.replay.backends.cpu import loaded_modules  # noqa: F401  (public here,
 DEFAULT_MAX_GRAPH_BYTES = 1 << 30
 max_graph_bytes: int | None = DEFAULT_MAX_GRAPH_BYTES
 
+#: Whether a CPU graph whose modules carry no kernel manifest loads (files saved before manifests, before
+#: 2026-11-22). False, the default, refuses it: a module file with its manifest cut off and the ``.wrp``
+#: re-sealed looks exactly like such a file, and would load without the manifest's checks. True loads it
+#: without them (docs/RELIABILITY.md, section 1, says what that leaves open): only for files you trust.
+allow_files_without_manifests: bool = False
+
 
 def memory_limit() -> int | None:
     """``max_graph_bytes``, or the physical memory of this machine (None where it cannot be read)."""
@@ -75,6 +81,14 @@ def check_compatible(saved: SavedGraph) -> None:
             f"this graph's kernels were compiled for the saving host's CPU ({saved_target.get('cpu')}), which has "
             f"instruction-set features this CPU ({host['cpu']}) lacks: {', '.join(missing)}. Running them could "
             "crash with an illegal instruction; capture and save the graph again on this kind of CPU"
+        )
+    level = saved_target.get("cpu")
+    lacking = sorted(CPU_LEVELS[level] - set(host["features"])) if level in CPU_LEVELS else ()
+    if lacking and saved.modules:  # threaded replay builds code for the level: every feature of it, known or not
+        raise IncompatibleGraphError(
+            f"this graph's kernels were compiled for {level}, whose instruction-set features this CPU "
+            f"({host['cpu']}) lacks: {', '.join(lacking)}. Running them could crash with an illegal instruction; "
+            "save the graph again for a lower level (capture_save(..., cpu_target=...))"
         )
     for kernel in saved.recording.kernels:  # a feature this warp-lang lacks is refused now, not at replay
         if kernel.cpu_blocks and not _compat.CPU_BLOCKS:
@@ -151,7 +165,16 @@ def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: Incomp
     checked against its kernel's manifest, and the arrays of handle ids each launch passes."""
     files = source_format.images(saved, fetch, origin, verified_images, refused)
     # what each kernel expects comes from the files that give its code, which the .wrp cannot change
-    id_arrays = manifest_check.check(saved, manifest_check.load(saved, fetch, names, origin, files.manifests))
+    tables = manifest_check.load(saved, fetch, names, origin, files.manifests)
+    bare = manifest_check.without_manifest(saved, tables)
+    if bare and not allow_files_without_manifests:
+        module = saved.modules[bare[0]]
+        raise FormatError(
+            f"module '{module.name}' (file '{module.file}' in {origin}) carries no kernel manifest, so nothing "
+            "binds the graph's launches to what its kernels expect: the file was saved before manifests "
+            "(2026-11-22), or its manifest was cut off. Load it, if you trust it, with "
+            "apic.loading.allow_files_without_manifests = True (without those checks), and save it again")
+    id_arrays = manifest_check.check(saved, tables)
     # and so do the claims a threaded replay acts on: a .wrp's claim is the sealed one, or refused
     files.kernels = sealed_claims.bind(saved, files.manifests)
     return files, id_arrays

@@ -31,7 +31,9 @@ runs under an address-space limit a few GiB above its warmed-up size, with apic'
 set lower, so an allocation larger than the validated regions permit fails visibly.
 
 Every ``--fs-every``-th input is instead a seed with one odd entry in its modules folder
-(``tests/fuzz/fs_odd.py``: symlinks, a FIFO, a directory, a wrong size, a symlinked folder).
+(``tests/fuzz/fs_odd.py``: symlinks, a FIFO, a directory, a wrong size, a symlinked folder), and every
+``--edge-every``-th a seed whose CPU level or a module file's kernel-manifest trailer was changed, the
+``.wrp`` re-sealed to match (``tests/fuzz/levels_trailers.py``).
 
 The seeds' module binaries are compiled for this machine and warp-lang version, so inputs are made
 afresh each run; findings are written as the raw bytes (``finding-N.wrp``) and, for field-level
@@ -65,7 +67,7 @@ from dataclasses import dataclass, field
 import warp as wp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/ (the fuzz package), when run as a script
-from fuzz import control_seed, fs_odd, trust_paths  # noqa: E402
+from fuzz import control_seed, fs_odd, levels_trailers, trust_paths  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -838,6 +840,8 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
             else:
                 with open(request["wrp"], "rb") as f:
                     data = f.read()
+                if request.get("fresh"):  # a folder reused with other contents (tests/fuzz/levels_trailers.py)
+                    modules_cache.pop(request["modules"], None)
                 modules = dict(modules_of(request["modules"]))
                 if request.get("corrupt_modules"):
                     modules = {k: v[:-1] + bytes([v[-1] ^ 1]) for k, v in modules.items()}
@@ -1023,12 +1027,14 @@ def run_cli(path: str) -> tuple[str | None, str]:
 def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, seed: int = 0,
          seeds: dict[str, str] | None = None, timeout: float = 10.0, cli_every: int = 0, cli_first: int = 0,
          graph_limit: int = 256 << 20, headroom: int = 4 << 30, log=None, replay_all: bool = False,
-         fs_every: int = 0) -> Stats:
+         fs_every: int = 0, edge_every: int = 0) -> Stats:
     """Fuzz for ``seconds`` or ``inputs`` (whichever ends first); findings are written to ``workdir/findings``.
 
     ``replay_all`` replays every graph that loads (kernel launches and handles included), not only those
     safe by construction; ``fs_every``: every N-th input is a seed with an odd entry in its modules folder
-    (tests/fuzz/fs_odd.py) instead of a mutated file."""
+    (tests/fuzz/fs_odd.py) instead of a mutated file; ``edge_every``: every N-th input (offset from those) is
+    a seed whose CPU level or a module file's kernel-manifest trailer was changed and re-sealed
+    (tests/fuzz/levels_trailers.py)."""
     os.makedirs(workdir, exist_ok=True)
     if seeds is None:
         seeds = make_seeds(os.path.join(workdir, "seeds"))
@@ -1056,6 +1062,13 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                 with open(path, "rb") as f:
                     data, recipe = f.read(), {"seed": name, "fs": strategy, "edits": []}
                 mode = "file"
+            elif edge_every and stats.inputs % edge_every == edge_every // 2:
+                name = rng.choice(names)
+                strategy, path = levels_trailers.make(rng, seeds[name], os.path.join(workdir, "edges"),
+                                                      stats.inputs % 8)
+                with open(path, "rb") as f:
+                    data, recipe = f.read(), {"seed": name, "edge": strategy, "edits": []}
+                mode = "file" if stats.inputs % 4 < 2 else "bytes"
             else:
                 strategy, data, recipe = mutator.mutate(name)
                 path = os.path.join(inputs_dir, name + ".wrp")
@@ -1063,6 +1076,7 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                     f.write(data)
                 mode = "file" if stats.inputs % 2 else "bytes"
             request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules", "mode": mode,
+                       "fresh": bool(recipe and recipe.get("edge")),
                        "corrupt_modules": mode == "bytes" and rng.random() < 0.05, "replay": True,
                        "replay_all": replay_all, "inspect": True}
             answer = worker.ask(request)
@@ -1153,8 +1167,12 @@ def check_inputs(workdir: str, seeds: dict[str, str], inputs, timeout: float = 3
     try:
         for i, (name, seed, data, *rest) in enumerate(inputs):
             recipe = rest[0] if rest else {}
-            if recipe.get("fs"):
-                _, path = fs_odd.make(random.Random(0), seeds[seed], os.path.join(workdir, "odd"), i, recipe["fs"])
+            if recipe.get("fs") or recipe.get("edge"):
+                if recipe.get("fs"):
+                    _, path = fs_odd.make(random.Random(0), seeds[seed], os.path.join(workdir, "odd"), i, recipe["fs"])
+                else:
+                    _, path = levels_trailers.make(random.Random(0), seeds[seed], os.path.join(workdir, "edges"), i,
+                                                   recipe["edge"])
                 results[name] = [worker.ask({"id": 2 * i, "wrp": path, "modules": path[:-4] + "_modules",
                                              "mode": "file", "replay": True, "replay_all": True, "inspect": True})]
                 continue
@@ -1193,6 +1211,8 @@ def main(argv=None) -> int:
     parser.add_argument("--safe-replay-only", action="store_true",
                         help="replay only graphs without launches or handles (default: replay every graph that loads)")
     parser.add_argument("--fs-every", type=int, default=10, help="every N-th input has an odd modules folder (0: never)")
+    parser.add_argument("--edge-every", type=int, default=10,
+                        help="every N-th input has a changed CPU level or manifest trailer, re-sealed (0: never)")
     parser.add_argument("--memory-gib", type=float, default=2.0, help="address space a child may add after warming up")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1213,7 +1233,8 @@ def main(argv=None) -> int:
     print(f"fuzzing the .wrp loader (warp-lang {wp.config.version}, seed {seed}, workdir {workdir})", flush=True)
     stats = fuzz(workdir, seconds=seconds, inputs=args.inputs, seed=seed, timeout=args.timeout,
                  cli_every=args.cli_every, log=lambda line: print(line, flush=True),
-                 replay_all=not args.safe_replay_only, fs_every=args.fs_every, headroom=int(args.memory_gib * (1 << 30)))
+                 replay_all=not args.safe_replay_only, fs_every=args.fs_every, edge_every=args.edge_every,
+                 headroom=int(args.memory_gib * (1 << 30)))
     print(stats.summary())
     print("most frequent refusals:")
     for message, count in sorted(stats.refusals.items(), key=lambda kv: -kv[1])[:25]:

@@ -137,8 +137,13 @@ def load_object(data: bytes, name: str) -> None:
             fd, path = tempfile.mkstemp(prefix="apic-", suffix=".o")
         try:
             view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            try:
+                while view:
+                    view = view[os.write(fd, view) :]
+            except OSError as error:  # a full disk: say what was being written, and where
+                raise OSError(error.errno, f"cannot stage the module object '{name}' in the temporary folder "
+                                           f"{tempfile.gettempdir()} for Warp's loader (warp-lang "
+                                           f"{WARP_VERSION} loads objects from files): {error.strerror}") from None
             result = llvm.wp_load_obj(ctypes.c_char_p(path.encode()), ctypes.c_char_p(name.encode()), *flag)
         finally:
             os.close(fd)
@@ -355,12 +360,12 @@ def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -
     than a silent build for this host.
     """
     flags = str(options.get("extra_flags") or "")
-    family = None if level is None else cpu_family(level=level)  # None for no level apic knows: refused below
-    if family is not None and cpu_family(platform.machine()) is not family:
-        raise ValueError(f"CPU level {level} is an {family.NAME} level; this machine is {platform.machine()}")
     if level is None:
         return _build_cpu(source, options, flags)
-    check_cpu_level(level)
+    check_cpu_level(level)  # first: a message quotes the level only once it is one of the few apic knows
+    family = cpu_family(level=level)
+    if cpu_family(platform.machine()) is not family:
+        raise ValueError(f"CPU level {level} is an {family.NAME} level; this machine is {platform.machine()}")
     prefix = ('#pragma clang diagnostic error "-Wignored-attributes"\n'
               f'#pragma clang attribute push(__attribute__((target("arch={level}"))), apply_to = function)\n')
     image = _build_cpu(prefix.encode() + source + b"\n#pragma clang attribute pop\n", options,

@@ -3,17 +3,25 @@
 Only the CLI prints. User mistakes (a missing or unreadable file, a bad argument, a name the graph does
 not have, a value that does not fit, a refused graph) end with one line, ``error: <message>``, on
 stderr and exit status 2, without a traceback; the message is escaped to one line (it may quote a
-string from a hostile file). Ctrl-C ends with exit status 130, also without a traceback.
+string from a hostile file). So does any other exception (Python's, Warp's, a library's), its type named
+in the line (``APIC_TRACEBACK=1`` shows its traceback instead). Output paths are opened for writing
+before the work, and a write that fails names the file. Ctrl-C ends with exit status 130, also without
+a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import platform
 import sys
 from importlib import metadata
+
+# Set (to anything) to see the traceback of an unexpected error instead of its one line.
+TRACEBACK_VARIABLE = "APIC_TRACEBACK"
 
 # Subcommand modules, in the order ``--help`` lists them.
 SUBCOMMANDS = ["demo", "bench", "replay", "inspect_wrp"]
@@ -76,13 +84,51 @@ def check_graph_path(path: str) -> None:
 
 
 def check_output_path(where: str, path: str) -> None:
-    """Refuse, before any work, an output path that cannot be written: a folder, or in a folder that does
-    not exist (``where``: the option, for the message)."""
+    """Refuse, before any work, an output path that cannot be written: a folder, in a folder that does not
+    exist, or one the system will not open for writing (a read-only file system, a name too long, no
+    permission), found by opening it: an existing file is opened without truncating it, a new one is
+    created and removed again (``where``: the option, for the message)."""
     if os.path.isdir(path):
         raise UserError(f"{where}: is a folder; name a file to write")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise UserError(f"{where}: the folder {folder} does not exist")
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | (0 if existed else os.O_CREAT | os.O_EXCL), 0o666)
+    except OSError as error:
+        raise UserError(f"{where}: cannot write the file: {error.strerror or error}") from None
+    os.close(fd)
+    if not existed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+@contextlib.contextmanager
+def naming(where: str):
+    """An I/O error inside (disk full, file too large) becomes a ``UserError`` naming the option and the
+    file (``where``), not a bare errno message."""
+    try:
+        yield
+    except OSError as error:
+        raise UserError(f"{where}: cannot write the file: {error.strerror or error}") from None
+
+
+def write_output(where: str, path: str, *chunks) -> None:
+    """Write the bytes-like ``chunks`` into the file ``path``, every byte or an error naming it (``naming``).
+
+    Unbuffered, each short write continued until the system refuses one: a buffered writer (and NumPy's
+    ``tofile`` under ``np.save``) let a file-size limit cut an output short with no error at all."""
+    with naming(where), open(path, "wb", buffering=0) as f:
+        for chunk in chunks:
+            view = memoryview(chunk).cast("B")
+            while view:
+                written = f.write(view)
+                if not written:
+                    raise OSError(errno.EIO, "the system wrote nothing")
+                view = view[written:]
 
 
 def _error_line(error) -> str:
@@ -132,4 +178,9 @@ def main(argv=None) -> int:
         if isinstance(error, ApicError):
             print(_error_line(error), file=sys.stderr)
             return 2
-        raise
+        if os.environ.get(TRACEBACK_VARIABLE):
+            raise
+        # not a refusal apic words itself (Python's, Warp's, a library's): one line still, its type named
+        print(_error_line(f"{type(error).__name__}: {error} (run with {TRACEBACK_VARIABLE}=1 for a traceback)"),
+              file=sys.stderr)
+        return 2

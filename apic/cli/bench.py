@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from apic.cli import UserError, check_output_path
+from apic.cli import UserError, check_output_path, naming, write_output
 
 
 def add_parser(subparsers):
@@ -80,16 +80,17 @@ def run(args) -> int:
     if args.json:
         from apic._text import json_text  # lazy: imports apic, as _suite
 
-        with open(args.json, "w") as f:
-            f.write(json_text(results, indent=1))  # strict JSON: a NaN or infinite timing is a string
+        text = json_text(results, indent=1)  # strict JSON: a NaN or infinite timing is a string
+        write_output(f"--json {args.json}", args.json, text.encode())
         print(f"results written to {args.json}")
     if args.markdown:
         from apic.bench.markdown import format_markdown  # lazy: imports the suite, as _suite
 
-        with open(args.markdown, "w") as f:
-            f.write(format_markdown(results))
+        text = format_markdown(results)
+        write_output(f"--markdown {args.markdown}", args.markdown, text.encode())
         print(f"Markdown written to {args.markdown}")
     if args.plot:
-        suite.plot(results, args.plot)
+        with naming(f"--plot {args.plot}"):
+            suite.plot(results, args.plot)
         print(f"plot written to {args.plot}")
     return 0

@@ -8,7 +8,7 @@ import hashlib
 import os
 
 from apic import _compat, dot, loading
-from apic.cli import UserError, check_graph_path, check_output_path
+from apic.cli import UserError, check_graph_path, check_output_path, naming, write_output
 from apic._text import escape as _escape
 from apic._text import json_text
 from apic.errors import ApicError, FormatError
@@ -223,10 +223,10 @@ def _picture(args, saved) -> None:
     """``--dot`` / ``--png``: the graph as DOT (``apic.dot``), and through Graphviz as a PNG."""
     text = dot.to_dot(saved.recording, saved.bindings, title=os.path.basename(args.path))
     if args.dot:
-        with open(args.dot, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_output(f"--dot {args.dot}", args.dot, text.encode("utf-8"))
     if args.png:
-        dot.render_png(text, args.png)
+        with naming(f"--png {args.png}"):
+            dot.render_png(text, args.png)
 
 
 def _safe(value):

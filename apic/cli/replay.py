@@ -7,11 +7,12 @@ shape, size) before its data is read, an output's folder before the replay.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import time
 
-from apic.cli import UserError, check_graph_path, check_output_path, int_option
+from apic.cli import UserError, check_graph_path, check_output_path, int_option, naming, write_output
 
 MAX_ITERS = (1 << 63) - 1  # the interpreter counts replays in an int64
 _LISTED = 20  # names an error message lists before "... and N more"
@@ -171,6 +172,21 @@ def _read_npy(name: str, path: str, view):
     return np.frombuffer(data, dtype=dtype).reshape(view.shape, order="F" if fortran else "C")
 
 
+def _npy_prefix(array) -> bytes:
+    """The ``.npy`` header ``np.save`` writes before a C-contiguous ``array``'s bytes (format 1.0, or 2.0
+    for a header too large for it)."""
+    from numpy.lib import format as npy  # lazy, as in run: a quick --help
+
+    header = io.BytesIO()
+    fields = npy.header_data_from_array_1_0(array)
+    try:
+        npy.write_array_header_1_0(header, fields)
+    except ValueError:  # a header of more than 65,535 bytes: format 2.0
+        header = io.BytesIO()
+        npy.write_array_header_2_0(header, fields)
+    return header.getvalue()
+
+
 def _check_plot(args) -> None:
     if args.profile_plot:
         try:
@@ -192,6 +208,20 @@ def _device(name: str):
     return device
 
 
+def _load(wp, path: str, device):
+    """``wp.capture_load``: what it refuses (apic's errors, an unreadable file) is reported as it words it;
+    anything else that escapes a load (a CUDA graph asked onto the CPU, Python's or Warp's own errors)
+    becomes one line naming the file, not a traceback."""
+    import apic  # lazy, as in run: a quick --help
+
+    try:
+        return wp.capture_load(path, device=device)
+    except (apic.ApicError, OSError, KeyboardInterrupt):
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever a load of a hostile or foreign file raises
+        raise UserError(f"cannot load {path}: {error}") from None
+
+
 def run(args) -> int:
     # lazy, as every import of NumPy, Warp or apic in the CLI: `python -m apic --help` stays quick
     import numpy as np  # lazy (above)
@@ -210,7 +240,7 @@ def run(args) -> int:
     _compat.quiet_warp()
     device = _device(args.device)
 
-    graph = wp.capture_load(args.path, device=device)
+    graph = _load(wp, args.path, device)
     graph.threads = args.threads
 
     for name, text in settings:
@@ -228,7 +258,8 @@ def run(args) -> int:
         report = apic.profile(graph, replays=args.iters)
         print(report.table())
         if args.profile_plot:
-            report.plot(args.profile_plot)
+            with naming(f"--profile-plot {args.profile_plot}"):
+                report.plot(args.profile_plot)
         args.iters = 0  # the profiled replays were the replays
     if args.time:
         graph.launch(0)  # load the interpreter (and range entries) outside the timing (zero replays: no effect)
@@ -236,9 +267,9 @@ def run(args) -> int:
     graph.launch(args.iters)
     elapsed = time.perf_counter() - start
 
-    for name, path in outputs:
-        with open(path, "wb") as f:  # that exact path (np.save given a name would add ".npy" to it)
-            np.save(f, np.ascontiguousarray(graph.param_numpy(name)))
+    for name, path in outputs:  # that exact path (np.save given a name would add ".npy" to it)
+        data = np.ascontiguousarray(graph.param_numpy(name))
+        write_output(f"--output {name}={path}", path, _npy_prefix(data), data.reshape(-1).view(np.uint8))
     if args.time:
         per = elapsed / args.iters * 1e6 if args.iters else 0.0
         print(f"replayed {args.iters} iteration(s) of {graph.op_count} ops in {elapsed * 1e3:.3f} ms "

@@ -29,8 +29,9 @@ object's and the bare source's SHA-256, and the one it travels in must match.
 Files written from 2026-11-22 to 2026-11-25 carry the manifest as a file of its own beside the binary
 (``<name>.<module sha16>.<manifest sha16>.kernels``), named by ``modules[i].manifest``; such a file is
 still read, and omitting its entry from the ``.wrp`` is refused while the folder holds it. A file
-written before manifests, with a folder without them, is loaded as before (docs/RELIABILITY.md says
-what that leaves open).
+whose launched modules carry no manifest (written before manifests, or with the trailer cut off a module
+file) is refused (``apic.format.manifest_check.without_manifest``), unless the caller sets
+``apic.loading.allow_files_without_manifests`` (docs/RELIABILITY.md says what that leaves open).
 
 CUDA graphs carry no manifest: their kernels' parameter layouts are checked against the driver's
 (``cuFuncGetParamInfo``) where the driver has it (docs/FORMAT.md, section 8).

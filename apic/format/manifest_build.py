@@ -7,6 +7,7 @@ import hashlib
 
 import msgpack
 
+from apic.errors import CaptureError
 from apic.format import schema, sealed_claims
 from apic.format.manifest import (FLAG_HANDLE_IDS, FLAG_MESH_INDICES, FLAG_NONE, FORMAT, VERSION, carry,
                                   contiguous_words, in_mesh_indices, mesh_indices)
@@ -21,6 +22,14 @@ def _id_kinds(blob: rec.Blob, slot, slot_kinds: dict) -> set | None:
         return None
     data = next((r.target for r in blob.relocs if r.at == slot.at and isinstance(r.target, rec.Ref)), None)
     count = None if data is None else contiguous_words(blob.data, slot.at)
+    if count and count > schema.MAX_ID_WORDS:
+        lo, hi = data.offset, data.offset + 8 * count
+        held = sum(1 for region, offset in slot_kinds if region == data.region and lo <= offset < hi)
+        if held == count:  # every word a handle's id, too many to check per replay: fail closed
+            raise CaptureError(
+                f"a launch passes an array of {count:,} native handle ids (uint64 at byte {slot.at} of its "
+                f"arguments); a saved graph checks the ids of such an array before each launch, up to "
+                f"{schema.MAX_ID_WORDS:,} of them: split the array, or pass at most that many")
     if not count or count > schema.MAX_ID_WORDS:
         return None
     kinds = set()

@@ -85,6 +85,14 @@ def _check_blob(blob: rec.Blob, layout, handles, meshes, where: str) -> list:
     return id_arrays
 
 
+def without_manifest(saved, tables: dict[int, dict]) -> list[int]:
+    """The modules whose kernels the graph launches and that have no manifest (``load``'s ``tables``): a file
+    saved before manifests, or one whose module file had its manifest cut off (the bare object is as honest
+    a module file as the one that carried it, so the two cannot be told apart)."""
+    kernels = saved.recording.kernels
+    return sorted({kernels[op.kernel].module for op in rec.cpu_launches(saved.recording.ops)} - set(tables))
+
+
 def check(saved, tables: dict[int, dict]) -> dict[int, list]:
     """Every kernel of a module with a manifest is listed there, and every launch of it matches its layout.
 

@@ -209,6 +209,18 @@ def _split(body: memoryview, options: dict) -> tuple[dict, list] | None:
     return doc, bounds
 
 
+def _check_level(target: dict) -> None:
+    """A ``target.cpu`` that names an x86-64 level (``capture_save(cpu_target=...)``) must list that level's
+    features: a load checks the features against the host, and threaded replay compiles code for the level,
+    so a level above the features (x86-64-v4 with v3's) would build instructions no check let through."""
+    level = target["cpu"]
+    if level in cpu_target.CPU_LEVELS:
+        lacking = sorted(cpu_target.CPU_LEVELS[level] - set(target["features"]))
+        if lacking:
+            _fail("target.cpu", f"objects built for {level} use {', '.join(lacking)}, which target.features "
+                                "does not list (the file's CPU level and its features disagree)")
+
+
 def read(data) -> SavedGraph:
     """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
     view = as_bytes(data)
@@ -237,6 +249,7 @@ def read(data) -> SavedGraph:
         "pointer_bits": _int(target["pointer_bits"], "target.pointer_bits", schema.MIN_POINTER_BITS,
                              schema.MAX_POINTER_BITS),
     }
+    _check_level(target)
     abi = _str(doc["abi"], "abi", max_len=schema.MAX_WORD)
     device = tables.read_device(doc.get("device"), abi)  # None for a CPU graph
     if device is None and abi not in KERNEL_ABIS:

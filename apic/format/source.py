@@ -182,9 +182,10 @@ def compile_saved(module, data: bytes, why: str, written_by: str) -> bytes:
 
 def rebuild_fixes(saved, check_compatible) -> bool:
     """Whether a local build makes ``saved`` compatible: it passes once CPU features and Warp match here."""
-    local = dataclasses.replace(
+    host = _compat.host_target()
+    local = dataclasses.replace(  # modules compiled here are built for this host, not for the file's CPU level
         saved,
-        target={**saved.target, "features": list(_compat.host_target()["features"])},
+        target={**saved.target, "cpu": host["cpu"], "features": list(host["features"])},
         writer={**saved.writer, "warp": _compat.WARP_VERSION},
     )
     try:

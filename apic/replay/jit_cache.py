@@ -9,11 +9,12 @@ packages' functions keep Numba's own order.
 
 Where no cache folder is writable (a container user without a home), ``CACHE`` is False: the jitted
 modules then compile in memory, once per process (a few seconds), where ``cache=True`` would have made
-their import fail.
+their import fail. A cache write that fails later (a full disk) leaves the function compiled in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from numba.core import caching
@@ -58,4 +59,38 @@ def _install() -> bool:
     return any(locator.from_function(_probe, __file__) is not None for locator in locators)
 
 
+def _serves_apic(cache) -> bool:
+    """Whether a Numba ``Cache`` keeps a function of apic's package."""
+    code = getattr(getattr(cache, "_py_func", None), "__code__", None)
+    return code is not None and (os.path.dirname(os.path.abspath(code.co_filename)) + os.sep).startswith(_PACKAGE + os.sep)
+
+
+def _tolerate_io_errors() -> None:
+    """Make a cache file of apic's that cannot be written or read (a full disk, a file-size limit, a folder
+    gone read-only after the check above) cost a compile in memory, never the replay: Numba saves an
+    overload after adding it to the dispatcher, and its guard around cache I/O swallows errors on Windows
+    only, so a failed write raised out of the first call of a replay loop. Other packages' functions keep
+    Numba's behaviour."""
+    cache_class = _numba_class("Cache")
+    original = getattr(cache_class, "_guard_against_spurious_io_errors", None)
+    if original is None or getattr(original, "apic_tolerant", False):
+        return  # a Numba whose caching this does not know, or done already (apic imported again)
+
+    @contextlib.contextmanager
+    def guard(self):
+        if not _serves_apic(self):
+            with original(self):
+                yield
+            return
+        try:
+            with original(self):
+                yield
+        except OSError:
+            pass  # the overload is compiled and in use: only its copy on disk is lost (a load: compiled again)
+
+    guard.apic_tolerant = True
+    cache_class._guard_against_spurious_io_errors = guard
+
+
 CACHE = _install()  # pass as ``cache=`` to every njit / cfunc of apic
+_tolerate_io_errors()

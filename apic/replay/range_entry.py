@@ -27,6 +27,7 @@ import threading
 from apic import _compat
 from apic.record.recording import module_source
 from apic.replay import thread_count
+from apic.targets.cpu import CPU_LEVELS
 
 _ENTRY_RE = re.compile(r"WP_API void (\w+)_cpu_forward\(\s*(wp::launch_bounds_t(?:<\d+>)?)\s*\*?\s*dim")
 
@@ -107,6 +108,11 @@ def _range_object(module_name: str, module_exec) -> str:
         raise LookupError("this process was forked while another thread was building a range object: the "
                           "compiler's own locks may be held for ever in it, so it builds none (serial launches)")
     if key not in _loaded:
+        if level is not None:  # code built for a level runs here: never for one this CPU lacks (a SIGILL)
+            lacking = sorted(CPU_LEVELS[level] - set(_compat.host_target()["features"]))
+            if lacking:
+                raise LookupError(f"module '{module_name}' was built for {level}, and this CPU lacks "
+                                  f"{', '.join(lacking)}: no range object is built for it (serial launches)")
         try:
             text = source.decode("utf-8")
         except UnicodeDecodeError:  # (a load refuses such a source; a live module's is Warp's own)

@@ -17,6 +17,7 @@ and the replay program all read these instead of spelling them again.
 
 from __future__ import annotations
 
+import reprlib
 import struct
 
 from apic.targets import files, x86_64
@@ -98,5 +99,5 @@ def cpu_family(machine: str | None = None, level: str | None = None):
 def check_cpu_level(level) -> None:
     """Refuse (``ValueError``) a ``cpu_target`` that is not None nor one of ``CPU_LEVELS``."""
     if level is not None and (not isinstance(level, str) or level not in CPU_LEVELS):
-        raise ValueError(f"cpu_target={level!r} is not a CPU level apic compiles for; use one of "
+        raise ValueError(f"cpu_target={reprlib.repr(level)} is not a CPU level apic compiles for; use one of "
                          f"{', '.join(CPU_LEVELS)}, or None for the objects Warp built for this CPU")

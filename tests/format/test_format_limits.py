@@ -273,7 +273,7 @@ def _saved_mesh_ids(folder, count: int):
 
 def test_the_handle_id_array_limit(tmp_path):
     """An array argument of MAX_ID_WORDS handle ids is recorded as one (its manifest entry makes a replay
-    check every id, the last one too); one of MAX_ID_WORDS + 1 is not, and replays as plain data."""
+    check every id, the last one too); one of MAX_ID_WORDS + 1 is refused at save (fail closed)."""
     from apic.replay import table as tbl
 
     path, graph, eager, live = _saved_mesh_ids(tmp_path, schema.MAX_ID_WORDS)
@@ -291,10 +291,10 @@ def test_the_handle_id_array_limit(tmp_path):
         wp.capture_launch(wp.capture_load(path))
     del doc, offsets  # a million slots: not kept through the second graph
 
-    _, graph, eager, live = _saved_mesh_ids(tmp_path, schema.MAX_ID_WORDS + 1)
-    assert int((graph.program.table[:, 0] == tbl.OP_CHECK_IDS).sum()) == 0
-    wp.capture_launch(graph)
-    assert graph.param_numpy("out").tobytes() == eager.tobytes()
+    # one more id than a replay checks: refused at save (it would replay with its ids unchecked)
+    with pytest.raises(apic.CaptureError, match=r"an array of 1,048,577 native handle ids.*up to 1,048,576"):
+        _saved_mesh_ids(tmp_path, schema.MAX_ID_WORDS + 1)
+    assert not os.path.exists(tmp_path / f"ids{schema.MAX_ID_WORDS + 1}.wrp")
 
 
 def test_the_default_string_limit():

@@ -134,9 +134,14 @@ def test_omitting_a_manifest_file_is_refused_when_the_folder_holds_it(tmp_path):
         wp.capture_load_from_bytes(data, modules)
 
 
-def test_a_file_from_before_manifests_still_loads(tmp_path):
-    """No manifest in the file nor in the folder: the shape of a file saved before manifests existed."""
-    graph = wp.capture_load(_golden(tmp_path, _without_manifest_entries, keep_manifests=False))
+def test_a_file_from_before_manifests_loads_only_when_allowed(tmp_path, monkeypatch):
+    """No manifest in the file nor in the folder: the shape of a file saved before manifests existed, and of
+    one whose manifests were cut off. Refused, unless the caller allows such files (then loaded unchecked)."""
+    path = _golden(tmp_path, _without_manifest_entries, keep_manifests=False)
+    with pytest.raises(apic.FormatError, match="carries no kernel manifest"):
+        wp.capture_load(path)
+    monkeypatch.setattr("apic.loading.allow_files_without_manifests", True)
+    graph = wp.capture_load(path)
     wp.capture_launch(graph)
 
 
