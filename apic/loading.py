@@ -29,7 +29,7 @@ import types
 import warp as wp
 
 from apic import _compat
-from apic.errors import GraphMemoryError, IncompatibleGraphError
+from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
 from apic.format import manifest_check
@@ -39,6 +39,7 @@ from apic.format.module_folder import fetch_verified
 from apic.format.reader import SavedGraph
 from apic.replay import backends, budget
 from apic.replay.backends.cpu import loaded_modules  # noqa: F401  (public here, as before)
+from apic.targets.cpu import CPU_LEVELS
 
 #: The most memory one load may allocate, in bytes: its regions, its handles' native memory and its
 #: replay program (``apic.replay.budget``). A graph needing more is refused with ``apic.GraphMemoryError``
