@@ -57,12 +57,16 @@ def test_a_cuda_graph_replayed_here_is_one_error_line(tmp_path):
 
 
 def test_an_error_apic_does_not_word_is_one_line_naming_its_type(graph, tmp_path, monkeypatch):
-    monkeypatch.setenv("APIC_REPLAY", "bogus")  # the interpreter choice is read at the first replay
-    done = run_cli(["replay", graph], cwd=tmp_path, timeout=300)
+    # A live graph's backend is chosen at its first replay (the demo's), a loaded graph's at load: an unknown
+    # APIC_REPLAY is a ValueError apic does not word in the first case and a failed load in the second.
+    monkeypatch.setenv("APIC_REPLAY", "bogus")
+    done = run_cli(["demo"], cwd=tmp_path, timeout=300)
     _one_error_line(done, r"error: ValueError: APIC_REPLAY='bogus': expected .* \(run with APIC_TRACEBACK=1 for a "
                           r"traceback\)")
-    monkeypatch.setenv("APIC_TRACEBACK", "1")
     done = run_cli(["replay", graph], cwd=tmp_path, timeout=300)
+    _one_error_line(done, r"error: cannot load .*g\.wrp: APIC_REPLAY='bogus': expected ")
+    monkeypatch.setenv("APIC_TRACEBACK", "1")
+    done = run_cli(["demo"], cwd=tmp_path, timeout=300)
     assert done.returncode == 1 and "Traceback" in done.stderr and "ValueError: APIC_REPLAY" in done.stderr
 
 
