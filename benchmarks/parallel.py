@@ -29,6 +29,7 @@ import warp as wp
 
 import apic
 from apic._compat import quiet_warp
+from apic.replay.plan_costs import TIMED_REPLAYS
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients"))
 
@@ -106,7 +107,8 @@ def main(argv=None) -> int:
         serial, again = _capture(step, model, serial_data), _capture(step, model, again_data)
         split = _capture(step, model, split_data)
         split.min_tasks_per_thread = min_tasks
-        for _ in range(2):
+        # the timed replays first (serial, plan_costs.TIMED_REPLAYS), then split ones on the plan they lead to
+        for _ in range(TIMED_REPLAYS + 2):
             wp.capture_launch(serial)
             wp.capture_launch(again)
             wp.capture_launch(split, threads=args.threads)
