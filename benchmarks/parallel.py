@@ -145,7 +145,12 @@ def main(argv=None) -> int:
         profiled = apic.profile(serial, replays=args.steps).rows
         shares = {row.name: row.share for row in profiled if row.kind == "launch"}
         print(f"  split coverage: {sum(shares.get(kernel, 0.0) for kernel in ran):.1%} of a serial step's time "
-              "in kernels whose launches ran split\n")
+              "in kernels whose launches ran split")
+        why_of = {e["kernel"]: e["why"] for e in report if not e["chunks"]}
+        rest = sorted(((share, name) for name, share in shares.items() if name not in ran), reverse=True)
+        print("  serial remainder (share of a serial step, why): " + "; ".join(
+            f"{name} {share:.1%} ({why_of.get(name, 'not a kernel launch')[:90]})" for share, name in rest[:8] if share >= 0.001)
+              + "\n")
     return 0
 
 

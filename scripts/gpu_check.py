@@ -77,6 +77,10 @@ def build_jobs(out: str, python: str = sys.executable) -> list[Job]:
             (python, "-m", "benchmarks.cuda_mujoco", "--json", os.path.join(out, "cuda_mujoco.json")), 120,
             optional=True, requires="mujoco_warp"),
         pytest("cuda-device-tests", list(DEVICE_TESTS), 150),
+        # no GPU needed: the machine's CPU cores give parallel CPU replay's scaling curve (docs/PARALLEL.md)
+        Job("cpu-scaling (optional)", (python, "-m", "benchmarks.parallel_scaling", "--worlds", "1024", "--json",
+                                       os.path.join(out, "parallel_scaling.json")), 300,
+            optional=True, requires="mujoco_warp"),
     ]
 
 
@@ -340,7 +344,8 @@ def check(args: argparse.Namespace, results: dict, log) -> None:
             continue
         results["jobs"].append(run_job(job, min(job.timeout, left), log))
         for name, file, key in (("benchmark", "cuda_replay.json", "benchmark"),
-                                ("mujoco-warp benchmark (optional)", "cuda_mujoco.json", "client_benchmark")):
+                                ("mujoco-warp benchmark (optional)", "cuda_mujoco.json", "client_benchmark"),
+                                ("cpu-scaling (optional)", "parallel_scaling.json", "cpu_scaling")):
             path = os.path.join(args.out, file)
             if job.name == name and os.path.exists(path):
                 with open(path) as f:

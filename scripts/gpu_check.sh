@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a CUDA GPU, run every test that needs one and the CUDA replay benchmark
 # (benchmarks/cuda_replay.py: Warp's own replays next to apic's; mujoco-warp's GPU test and benchmarks/cuda_mujoco.py where
-# mujoco-warp is importable), in about 7 minutes at most, writing
+# mujoco-warp is importable; and, needing no GPU, parallel CPU replay's scaling on this machine's cores, the humanoid
+# at 1,024 worlds on 1, 2, 4, 8 and 16 threads: benchmarks/parallel_scaling.py), in about 7 minutes at most, writing
 # gpu-check.json (the card, each job, each test's outcome, the figures) and gpu-check.log under $OUT if
 # set, else ./gpu-results. Prints a short summary. No network needed.
 #

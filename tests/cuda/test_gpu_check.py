@@ -70,10 +70,12 @@ def test_an_unknown_job_is_refused_and_the_json_says_so(tmp_path, monkeypatch):
 def test_every_job_names_what_exists(tmp_path):
     jobs = {job.name: job for job in check.build_jobs(str(tmp_path), python="PY")}
     assert list(jobs) == ["cuda-gpu-tests", "benchmark", "mujoco-warp (optional)", "mujoco-warp benchmark (optional)",
-                          "cuda-device-tests"]
+                          "cuda-device-tests", "cpu-scaling (optional)"]
     assert jobs["cuda-gpu-tests"].argv[-1] == "tests/cuda/test_cuda_gpu.py"
     assert jobs["benchmark"].argv[:3] == ("PY", "-m", "benchmarks.cuda_replay")
     assert jobs["mujoco-warp (optional)"].optional and jobs["mujoco-warp (optional)"].requires == "mujoco_warp"
+    scaling = jobs["cpu-scaling (optional)"]
+    assert scaling.argv[:3] == ("PY", "-m", "benchmarks.parallel_scaling") and scaling.requires == "mujoco_warp"
     assert check.DEFAULT_BUDGET <= 7 * 60 and all(job.timeout <= check.DEFAULT_BUDGET for job in jobs.values())
     for job in jobs.values():
         if job.junit:
