@@ -15,9 +15,9 @@ from apic.replay import backends, range_entry
 from apic.replay.named_params import NamedParams
 from apic.replay.threaded_launch import MIN_TASKS_PER_THREAD
 from apic.replay.lowering import lower
+from apic.replay.plan_costs import TIMED_REPLAYS, RowTimes
 from apic.replay.profile import timed_rows
 from apic.replay.program import Program, native_replay, raise_status, replay_limits, short_replay
-from apic.replay.split_planner import MIN_NS_PER_THREAD
 from apic.replay.thread_count import check as _check_threads
 from apic.replay.thread_count import planned as _planned_threads
 from apic.targets import cpu as cpu_target
@@ -70,9 +70,12 @@ class Graph(NamedParams):
         self._threads = 1
         self._min_tasks = MIN_TASKS_PER_THREAD
         self._parallel: dict[tuple[int, int], Program] = {}  # (threads, min tasks) -> parallel program
-        # Each table row's time in a serial replay (ns), measured by the first replay on more threads whose
-        # plan keeps a launch serial for its size (_measured_replay); the plans made after use it.
+        # Each table row's time in a serial replay (ns): the median of the first plan_costs.TIMED_REPLAYS
+        # replays on more threads whose plan keeps a launch serial for its size (_timed_replays, which
+        # collects them in _row_times); the plans made after use it.
         self._row_ns: np.ndarray | None = None
+        self._row_times: RowTimes | None = None
+        self._basis: dict[tuple[int, int], dict] = {}  # key of _parallel -> table row -> what decided it
         self._to_measure: set[tuple[int, int]] = set()  # keys of _parallel whose next replay measures
         self._range_entries: dict = {}  # (kernel, thread slots) -> what _range_entry returns
         self._range_missing: dict[int, str] = {}  # kernel -> why it has no range entry
@@ -104,7 +107,7 @@ class Graph(NamedParams):
     def min_tasks_per_thread(self) -> int:
         """A launch splits only into ranges of at least this many tasks (default 4096): smaller launches
         cost less than waking a thread, so they run serially, unless a measured replay found them long
-        enough (``split_planner.MIN_NS_PER_THREAD`` per thread; docs/PARALLEL.md, "Measured time")."""
+        enough (``plan_costs``; docs/PARALLEL.md, "Measured time")."""
         return self._min_tasks
 
     @min_tasks_per_thread.setter
@@ -144,8 +147,9 @@ class Graph(NamedParams):
         program = self._parallel.get(key)
         if program is None:
             program = self.program
+            basis = self._basis[key] = {}
             if threads > 1 and self.program.splits and _split_unavailable() is None:
-                program = self.program.parallel(threads, self._min_tasks, self._range_entry, self._row_ns)
+                program = self.program.parallel(threads, self._min_tasks, self._range_entry, self._row_ns, basis)
                 if self._row_ns is None and self._kept_for_size(program) and native_replay(self.program):
                     self._to_measure.add(key)
             self._parallel[key] = program
@@ -159,56 +163,74 @@ class Graph(NamedParams):
                 if split.tasks >= 2 and split.kernel not in self._range_missing
                 and any(int(row) not in chunks for row in split.rows)]
 
-    def _measured_replay(self, repeats: int) -> None:
-        """Replay serially through the profiled interpreter, keeping each row's time: the plans are made
-        again with it, and a launch whose time pays for a split splits whatever its tasks (the same
-        results: any plan replays bit for bit as the serial one)."""
-        row_ns, calls, _ = timed_rows(self.program, repeats)
-        self._row_ns = row_ns // np.maximum(calls, 1)
-        self._parallel.clear()
-        self._to_measure.clear()
-        self._fast_replay = None
-        self._fast_counts.clear()
+    def _timed_replays(self, threads: int, repeats: int) -> int:
+        """Run the replays still to be timed of ``repeats`` (at most ``plan_costs.TIMED_REPLAYS`` in all)
+        serially through the profiled interpreter, keeping each row's time; once all are in, the plans
+        are made again with their medians, and a launch whose time pays for a split splits whatever its
+        tasks (the same results: any plan replays bit for bit as the serial one). Returns the replays of
+        ``repeats`` left to run with the plan.
+
+        Holds the lock of replays on several threads (``split_pool.lock``): a replay on several threads
+        that another Python thread starts meanwhile waits for these replays, and runs on the plan they
+        lead to, instead of running in between."""
+        from apic.replay import split_pool  # imported already: a plan was made
+
+        with split_pool.lock:
+            if (_planned_threads(threads), self._min_tasks) not in self._to_measure:
+                return repeats  # another thread ran the last timed replay while this one waited
+            times = self._row_times = self._row_times or RowTimes(len(self.program.table))
+            timed = min(repeats, times.needed)
+            for _ in range(timed):
+                row_ns, calls, _ = timed_rows(self.program, 1)
+                times.add(row_ns, calls)
+            if not times.needed:
+                self._row_ns = times.median()
+                self._parallel.clear()
+                self._basis.clear()
+                self._to_measure.clear()
+                self._fast_replay = None
+                self._fast_counts.clear()
+            return repeats - timed
 
     def parallel_report(self, threads: int | None = None) -> list[dict]:
         """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per distinct
-        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "together", "count", "why"}``:
+        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "together", "count", "why",
+        "basis"}``:
         ``chunks`` its tasks are cut into (1: run whole on one thread, at the same time as the independent
         launches next to it), ``together`` the launches of its ``OP_SPLIT`` row (1: split alone), ``count``
         its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
-        serially. Then one entry per other kernel launched (``tasks`` 0, ``count`` its launches), with
-        why it was not proved splittable.
+        serially; ``basis`` what decided either way (its tasks, or its measured time against the plan's
+        boundary: ``apic.replay.plan_costs``). Then one entry per other kernel launched (``tasks`` 0,
+        ``count`` its launches), with why it was not proved splittable.
 
         ``threads`` is checked and bounded as in :meth:`launch`: the report is that of the replay that runs."""
         threads = self._threads if threads is None else _check_threads(threads)
         program = self.parallel_program(threads)
+        basis_of = self._basis.get((_planned_threads(threads), self._min_tasks), {})
         report = []
         chunks_of, together_of = (program.plan.chunks, program.plan.together) if program.plan else ({}, {})
         for split in self.program.splits:
             row = int(split.rows[0])
             chunks = chunks_of.get(row, 0)
-            why = ""
+            why, basis = "", basis_of.get(row, "")
             if not chunks:
-                why = (("threads=1" if threads == 1 else None) or _split_unavailable()
-                       or self._range_missing.get(split.kernel)
-                       or f"fewer than 2 x {self._min_tasks} tasks, alone or with the independent launches next to it"
-                       + self._measured_why(split, threads))
+                why = basis = (("threads=1" if threads == 1 else None) or _split_unavailable()
+                               or self._range_missing.get(split.kernel) or basis + self._pending_why(threads))
             report.append({"kernel": self.recording.kernels[split.kernel].key, "tasks": split.tasks,
                            "chunks": chunks, "together": together_of.get(row, 0),
-                           "count": len(split.rows), "why": why})
+                           "count": len(split.rows), "why": why, "basis": basis})
         for kernel, why in self.program.refusals:
             report.append({"kernel": self.recording.kernels[kernel].key, "tasks": 0, "chunks": 0, "together": 0,
-                           "count": 0, "why": why})
+                           "count": 0, "why": why, "basis": why})
         return report + self._serial_kernels()
 
-    def _measured_why(self, split, threads: int) -> str:
-        """What the measured times say of a launch kept serial for its size (``parallel_report``)."""
-        if self._row_ns is not None:
-            us = max(int(self._row_ns[row]) for row in split.rows) / 1e3
-            return f"; {us:.0f} us in a serial replay, under 2 x {MIN_NS_PER_THREAD / 1e3:.0f} us"
-        if (_planned_threads(threads), self._min_tasks) in self._to_measure:
-            return f"; the next replay on {threads} threads runs serially and times it"
-        return ""
+    def _pending_why(self, threads: int) -> str:
+        """What waits for timed replays, of a launch kept serial for its size (``parallel_report``)."""
+        if (_planned_threads(threads), self._min_tasks) not in self._to_measure:
+            return ""
+        needed = self._row_times.needed if self._row_times else TIMED_REPLAYS
+        return (f"; the next {needed} replay(s) on {threads} threads run serially and time it (the plan after "
+                f"them may split it)")
 
     def _serial_kernels(self) -> list[dict]:
         """``parallel_report`` entries of the kernels never proved splittable, one per kernel launched."""
@@ -219,7 +241,8 @@ class Graph(NamedParams):
                 continue
             why = ("backward launch" if info.adjoint else "runs as cooperative CPU blocks" if info.cpu_blocks
                    else info.split_refused or "not proved splittable when captured")
-            report.append({"kernel": info.key, "tasks": 0, "chunks": 0, "together": 0, "count": count, "why": why})
+            report.append({"kernel": info.key, "tasks": 0, "chunks": 0, "together": 0, "count": count, "why": why,
+                           "basis": why})
         return report
 
     def address_of(self, target) -> int:
@@ -253,11 +276,17 @@ class Graph(NamedParams):
         asked = threads
         if threads is None:
             threads = self._threads
-        program = self.program if threads == 1 and type(threads) is int else self.parallel_program(threads)
-        measure = bool(self._to_measure) and (_planned_threads(threads), self._min_tasks) in self._to_measure
+        program, measure = self.program, False
+        if threads != 1 or type(threads) is not int:
+            program = self.parallel_program(threads)  # made first: making it decides whether timings are due
+            measure = bool(self._to_measure) and (_planned_threads(threads), self._min_tasks) in self._to_measure
+            if not measure:
+                # Again: another Python thread may have run the last timed replay since, clearing the plans
+                # (before the timings due) that ``program`` may be one of
+                program = self.parallel_program(threads)
         if not self._checks_blocks:
             if measure:
-                self._measured_replay(repeats)
+                self._timed_then_planned(threads, repeats)
                 return
             program.run(repeats)
             if repeats == 1 and program is self.program:
@@ -266,7 +295,7 @@ class Graph(NamedParams):
         take_error = _compat.runtime().core.wp_take_cpu_block_error
         take_error()  # as eager Warp: forget a failure left over from earlier work
         if measure:
-            self._measured_replay(repeats)
+            self._timed_then_planned(threads, repeats)
         else:
             program.run(repeats)
         error = take_error()
@@ -274,6 +303,14 @@ class Graph(NamedParams):
             # Reported after the replay, not at the failing launch (the interpreter does not stop).
             message = error.decode("utf-8", errors="replace")
             raise ReplayError(f"Error replaying a CPU graph with cooperative-block kernels: {message}")
+
+    def _timed_then_planned(self, threads: int, repeats: int) -> None:
+        """``repeats`` replays on ``threads`` threads while timed replays are still to run: those first, the
+        rest on the plan they lead to. A call of zero replays runs, and times, nothing."""
+        if repeats:
+            left = self._timed_replays(threads, repeats)
+            if left:
+                self.parallel_program(threads).run(left)
 
     def _keep_fast_replay(self, threads: int | None) -> None:
         """Keep the serial program's bound native call for launches with ``threads`` (None: the graph's own)."""

@@ -29,6 +29,7 @@ import warp as wp
 
 import apic
 from apic._compat import quiet_warp
+from apic.replay.plan_costs import TIMED_REPLAYS
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients"))
 
@@ -106,7 +107,8 @@ def main(argv=None) -> int:
         serial, again = _capture(step, model, serial_data), _capture(step, model, again_data)
         split = _capture(step, model, split_data)
         split.min_tasks_per_thread = min_tasks
-        for _ in range(2):
+        # the timed replays first (serial, plan_costs.TIMED_REPLAYS), then split ones on the plan they lead to
+        for _ in range(TIMED_REPLAYS + 2):
             wp.capture_launch(serial)
             wp.capture_launch(again)
             wp.capture_launch(split, threads=args.threads)
@@ -143,7 +145,12 @@ def main(argv=None) -> int:
         profiled = apic.profile(serial, replays=args.steps).rows
         shares = {row.name: row.share for row in profiled if row.kind == "launch"}
         print(f"  split coverage: {sum(shares.get(kernel, 0.0) for kernel in ran):.1%} of a serial step's time "
-              "in kernels whose launches ran split\n")
+              "in kernels whose launches ran split")
+        why_of = {e["kernel"]: e["why"] for e in report if not e["chunks"]}
+        rest = sorted(((share, name) for name, share in shares.items() if name not in ran), reverse=True)
+        print("  serial remainder (share of a serial step, why): " + "; ".join(
+            f"{name} {share:.1%} ({why_of.get(name, 'not a kernel launch')[:90]})" for share, name in rest[:8] if share >= 0.001)
+              + "\n")
     return 0
 
 

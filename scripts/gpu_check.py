@@ -94,7 +94,11 @@ def build_jobs(out: str, python: str = sys.executable, second_python: str | None
         optional(pytest("newton", ["tests/clients/test_newton_gpu.py"], 150), "newton"),
         optional(second, "warp", second_python or "python3", None if second_python else (
             f"no second warp-lang interpreter given (--second-python or ${SECOND_PYTHON_ENV})")),
-        pytest("cuda-device-tests", list(DEVICE_TESTS), 120),
+                pytest("cuda-device-tests", list(DEVICE_TESTS), 150),
+        # no GPU needed: the machine's CPU cores give parallel CPU replay's scaling curve (docs/PARALLEL.md)
+        Job("cpu-scaling (optional)", (python, "-m", "benchmarks.parallel_scaling", "--worlds", "1024", "--json",
+                                       os.path.join(out, "parallel_scaling.json")), 300,
+            optional=True, requires="mujoco_warp"),
     ]
 
 
@@ -378,7 +382,8 @@ def check(args: argparse.Namespace, results: dict, log) -> None:
             continue
         results["jobs"].append(run_job(job, min(job.timeout, left), log))
         for name, file, key in (("benchmark", "cuda_replay.json", "benchmark"),
-                                ("mujoco-warp benchmark (optional)", "cuda_mujoco.json", "client_benchmark")):
+                                ("mujoco-warp benchmark (optional)", "cuda_mujoco.json", "client_benchmark"),
+                                ("cpu-scaling (optional)", "parallel_scaling.json", "cpu_scaling")):
             path = os.path.join(args.out, file)
             if job.name == name and os.path.exists(path):
                 with open(path) as f:

@@ -3,7 +3,9 @@
 # tests/cuda/test_cuda_conditional_gpu.py) and the CUDA replay benchmark (benchmarks/cuda_replay.py: Warp's own
 # replays next to apic's; mujoco-warp's GPU test and benchmarks/cuda_mujoco.py, both graph_conditional settings at
 # 64 and 1,024 worlds, where mujoco-warp is importable; newton's pendulum example where newton is; the GPU tests
-# again under a second warp-lang, 1.12.1, given by --second-python or APIC_SECOND_PYTHON), in 9 minutes at most, writing
+# again under a second warp-lang, 1.12.1, given by --second-python or APIC_SECOND_PYTHON; and, needing no GPU,
+# parallel CPU replay's scaling on this machine's cores, the humanoid at 1,024 worlds on 1, 2, 4, 8 and 16 threads:
+# benchmarks/parallel_scaling.py), in 9 minutes at most, writing
 # gpu-check.json (the card, each job, each test's outcome, the figures) and gpu-check.log under $OUT if
 # set, else ./gpu-results. Prints a short summary. No network needed.
 #

@@ -130,19 +130,21 @@ class Program:
             self.verdicts = self.verdicts()
         return self.verdicts
 
-    def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of, row_ns=None) -> Program:
+    def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of, row_ns=None,
+                 basis: dict | None = None) -> Program:
         """This program on ``threads`` threads (sharing this arena): its large split launches, and its
         runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.split_planner``); ``self``
         if nothing fans out.
 
         ``range_entry_of(kernel, slots)`` is the address of a kernel's range entry, or None (it stays
         serial), or a tuple of ``slots`` addresses, one per thread slot (``split_planner.plan``); ``row_ns``
-        each row's measured time in a serial replay, or None.
+        each row's measured time in a serial replay, or None; ``basis`` a dict the planner fills with what
+        decided each launch (by table row).
         """
         from apic.replay import split_pool  # lazy: imports Numba, which only a parallel replay needs
 
         found = split_planner.plan(self.table, self.splits, threads, min_tasks_per_thread, range_entry_of,
-                                   split_pool.splitter_address(), split_pool.pool().base, row_ns)
+                                   split_pool.splitter_address(), split_pool.pool().base, row_ns, basis)
         if found is None:
             return self
         return Program(found.table, self.arena, self.loops, self.param_offsets, self._verdicts(), threads,

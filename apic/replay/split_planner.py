@@ -26,13 +26,12 @@ import numpy as np
 
 from apic.record.ops import HandleRef
 from apic.record.splittable import spans_overlap
+from apic.replay import plan_costs
 from apic.replay import table as tbl
 from apic.replay import thread_count
+from apic.replay.plan_costs import MIN_NS_PER_THREAD
 
 CHUNKS_PER_THREAD = 4  # more chunks than threads: a thread the OS runs late leaves its share to the others
-# A launch measured at this long per thread also splits, whatever its tasks (``plan``'s ``row_ns``): waking a
-# worker and waiting for it cost a few microseconds
-MIN_NS_PER_THREAD = 25_000
 MAX_GROUP = 16  # launches in one row at most (a chunk's item is found by a linear search)
 
 
@@ -61,17 +60,19 @@ def jump_targets(table: np.ndarray) -> set[int]:
     return {int(target) for spec in tbl.JUMPS for target in table[ops == spec.number, spec.column(spec.jump)]}
 
 
-def _chunks(tasks: int, threads: int, min_tasks: int, ns: int | None = None) -> int:
+def _chunks(tasks: int, threads: int, min_tasks: int, ns: int | None = None,
+            per_thread: int = MIN_NS_PER_THREAD) -> int:
     """The chunks ``tasks`` tasks are cut into: ``CHUNKS_PER_THREAD`` per thread, on as many threads (up to
     ``threads``) as have ``min_tasks`` tasks each, or, given its measured time ``ns``, as have
-    ``MIN_NS_PER_THREAD`` of it (1: too little to share between two threads)."""
+    ``per_thread`` ns of it (1: too little to share between two threads)."""
     ranges = min(threads, tasks // max(min_tasks, 1))
     if ns is not None:
-        ranges = max(ranges, min(threads, tasks, ns // MIN_NS_PER_THREAD))
+        ranges = max(ranges, min(threads, tasks, ns // max(per_thread, 1)))
     return min(tasks, ranges * CHUNKS_PER_THREAD) if ranges >= 2 else 1
 
 
-def _cuts(tasks: list[int], threads: int, min_tasks: int, times: list[int] | None = None) -> list[int] | None:
+def _cuts(tasks: list[int], threads: int, min_tasks: int, times: list[int] | None = None,
+          per_thread: int = MIN_NS_PER_THREAD) -> list[int] | None:
     """The chunks of each launch of a row of independent launches, or None when the row is too small
     to fan out. The row as a whole gets the chunks its total would get as one launch, shared in
     proportion to the launches' tasks and rounded up to a multiple of the threads that would share the
@@ -80,18 +81,34 @@ def _cuts(tasks: list[int], threads: int, min_tasks: int, times: list[int] | Non
     are no measure of time, though: in a mujoco-warp step, a tile kernel's 256 tasks, one per world,
     take fifty times as long as the 4,000 small tasks launched beside them.) Given the launches' measured
     ``times`` (ns), they also decide what splits, and the row's chunks are shared by time."""
-    row = _chunks(sum(tasks), threads, min_tasks, sum(times) if times is not None else None)
+    row = _chunks(sum(tasks), threads, min_tasks, sum(times) if times is not None else None, per_thread)
     if row == 1:
         return None
     weights = times if times is not None and sum(times) > 0 else tasks
     cuts = []
     for k, n in enumerate(tasks):
-        alone = _chunks(n, threads, min_tasks, times[k] if times is not None else None)
+        alone = _chunks(n, threads, min_tasks, times[k] if times is not None else None, per_thread)
         ranges = alone // CHUNKS_PER_THREAD  # the threads that would share it alone (0: it runs whole)
         share = round(row * weights[k] / sum(weights))
         # a multiple of those threads: 7 chunks of one launch on 2 threads would leave one thread 4 of them
         cuts.append(min(alone, max(ranges, -(-share // ranges) * ranges)) if ranges else 1)
     return cuts
+
+
+def _basis(tasks: list[int], times: list[int] | None, min_tasks: int, boundary: int | None, split: bool,
+           by_tasks: bool) -> str:
+    """What decided whether a row of launches (``tasks``, measured ``times``) fans out (``parallel_report``)."""
+    row = f"{sum(tasks):,} tasks" + (f" in {len(tasks)} independent launches" if len(tasks) > 1 else "")
+    if by_tasks:
+        return f"split by size: {row}, at least 2 x {min_tasks} (min_tasks_per_thread)"
+    small = f"fewer than 2 x {min_tasks} tasks, alone or with the independent launches next to it"
+    if boundary is None:
+        return small
+    if sum(tasks) < 2:
+        return f"{small}; fewer than 2 tasks"
+    measured = (f"{sum(times) / 1e3:.0f} us (median of {plan_costs.TIMED_REPLAYS} timed serial replays), "
+                f"{'at least' if split else 'under'} the boundary {boundary / 1e3:.0f} us")
+    return f"split by time: {row}, {measured}" if split else f"{small}; {row}: {measured}"
 
 
 @dataclass(frozen=True)
@@ -120,14 +137,16 @@ def _groups(table: np.ndarray, candidates: dict) -> list[list[int]]:
 
 
 def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of, splitter: int,
-         control: int, row_ns: np.ndarray | None = None) -> Plan | None:
+         control: int, row_ns: np.ndarray | None = None, basis: dict | None = None) -> Plan | None:
     """The parallel version of ``table`` for ``threads`` threads, or None when nothing fans out.
 
     ``splits`` are the program's ``Split`` launches, ``range_entry_of(kernel, slots)`` a kernel's range
     entry address (0 or None: its launches stay serial) or a tuple of ``slots`` of them, one per thread
     slot (a kernel using tiles, ``range_entry.per_thread_entries``), ``splitter`` and ``control`` the
     native splitter and its pool's control block (``apic.replay.split_pool``). ``row_ns``, each row's time
-    in a serial replay (ns), lets a launch whose time pays for a split split whatever its tasks.
+    in a serial replay (ns, ``plan_costs.RowTimes``), lets a launch whose time pays for a split split
+    whatever its tasks: a row of launches measured at ``plan_costs.boundary`` of the rows so decided or
+    more. ``basis``, when given, receives for each launch with a range entry (by table row) what decided.
     """
     slots = thread_count.running(threads)  # the threads the pool runs a replay of this table on, at most
     candidates = {}  # table row -> (split, range entry or per-thread entries)
@@ -135,13 +154,23 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
         entry = range_entry_of(split.kernel, slots)
         if entry:
             candidates.update((int(row), (split, entry)) for row in split.rows)
+    groups = _groups(table, candidates)
+    by_tasks = {g[0]: _chunks(sum(candidates[row][0].tasks for row in g), threads, min_tasks) > 1 for g in groups}
+    # the rows whose time alone decides (too few tasks, at least two): the boundary is put in a gap between them
+    timed = [sum(int(row_ns[row]) for row in g) for g in groups
+             if row_ns is not None and not by_tasks[g[0]] and sum(candidates[row][0].tasks for row in g) >= 2]
+    boundary = plan_costs.boundary(timed) if row_ns is not None else None
+    per_thread = boundary // 2 if boundary is not None else MIN_NS_PER_THREAD
     chosen = []
-    for group in _groups(table, candidates):
+    for group in groups:
         tasks = [candidates[row][0].tasks for row in group]
         times = [int(row_ns[row]) for row in group] if row_ns is not None else None
-        cuts = _cuts(tasks, threads, min_tasks, times)
+        cuts = _cuts(tasks, threads, min_tasks, times, per_thread)
         if cuts is not None:
             chosen.append((group, cuts))
+        if basis is not None:
+            basis.update((row, _basis(tasks, times, min_tasks, boundary, cuts is not None, by_tasks[group[0]]))
+                         for row in group)
     if not chosen:
         return None
     items = np.zeros((sum(len(group) for group, _ in chosen), tbl.ITEM_WORDS), dtype=np.int64)

@@ -127,11 +127,12 @@ def _batched(mjm, worlds: int, seed: int):
     return zeroed_where_uninitialised(made)
 
 
-@pytest.mark.parametrize("model", ["humanoid", "contacts"])
-def test_worlds_split_over_threads_every_data_array(model):
+@pytest.mark.parametrize("model, threads", [("humanoid", 2), ("contacts", 2), ("humanoid", 8), ("humanoid", 16)])
+def test_worlds_split_over_threads_every_data_array(model, threads):
     """Launches split by world (docs/PARALLEL.md), the humanoid's tile kernels among them: 64 worlds with
-    their own velocities, replayed on two threads; after several steps every Data array equals a serial
-    replay's and eager's, bit for bit."""
+    their own velocities, replayed on ``threads`` threads (on a machine of fewer cores too: a check of the
+    plan, not of speed); after several steps every Data array equals a serial replay's and eager's, bit
+    for bit."""
     import os
 
     if model == "humanoid":
@@ -148,7 +149,7 @@ def test_worlds_split_over_threads_every_data_array(model):
             mjw.step(m, data)
         graphs.append(capture.graph)
     graphs[1].min_tasks_per_thread = 1
-    report = graphs[1].parallel_report(2)
+    report = graphs[1].parallel_report(threads)
     by_world = {k.key for k in graphs[1].recording.kernels if k.split_world is not None}
     assert any(e["chunks"] > 1 and e["kernel"] in by_world for e in report), report
     if model == "humanoid":  # its per-world tile kernels (Cholesky, dense gradient, contact Jacobian) too
@@ -157,7 +158,7 @@ def test_worlds_split_over_threads_every_data_array(model):
     for step in range(4):
         mjw.step(m, eager)
         wp.capture_launch(graphs[0])
-        wp.capture_launch(graphs[1], threads=2)
+        wp.capture_launch(graphs[1], threads=threads)
     assert_same_arrays(warp_arrays(serial), warp_arrays(split), "split vs serial replay")
     assert_same_arrays(warp_arrays(eager), warp_arrays(split), "split replay vs eager")
     assert len(np.unique(eager.solver_niter.numpy())) > 1, "every world's solver ran the same iterations"

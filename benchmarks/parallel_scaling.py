@@ -1,0 +1,90 @@
+"""Parallel CPU replay's scaling: one mujoco-warp step replayed on 1, 2, 4, 8, 16 threads, in one run.
+
+    python -m benchmarks.parallel_scaling [--model humanoid] [--worlds 1024] [--threads 1 2 4 8 16]
+                                          [--rounds 5] [--steps 2] [--json PATH]
+
+Captures one ``mjw.step`` (the scenes of ``benchmarks.parallel``, default settings: the plan of each
+thread count is the one users get, after the timed replays of ``apic.replay.plan_costs``) in two graphs
+from identical states. The first replays serially, the second on each thread count in turn, as many
+replays; every ``Data`` array must then be the same bit for bit. Then the rounds interleave the thread
+counts (the order reversed every other round) and the minimum per step of each gives its speed-up
+over one thread and its parallel efficiency (speed-up / threads). Needs mujoco-warp; no GPU: the
+16-core machine of the GPU check runs it as its ``cpu-scaling (optional)`` job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import warp as wp
+
+from apic._compat import quiet_warp
+from apic.replay.plan_costs import TIMED_REPLAYS
+
+from benchmarks.parallel import _arrays, _capture, _scene
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=("scene", "humanoid"), default="humanoid")
+    parser.add_argument("--worlds", type=int, default=1024)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=2, help="replays per timed sample")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args(argv)
+    quiet_warp()
+    wp.init()
+    from client_helpers import raw  # on the path through benchmarks.parallel
+
+    model, fresh, step = _scene(args.worlds, args.model)
+    step(model, fresh())  # compile every module before capturing
+    serial_data, split_data = fresh(), fresh()
+    serial, split = _capture(step, model, serial_data), _capture(step, model, split_data)
+    replays = 0
+    for threads in args.threads:  # each count's timed replays, then some on its plan
+        for _ in range(TIMED_REPLAYS + 1):
+            wp.capture_launch(split, threads=threads)
+            replays += 1
+    for _ in range(replays):
+        wp.capture_launch(serial)
+    a, b = _arrays(serial_data), _arrays(split_data)
+    differ = [name for name in a if not np.array_equal(raw(a[name]), raw(b[name]))]
+    # arrays put_data leaves uninitialised past the contacts may differ between any two replays: reported
+    print(f"mujoco-warp step ({args.model}), {args.worlds} worlds, warp-lang {wp.config.version}, {os.cpu_count()} "
+          f"CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of {args.steps} steps")
+    print(f"after {replays} replays over threads {args.threads}: "
+          + (f"differ from serial in {differ}" if differ else "every Data array equals the serial replay's"))
+    times = {threads: [] for threads in args.threads}
+    for r in range(args.rounds):
+        for threads in (args.threads if r % 2 == 0 else args.threads[::-1]):
+            start = time.perf_counter()
+            for _ in range(args.steps):
+                wp.capture_launch(split, threads=threads)
+            times[threads].append((time.perf_counter() - start) / args.steps * 1e3)
+    base = min(times[args.threads[0]])
+    rows = []
+    for threads, samples in times.items():
+        speedup = base / min(samples)
+        rows.append({"threads": threads, "min_ms": min(samples), "median_ms": statistics.median(samples),
+                     "speedup": speedup, "efficiency": speedup / threads * args.threads[0],
+                     "split_launches": sum(e["count"] for e in split.parallel_report(threads) if e["chunks"])})
+        print(f"threads {threads:>2}: {min(samples):8.1f} ms min, {statistics.median(samples):8.1f} median; "
+              f"speed-up {speedup:5.2f}, efficiency {rows[-1]['efficiency']:.0%}, "
+              f"{rows[-1]['split_launches']} launches on several threads")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "worlds": args.worlds, "cpus": os.cpu_count(),
+                       "load": os.getloadavg()[0], "bit_identical": not differ, "differ": differ, "rows": rows}, f,
+                      indent=2)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
