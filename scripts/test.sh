@@ -41,6 +41,8 @@ if [ "$warp_version" = "1.19.0" ] && [ "${APIC_CLIENT_TIER:-1}" != "0" ]; then
     fi
 fi
 status=0
+# The linter first (configured in pyproject.toml): a style or pyflakes error fails the run, after the tests.
+"$venv/bin/python" -m ruff check . || { echo "error: ruff check found the problems above" >&2; status=1; }
 "$venv/bin/python" -m pytest "$@" || status=$?
 if [ -n "$client_python" ]; then
     echo "=== client tier (mujoco-warp, newton) on warp-lang ${warp_version} ==="

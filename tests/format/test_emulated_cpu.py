@@ -22,10 +22,10 @@ import textwrap
 import pytest
 import warp as wp
 
-from persist_helpers import child_env
+from persist_helpers import TESTS, child_env
 
 QEMU = shutil.which("qemu-x86_64")
-GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "golden")
+GOLDEN = os.path.join(TESTS, "data", "golden")
 OTHER = {"1.19.0": "1.12.1", "1.12.1": "1.19.0"}.get(wp.config.version)
 
 pytestmark = [

@@ -169,7 +169,8 @@ CUDA_CASES = [
     ("MAX_GRID_YZ", lambda d, n: d["ops"][0].update(grid=[1, n, 1]), r"ops\[0\]: grid .* exceed CUDA's limits"),
 ]
 # Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests;
-# MAX_MANIFEST_BYTES is tested on the trailer below, MAX_ID_WORDS on saved arrays of Mesh ids); MAX_TEXT is the default of fields.check_str, and a
+# MAX_MANIFEST_BYTES is tested on the trailer below, MAX_ID_WORDS on saved arrays of Mesh ids); MAX_TEXT is
+# the default of fields.check_str, and a
 # pattern bounds every field read with it more tightly (tested on its own below).
 NOT_READ_HERE = {"MAX_ID_WORDS", "MAX_MANIFEST_BYTES", "MAX_TEXT"}
 

@@ -221,7 +221,8 @@ def _pack(value, packer) -> bytes:
 
 def _encode_pairs(body) -> bytes:
     packed = _pack(body, msgpack.Packer(use_bin_type=True))
-    return schema.HEADER.pack(schema.MAGIC, body["format_version"], 0, len(packed), hashlib.sha256(packed).digest()) + packed
+    return schema.HEADER.pack(schema.MAGIC, body["format_version"], 0, len(packed),
+                              hashlib.sha256(packed).digest()) + packed
 
 
 def test_a_later_launch_repeating_a_key_of_its_arguments_is_refused(saved):

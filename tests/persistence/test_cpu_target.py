@@ -90,7 +90,8 @@ def test_objects_hold_no_instruction_of_a_wider_level(tmp_path, level):
     assert wrp_body(path)["target"]["cpu"] == level
     # the check can fail: on a host with AVX2 and FMA, Warp's own -march=native object uses them
     if {"avx2", "fma"} <= set(_compat.native_target()["features"]):
-        assert _WIDER["x86-64-v2"].search(native), "this host's object names no wider register: the check proves nothing"
+        assert _WIDER["x86-64-v2"].search(native), (
+            "this host's object names no wider register: the check proves nothing")
 
 
 @pytest.mark.parametrize("level, host, loads", [

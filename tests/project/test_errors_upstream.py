@@ -19,8 +19,8 @@ import warp.sparse as wps
 
 import apic
 from apic import loading
+from persist_helpers import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @wp.kernel

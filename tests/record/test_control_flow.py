@@ -204,7 +204,9 @@ def test_loaded_graph_as_body(tmp_path):
     loaded = wp.capture_load(str(tmp_path / "body"))
     with wp.ScopedCapture(device=CPU) as capture:
         launch(set_int, s["counter"], 3, dim=1)
-        wp.capture_while(s["counter"], lambda: (wp.capture_launch(loaded), launch(decrement, s["counter"], dim=1)))
+        # the body runs here, inside capture_while, while ``loaded`` is still bound
+        wp.capture_while(s["counter"],
+                         lambda: (wp.capture_launch(loaded), launch(decrement, s["counter"], dim=1)))  # noqa: F821
     kept = weakref.ref(loaded)
     del loaded
     graph = capture.graph

@@ -468,7 +468,8 @@ def _handle_over_array(doc) -> None:
         (lambda d: d["handle_slots"].append([0, 1 << 40, 0]), "outside region"),
         (lambda d: next(op for op in d["ops"] if op["kind"] == int(rec.OpKind.HANDLE_CALL)).update(handle=99),
          "outside"),
-        (lambda d: next(op for op in d["ops"] if op["kind"] == int(rec.OpKind.HANDLE_CALL)).update(fn="mesh_destroy_host"),
+        (lambda d: next(op for op in d["ops"]
+                        if op["kind"] == int(rec.OpKind.HANDLE_CALL)).update(fn="mesh_destroy_host"),
          "not a native handle method"),
         (lambda d: _handle_over_array(d), "overlaps an array descriptor"),
     ],

@@ -132,7 +132,8 @@ def test_bool_arrays():
 def test_transform_arrays():
     def make():
         rot = [wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), 0.5 * k) for k in range(8)]
-        src = wp.array([wp.transform(wp.vec3(float(k), 1.0, -1.0), rot[k]) for k in range(8)], dtype=wp.transform, device=CPU)
+        src = wp.array([wp.transform(wp.vec3(float(k), 1.0, -1.0), rot[k]) for k in range(8)], dtype=wp.transform,
+                       device=CPU)
         dst = wp.array([wp.transform_identity()] * 8, dtype=wp.transform, device=CPU)
         return {"src": src, "dst": dst}
 

@@ -223,7 +223,8 @@ def test_fill_contiguous_and_strided(dtype):
 
 def test_fill_with_warp_scalars_and_zero_size():
     def make():
-        return {"a": _array(wp.float16, 8, 1), "b": _array(wp.uint16, 8, 2), "e": wp.zeros(0, dtype=wp.int32, device=CPU)}
+        return {"a": _array(wp.float16, 8, 1), "b": _array(wp.uint16, 8, 2),
+                "e": wp.zeros(0, dtype=wp.int32, device=CPU)}
 
     def fn(s):
         s["a"].fill_(wp.float16(0.75))

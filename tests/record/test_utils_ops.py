@@ -470,8 +470,9 @@ def test_utilities_in_a_loop():
 
         wp.capture_while(s["loops"], body)
 
-    state = lambda: {"t": counter(), "loops": counter(), "a": wp.array(np.arange(N, dtype=np.float32) * 0.001,
-                                                                       device=CPU)}  # noqa: E731
+    def state():
+        return {"t": counter(), "loops": counter(), "a": wp.array(np.arange(N, dtype=np.float32) * 0.001, device=CPU)}
+
     eager_vs_replay(program, state, repeats=5)
 
 
