@@ -14,10 +14,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import cli_kernels as ck
 from apic._text import json_text, plain
 from persist_helpers import child_env, rewrite_wrp, wrp_body
+
+pytestmark = [pytest.mark.once]
 
 INF, NAN = math.inf, math.nan
 

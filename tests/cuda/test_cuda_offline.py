@@ -36,6 +36,8 @@ from apic.targets import cuda as cp
 from apic.targets.target import CUDA
 from wrp_helpers import read_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 ARCH = 75  # an architecture every NVRTC that Warp 1.12-1.19 ships compiles for
 
 

@@ -30,6 +30,8 @@ from apic.record import ops as rec
 from apic.replay import cuda_loaded_graph as cuda_replay
 from test_cuda_offline import ARCH, _document, _read, ptx  # noqa: F401  (ptx is a fixture)
 
+pytestmark = [pytest.mark.warp_version]
+
 
 def _driver():
     try:

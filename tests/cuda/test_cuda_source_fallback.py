@@ -35,6 +35,8 @@ from test_cuda_python_offline import FakeDevice, cu  # noqa: F401  (cu is a fixt
 from persist_helpers import rewrite_wrp, wrp_body
 from wrp_helpers import read_doc
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def aot(tmp_path_factory):

@@ -19,6 +19,8 @@ import pytest
 import warp as wp
 from persist_helpers import REPO
 
+pytestmark = [pytest.mark.once]
+
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import gpu_check as check  # noqa: E402

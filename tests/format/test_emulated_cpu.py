@@ -35,6 +35,7 @@ pytestmark = [
     # the emulated child checks which objects load and run, not the replay loop: the Numba runs cover it
     pytest.mark.skipif(os.environ.get("APIC_REPLAY") == "reference", reason="checked by the Numba-interpreter runs"),
 ]
+pytestmark = [*pytestmark, pytest.mark.warp_version, pytest.mark.interpreter]
 
 CHILD = textwrap.dedent(
     """

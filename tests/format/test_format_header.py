@@ -18,6 +18,8 @@ from wrp_helpers import save_sim
 from apic.format import reader, schema
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

@@ -24,6 +24,8 @@ from wrp_helpers import read_doc, unpack_body
 from apic.format import fields, schema, writer
 from test_handles import _saved_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 
 def _body(path) -> dict:
     with open(path, "rb") as f:

@@ -20,6 +20,8 @@ import persist_kernels as pk
 from wrp_helpers import read_doc
 from apic.format import reader, schema
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory) -> dict:

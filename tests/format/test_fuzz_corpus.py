@@ -28,6 +28,8 @@ from apic.record.recording import KernelInfo
 from apic.replay import lowering
 from persist_helpers import TESTS
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 CORPUS = os.path.join(TESTS, "data", "fuzz_corpus")
 
 

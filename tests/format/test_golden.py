@@ -35,6 +35,8 @@ from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
 from apic.format import reader, schema
 from persist_helpers import TESTS
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 GOLDEN = os.path.join(TESTS, "data", "golden")
 _FOLDER = re.compile(r"v(\d+)-warp([\d.]+)(?:-(x86-64-v\d))?")
 FOLDERS = sorted(d for d in os.listdir(GOLDEN) if _FOLDER.fullmatch(d))

@@ -23,6 +23,8 @@ from apic.format import reader, schema, writer
 from apic.record import ops as rec
 from wrp_helpers import read_doc, unpack_body
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def scaled_add(src: wp.array(dtype=float), dst: wp.array(dtype=float), s: float):

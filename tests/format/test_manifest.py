@@ -32,6 +32,8 @@ from apic.replay import table as tbl
 from wrp_helpers import body_of, unpack_body
 from persist_helpers import TESTS
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory):

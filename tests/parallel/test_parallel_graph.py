@@ -31,6 +31,8 @@ from wrp_helpers import read_doc
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 _RNG = np.random.default_rng(1515)
 
 

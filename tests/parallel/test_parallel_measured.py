@@ -25,6 +25,7 @@ from conftest import CPU, assert_same, snapshot
 from persist_helpers import TESTS, child_env
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no parallel replay here: {unavailable()}")
+pytestmark = [pytestmark, pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
 
 TASKS = 8  # far under the default min_tasks_per_thread (4,096)
 

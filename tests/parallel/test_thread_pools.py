@@ -33,6 +33,8 @@ from apic.replay import program as program_module
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import TESTS, child_env, run_cli, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
+
 N = 1 << 15  # 32 ranges of MIN_TASKS: enough to split on any machine's CPU count
 MIN_TASKS = 1024
 HUGE = 10**6

@@ -28,6 +28,8 @@ from apic.format import schema
 from wrp_helpers import body_of, read_doc
 from persist_helpers import TESTS, child_env, rewrite_wrp
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 _CHILD = textwrap.dedent(
     """

@@ -23,12 +23,15 @@ import time
 import tracemalloc
 
 import numpy as np
+import pytest
 import warp as wp
 
 import apic
 import cli_kernels as ck
 from apic._compat import quiet_warp
 from persist_helpers import TESTS, child_env
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
 
 HUGE = 100_000_000
 PEAK_LIMIT = 8 << 20  # bytes; converting any of the values below would allocate at least 400 MB

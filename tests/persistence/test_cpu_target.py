@@ -24,6 +24,8 @@ from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
 from apic.format import source as source_format
 from persist_helpers import rewrite_wrp, run_child, same_bits, wrp_body
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 1 << 16  # enough tasks for a replay with threads=2 to split a launch
 
 

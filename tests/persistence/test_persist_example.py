@@ -11,6 +11,8 @@ import pytest
 
 from persist_helpers import REPO, child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 pytest.importorskip("matplotlib")
 
 EXAMPLES = os.path.join(REPO, "examples")

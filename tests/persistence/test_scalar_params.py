@@ -19,6 +19,8 @@ from apic.format import reader, schema
 from conftest import CPU, churn, snapshot
 from persist_helpers import TESTS, child_env, run_cli, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 CASES = list(PK.CASES)
 ARRAYS = ("x", "counter")
 

@@ -21,6 +21,8 @@ import apic
 from apic import loading
 from persist_helpers import REPO
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 
 @wp.kernel

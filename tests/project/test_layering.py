@@ -29,6 +29,8 @@ import pytest
 import apic
 from persist_helpers import REPO
 
+pytestmark = [pytest.mark.install]
+
 # the folder holding the apic package under test: the checkout, or site-packages when the suite runs
 # against an installed wheel (scripts/test_wheel.sh)
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(apic.__file__)))

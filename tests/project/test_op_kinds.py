@@ -19,6 +19,8 @@ from apic.record import ops as rec
 from apic.replay import cuda_lowering, guards, lowering_rows
 from apic.targets import target as targets
 
+pytestmark = [pytest.mark.once]
+
 # (layer, its table keyed by op type)
 TABLES = [
     ("write", write_ops.WRITE),

@@ -16,6 +16,8 @@ import pytest
 import apic
 from persist_helpers import REPO
 
+pytestmark = [pytest.mark.install]
+
 ROOT = REPO
 
 

@@ -18,6 +18,8 @@ from apic.targets import cpu, cuda
 from apic.targets.target import CPU, CUDA, TARGETS, of_abi, of_device_kind
 from persist_helpers import REPO
 
+pytestmark = [pytest.mark.warp_version]
+
 APIC = os.path.join(REPO, "apic")
 TARGETS_DIR = os.path.join(APIC, "targets")
 

@@ -9,7 +9,11 @@ import os
 import re
 
 import apic
+
+import pytest
 from persist_helpers import REPO
+
+pytestmark = [pytest.mark.install]
 
 ROOT = REPO
 # apic's own sources: the checkout's, or the installed wheel's when the suite runs against it (scripts/test_wheel.sh)

@@ -20,6 +20,8 @@ from wrp_helpers import body_of, read_doc
 from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 8
 
 

@@ -30,6 +30,8 @@ from wrp_helpers import body_of, unpack_body
 from conftest import CPU
 from persist_helpers import child_env, run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 STEPS = 3
 HAS_HANDLE_TYPE = hasattr(wp, "handle")  # warp 1.19: a uint64 that names a handle
 

@@ -11,6 +11,8 @@ import warp as wp
 import kernels as K
 from conftest import CPU, as_bytes, churn, eager_vs_replay, random_values
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 def _np_dtype(dtype):
     return np.dtype(wp.dtype_to_numpy(getattr(dtype, "_wp_scalar_type_", dtype)))

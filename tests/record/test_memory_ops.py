@@ -9,6 +9,8 @@ import warp as wp
 import kernels as K
 from conftest import CPU, churn, eager_vs_replay, random_values
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 FILL_DTYPES = K.SCALAR_DTYPES + (wp.bool,) + K.VALUE_DTYPES
 
 

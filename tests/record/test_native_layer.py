@@ -42,6 +42,8 @@ from test_utils_ops import (
     recorded_calls,
 )
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 ALL_CALLS = {
     "array_scan_float_host", "radix_sort_pairs_int_host", "segmented_sort_pairs_float_host",
     "runlength_encode_int_host", "array_sum_float_host", "array_inner_float_host",

@@ -25,6 +25,8 @@ from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
 from wrp_helpers import body_of, read_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 24
 COUNT = 10  # elements sorted (sort buffers hold 2 * COUNT)
 

@@ -22,6 +22,8 @@ import apic
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import TESTS, child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
+
 N = 64
 
 

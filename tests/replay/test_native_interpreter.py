@@ -20,6 +20,8 @@ from apic.replay import native_interpreter
 from apic.replay.program import Program
 from persist_helpers import REPO, TESTS
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.install]
+
 
 CHILD = os.path.join(TESTS, "native_replay_child.py")
 

@@ -18,6 +18,8 @@ import apic
 from apic.demo import Chain
 from viz_graphs import flow_outputs, flow_program, flow_state
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 
 @pytest.fixture(autouse=True)
 def _collect_meshes():
