@@ -53,9 +53,12 @@ def _run(tmp_path, **env) -> dict:
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: alone\n    picked: chosen\n")
     (tmp_path / "test_suite.py").write_text(SUITE)
     log = tmp_path / "log"
+    # not this process's pytest variables: run inside an xdist worker, PYTEST_XDIST_WORKER would reach the
+    # inner tests and make them all look like workers' tests
+    parent_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     done = subprocess.run(["bash", str(PASSES), sys.executable, "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                            "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
-                          env={**os.environ, "LOG": str(log), **env}, capture_output=True, text=True, timeout=300)
+                          env={**parent_env, "LOG": str(log), **env}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     ran = {}
     for line in log.read_text().splitlines():
