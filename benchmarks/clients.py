@@ -100,7 +100,8 @@ def main(argv=None) -> int:
         rows.append((name, measure(make, args.steps, args.repeats)))
     print(f"warp-lang {wp.config.version}, {platform.processor() or platform.machine()}, "
           f"{args.steps} steps x best of {args.repeats}\n")
-    print("| scene | eager (us/step) | apic replay (us/step) | upstream CPU replay (us/step) | eager / apic | upstream / apic |")
+    print("| scene | eager (us/step) | apic replay (us/step) | upstream CPU replay (us/step) "
+          "| eager / apic | upstream / apic |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, r in rows:
         up = r["upstream"]

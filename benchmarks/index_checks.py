@@ -67,7 +67,8 @@ def main() -> None:
                     times[name].append(time.perf_counter() - t)
             c, u = min(times["checked"]), min(times["unchecked"])
             rows = int(np.sum(checked.table[:, 0] == 20))  # OP_CHECK_INDICES rows
-            print(f"N={n:8d}  {rows} check rows  checked {c * 1e6:10.1f} us  unchecked {u * 1e6:10.1f} us  ratio {c / u:.4f}")
+            print(f"N={n:8d}  {rows} check rows  checked {c * 1e6:10.1f} us  unchecked {u * 1e6:10.1f} us  "
+                  f"ratio {c / u:.4f}")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ def main() -> None:
     print(f"warp-lang {wp.config.version}, {name}: {args.ops} launches x {args.dim} tasks, {fanned} launches "
           f"on {args.threads} threads in {rows} rows")
     print(f"  serial replay     : min {min(serial) * 1e3:.2f} ms, median {statistics.median(serial) * 1e3:.2f} ms")
-    print(f"  threads={args.threads} replay : min {min(split) * 1e3:.2f} ms, median {statistics.median(split) * 1e3:.2f} ms")
+    print(f"  threads={args.threads} replay : min {min(split) * 1e3:.2f} ms, "
+          f"median {statistics.median(split) * 1e3:.2f} ms")
     print(f"  ratio split/serial: min {min(split) / min(serial):.2f}, median "
           f"{statistics.median(split) / statistics.median(serial):.2f}")
 

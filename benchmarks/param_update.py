@@ -58,7 +58,7 @@ class _ParamChain(Chain):
 
 def _graphs() -> dict:
     chain = _ParamChain(64, 8)
-    with wp.ScopedCapture(device="cpu") as demo:
+    with wp.ScopedCapture(device="cpu"):
         chain.step()
     xs = [wp.zeros(4, dtype=float, device="cpu") for _ in range(N_LAUNCHES)]
     vs = [wp.zeros(4, dtype=wp.vec3, device="cpu") for _ in range(N_LAUNCHES)]

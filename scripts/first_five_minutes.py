@@ -34,7 +34,8 @@ EXPECT = {
     "python -m apic inspect step.wrp --dot": ([], ["step.dot", "step.png"]),
     "python -m apic inspect step.wrp": (["loads here: yes", "dt: float32"], []),
     "python -m apic replay step.wrp --iters 100 --time": (["replayed 100 iteration(s) of 8 ops"], ["x.npy"]),
-    "python -m apic replay step.wrp --iters 100 --profile": (["launch       fall", "launch       bounce"], ["profile.png"]),
+    "python -m apic replay step.wrp --iters 100 --profile": (["launch       fall", "launch       bounce"],
+                                                             ["profile.png"]),
 }
 
 

@@ -353,7 +353,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/gpu_check.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.getcwd(), "gpu-results"),
                         help="where the results go (default $OUT, else ./gpu-results)")
-    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help=f"seconds for all jobs (default {DEFAULT_BUDGET})")
+    parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                        help=f"seconds for all jobs (default {DEFAULT_BUDGET})")
     parser.add_argument("--jobs", help="only these jobs (comma-separated names; --list shows them)")
     parser.add_argument("--list", action="store_true", help="print the jobs and exit")
     parser.add_argument("--second-python", default=os.environ.get(SECOND_PYTHON_ENV) or None,

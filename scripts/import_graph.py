@@ -117,7 +117,7 @@ def build(root: str = ROOT, package: str = PACKAGE) -> Graph:
         lines = source.splitlines()
         is_package = path.endswith("__init__.py")
 
-        def visit(node, function):
+        def visit(node, function, module=module, is_package=is_package, lines=lines):
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.If) and _is_type_checking(child.test):
                     for sub in child.orelse:

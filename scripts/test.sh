@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Set up a virtual environment with apic and its test extras, then run the whole test suite.
+# Set up a virtual environment with apic and its test extras, then run the linter and the whole test suite
+# (on two cores: scripts/pytest_passes.sh runs it in parallel, then the tests that must run alone).
 # Usage: bash scripts/test.sh [WARP_VERSION] [pytest args...]   (default warp-lang 1.19.0)
+# APIC_TEST_MARKERS=EXPR runs only the tests that marker expression chooses (.ci/run; tests/README.md).
 # A first argument is taken as the version only when it looks like one (1.19.0, 1.12.1, 1.20.0rc1), so
 # `bash scripts/test.sh -q` runs the default version with pytest's -q.
 set -euo pipefail
@@ -46,7 +48,9 @@ if [ "$warp_version" = "1.19.0" ] && [ "${APIC_CLIENT_TIER:-1}" != "0" ]; then
     fi
 fi
 status=0
-"$venv/bin/python" -m pytest "$@" || status=$?
+# The linter first (configured in pyproject.toml): a style or pyflakes error fails the run, after the tests.
+"$venv/bin/python" -m ruff check . || { echo "error: ruff check found the problems above" >&2; status=1; }
+bash scripts/pytest_passes.sh "$venv/bin/python" "$@" || status=$?
 if [ -n "$client_python" ]; then
     echo "=== client tier (mujoco-warp, newton) on warp-lang ${warp_version} ==="
     "$client_python" -m pytest tests/clients -q -ra || status=$?

@@ -5,7 +5,8 @@
 # of one's own, save, inspect, replay, profile, picture). Then the test suite from a copy of tests/ (and of
 # the files the tests read, apic/ left out), so that `import apic` is the installed package
 # (APIC_TEST_INSTALLED=1: tests/conftest.py stops unless apic comes from site-packages; the suite includes
-# `bench --quick`): the whole suite on the first version, the install-sensitive files on the others.
+# `bench --quick`): the files that can behave differently installed than from a checkout (marked `install`,
+# tests/README.md) on every version, in two passes (scripts/pytest_passes.sh).
 # Usage: bash scripts/test_wheel.sh [VERSION...]   (default: 1.19.0 1.12.1)
 #
 # Read-only: root ignores file permissions, so as root every command runs in a private mount namespace
@@ -36,10 +37,6 @@ readonly_run() {  # VENV COMMAND...: run COMMAND with VENV read-only to it
     fi
 }
 
-# The files run against the installs after the first (APIC_WHEEL_FULL_SUITE=1: the whole suite on each).
-INSTALL_SENSITIVE_TESTS=(tests/project/test_install.py tests/project/test_installation.py tests/replay/test_native_cache.py
-    tests/cli/test_bench_smoke.py tests/cli/test_cli.py tests/cli/test_cli_user_errors.py tests/format/test_golden.py
-    tests/persistence/test_persist_roundtrip.py tests/persistence/test_persist_atomic.py tests/project/test_scripts.py)
 start=$SECONDS
 echo "=== build: wheel and sdist ==="
 quietly python3 -m venv "$work/build"
@@ -100,19 +97,18 @@ for version in "${versions[@]}"; do
     fi
     took $start
 
-    # The whole suite against the first version's install; against the others, the files where an install differs
-    # from a checkout (caches, packaged data, the CLI, saved files, first use): scripts/test.sh already ran the
-    # whole suite on every version from the checkout, and a second whole run here cost CI about 8 minutes.
-    if [ "$version" = "${versions[0]}" ] || [ -n "${APIC_WHEEL_FULL_SUITE:-}" ]; then
-        suite=(tests)
-    else
-        suite=("${INSTALL_SENSITIVE_TESTS[@]}")
-    fi
-    echo "--- the test suite against the installed package (from $outside): ${suite[*]} ---"
+    # The files where an install differs from a checkout (caches, the CLI and its entry point, saved files,
+    # first use, the package's own sources, the wheel's metadata): marked `install` in the files themselves
+    # (tests/project/test_ci_markers.py checks that every file decides). scripts/test.sh ran every test from
+    # the checkout already; the whole suite here again cost CI about 11 minutes (APIC_WHEEL_FULL_SUITE=1 runs it).
+    markers="install"
+    [ -z "${APIC_WHEEL_FULL_SUITE:-}" ] || markers=""
+    echo "--- the test suite against the installed package (from $outside): ${markers:-every test} ---"
     start=$SECONDS
     # tests/clients is the client tier, run by scripts/test.sh in a venv of its own
-    (cd "$outside" && APIC_TEST_INSTALLED=1 readonly_run "$venv" env -u PYTHONPATH \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider --ignore=tests/clients "${suite[@]}") || status=1
+    (cd "$outside" && APIC_TEST_INSTALLED=1 APIC_TEST_MARKERS="$markers" readonly_run "$venv" env -u PYTHONPATH \
+        bash "$outside/scripts/pytest_passes.sh" "$venv/bin/python" -q -p no:cacheprovider --ignore=tests/clients tests) \
+        || status=1
     took $start
 done
 exit "$status"

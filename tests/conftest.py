@@ -33,7 +33,8 @@ from apic._compat import quiet_warp  # noqa: E402
 if os.environ.get("APIC_TEST_INSTALLED"):
     _site = os.path.realpath(sysconfig.get_paths()["purelib"])
     if os.path.commonpath([os.path.realpath(apic.__file__), _site]) != _site:
-        pytest.exit(f"APIC_TEST_INSTALLED is set, but apic was imported from {apic.__file__}, not from {_site}", returncode=3)
+        pytest.exit(f"APIC_TEST_INSTALLED is set, but apic was imported from {apic.__file__}, not from {_site}",
+                    returncode=3)
 
 # Warp prints an init banner and module-load lines unless told not to (before wp.init).
 quiet_warp()

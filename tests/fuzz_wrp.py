@@ -368,7 +368,8 @@ STRINGS = ["", "x", ".", "..", "../x.o", "../../../../etc/passwd", "/etc/passwd"
            "x.o\0", "X" * 201 + ".o", "X" * 5000, "\u00e9.o", "memcpy", "printf", "abort", "system", "exit",
            "wp_memcpy_h2h", "malloc", "x_cpu_forward", "x_cpu_backward", "bounds-by-value-v1", "bounds-by-pointer-v1",
            "input", "output", "float32", "vec3f", "<f4", "<f8", "|b1", "<i4", "O", "V8", "<U3", "M8[s]", "f4,f4",
-           "(2,)f4", ",f4", "f4,,", "(,)f4", "((1,),)f4", "<c16", "S3", "linux", "win32", "x86_64", "aarch64", "little", "big", "apic.wrp", "0" * 64]
+           "(2,)f4", ",f4", "f4,,", "(,)f4", "((1,),)f4", "<c16", "S3", "linux", "win32", "x86_64", "aarch64", "little",
+           "big", "apic.wrp", "0" * 64]
 OTHER_TYPES = [None, True, False, 0, -1, 1.5, float("nan"), float("inf"), "", b"", [], {}, [0, 0], [0, 0, 0],
                {"data": b"", "relocs": []}, {"data": b"\0" * 56, "relocs": [[0, 0, 0]]}]
 
@@ -653,7 +654,8 @@ class Mutator:
         if choice == 0:
             return [{"op": "del", "path": [*path, i]}]
         if choice == 1:
-            return [{"op": "insert", "path": [*path, rng.randrange(len(container) + 1)], "value": to_json(container[i])}]
+            return [{"op": "insert", "path": [*path, rng.randrange(len(container) + 1)],
+                     "value": to_json(container[i])}]
         if choice == 2 and len(container) > 1:
             j = rng.randrange(len(container))
             return [{"op": "swap", "path": [*path, i], "path2": [*path, j]}]
@@ -704,7 +706,8 @@ class Mutator:
         if offset in (0, 8, 56, 64) and base + offset + 8 <= len(data):
             data[base + offset : base + offset + 8] = struct.pack("<Q", rng.choice(INTS) % 2**64)
         elif offset == 48:
-            data[base + 48 : base + 52] = struct.pack("<hh", rng.choice((0, 1, 2, 4, 5, -1, 255)), rng.choice((0, 1, -1)))
+            data[base + 48 : base + 52] = struct.pack("<hh", rng.choice((0, 1, 2, 4, 5, -1, 255)),
+                                                        rng.choice((0, 1, -1)))
         else:
             data[base + offset : base + offset + 4] = struct.pack("<i", rng.choice(
                 (0, 1, -1, 2, 3, 4, 8, 12, 48, 64, 2**31 - 1, -(2**31), 2**16, -4, -12)))
@@ -918,7 +921,8 @@ class Stats:
         for strategy, per in sorted(self.by_strategy.items()):
             lines.append(f"  {strategy:16s} {dict(sorted(per.items()))}")
         for finding in self.findings:
-            lines.append(f"  FINDING {finding['kind']} ({finding['strategy']}): {finding['error'][:300]} -> {finding['file']}")
+            lines.append(f"  FINDING {finding['kind']} ({finding['strategy']}): {finding['error'][:300]}"
+                         f" -> {finding['file']}")
         return "\n".join(lines)
 
 
@@ -1205,12 +1209,15 @@ def main(argv=None) -> int:
     parser.add_argument("--minutes", type=float, default=None, help="how long to fuzz (default 1)")
     parser.add_argument("--inputs", type=int, default=None, help="or how many inputs")
     parser.add_argument("--seed", type=int, default=None, help="random seed (default: time-based, printed)")
-    parser.add_argument("--workdir", default=None, help="where inputs, findings and stats.json go (default: a temp folder)")
+    parser.add_argument("--workdir", default=None,
+                        help="where inputs, findings and stats.json go (default: a temp folder)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds one input may take (hang detection)")
-    parser.add_argument("--cli-every", type=int, default=250, help="run `python -m apic inspect` in a fresh process every N inputs")
+    parser.add_argument("--cli-every", type=int, default=250,
+                        help="run `python -m apic inspect` in a fresh process every N inputs")
     parser.add_argument("--safe-replay-only", action="store_true",
                         help="replay only graphs without launches or handles (default: replay every graph that loads)")
-    parser.add_argument("--fs-every", type=int, default=10, help="every N-th input has an odd modules folder (0: never)")
+    parser.add_argument("--fs-every", type=int, default=10,
+                        help="every N-th input has an odd modules folder (0: never)")
     parser.add_argument("--edge-every", type=int, default=10,
                         help="every N-th input has a changed CPU level or manifest trailer, re-sealed (0: never)")
     parser.add_argument("--memory-gib", type=float, default=2.0, help="address space a child may add after warming up")

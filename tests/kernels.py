@@ -74,7 +74,8 @@ def bool_xor(src: wp.array(dtype=wp.bool), dst: wp.array(dtype=wp.bool)):
         dst[i] = not dst[i]
 
 
-ARRAY_ACCUM = {t: wp.overload(array_accum, {"src": wp.array(dtype=t), "dst": wp.array(dtype=t)}) for t in SCALAR_DTYPES + VALUE_DTYPES[:-1]}
+ARRAY_ACCUM = {t: wp.overload(array_accum, {"src": wp.array(dtype=t), "dst": wp.array(dtype=t)})
+               for t in SCALAR_DTYPES + VALUE_DTYPES[:-1]}
 
 
 @wp.kernel

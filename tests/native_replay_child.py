@@ -3,11 +3,12 @@ launched), compared with eager Warp on a second array; it reports what the proce
 
 Run as ``python native_replay_child.py launch|save|load [path]`` (a file: Warp reads kernels' source).
 """
-import json, sys
+import json
+import sys
 import numpy as np
 import warp as wp
 wp.config.quiet = True
-import apic
+import apic  # noqa: E402  (after Warp is told to be quiet)
 
 @wp.kernel
 def step(a: wp.array(dtype=float), k: float):

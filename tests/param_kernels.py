@@ -84,7 +84,8 @@ CASES = {
     "float16": (add_f16, wp.float16, wp.float16, 0.5, [0.1, -3.0, 65504.0, 1e-7]),
     "int32": (mix_i32, wp.int32, wp.int32, 1, [-7, 2**31 - 1, -(2**31), 0]),
     "uint64": (mix_u64, wp.uint64, wp.uint64, 1, [2**64 - 1, 12345, 2**63, 0]),
-    "vec3": (push_vec3, wp.vec3, wp.vec3, [0.0, -9.8, 0.0], [[0.1, 0.2, 0.3], (1, -1, 2.5), np.array([0.0, 1e-3, -4.0])]),
+    "vec3": (push_vec3, wp.vec3, wp.vec3, [0.0, -9.8, 0.0], [[0.1, 0.2, 0.3], (1, -1, 2.5),
+                                                             np.array([0.0, 1e-3, -4.0])]),
     "mat22": (turn_mat22, wp.mat22, wp.vec2, [[1, 0], [0, 1]], [[[0.5, -0.25], [0.1, 2.0]], np.eye(2) * 1.5]),
     "bool": (flip_bool, wp.bool, wp.int32, True, [False, True, 0, 1]),
 }

@@ -16,7 +16,8 @@ import numpy as np
 
 from apic.format import writer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))  # the support modules, data/, the child scripts
+REPO = os.path.dirname(TESTS)
 
 # Run in a fresh interpreter: load a graph (from its files or from bytes), set inputs, replay,
 # read outputs. Arguments arrive as one JSON document in argv[1].

@@ -13,6 +13,10 @@ import sys
 
 import apic
 
+import pytest
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 PACKAGE = os.path.dirname(os.path.abspath(apic.__file__))  # the checkout's apic, or the installed wheel's
 METHODS = ("warp_launch", "launch_objects", "apic_live", "apic_parallel", "apic_loaded", "warp_native", "floor")
 ALWAYS_AVAILABLE = ("warp_launch", "launch_objects", "apic_live", "apic_parallel", "floor")

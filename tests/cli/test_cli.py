@@ -15,6 +15,8 @@ import persist_kernels as pk
 from wrp_helpers import save_sim
 from persist_helpers import run_cli, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 ITERS = 3
 
 

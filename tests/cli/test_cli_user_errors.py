@@ -20,6 +20,8 @@ import pytest
 import cli_kernels as ck
 from persist_helpers import run_cli
 
+pytestmark = [pytest.mark.install]
+
 BIG_INT = "9" * 5000  # Python refuses to parse past 4,300 digits: a ValueError the CLI must not show raw
 
 # (arguments, a regular expression the error line must match); {g} is the saved graph, {t} the test's folder

@@ -17,6 +17,8 @@ from apic._compat import wp_context
 from apic.demo import Chain
 from viz_graphs import flow_program, flow_state
 
+pytestmark = [pytest.mark.warp_version]
+
 NODE_OR_EDGE = re.compile(r'^\s*(op\d+|legend)( -> op\d+)? \[')
 
 

@@ -19,8 +19,11 @@ from apic.format import reader
 from fuzz_wrp import decode, encode
 from viz_graphs import flow_program, flow_state
 
+pytestmark = [pytest.mark.warp_version]
+
 HOSTILE = ['"', "\\", '"]; x -> y; "', "}\n}\ndigraph z {", "\x00\x1b[31m", "<b>html</b>", "a\\\"b", "é\u202e"]
-LINE = re.compile(r'^\s*(op\d+|legend)( -> op\d+)? \[|^\s*(subgraph cluster_\d+ \{|\}|digraph apic \{|label=|node |edge )')
+LINE = re.compile(r'^\s*(op\d+|legend)( -> op\d+)? \['
+                  r'|^\s*(subgraph cluster_\d+ \{|\}|digraph apic \{|label=|node |edge )')
 
 
 @pytest.fixture(autouse=True)

@@ -14,10 +14,13 @@ import sys
 
 import msgpack
 import numpy as np
+import pytest
 import warp as wp
 
 from apic.format import schema, writer
 from persist_helpers import child_env
+
+pytestmark = [pytest.mark.warp_version]
 
 HOSTILE = "A\x1b[31mRED\x1b[0m\rFORGED\nline 2\x00nul\u202eevil\u2028sep\\x1b"
 RAW = ("\x1b", "\r", "\x00", "\u202e", "\u2028")

@@ -14,10 +14,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import cli_kernels as ck
 from apic._text import json_text, plain
 from persist_helpers import child_env, rewrite_wrp, wrp_body
+
+pytestmark = [pytest.mark.once]
 
 INF, NAN = math.inf, math.nan
 
@@ -62,7 +65,8 @@ def test_inspect_json_is_strict_for_every_value(tmp_path):
     assert {p["name"]: p["value"] for p in info["scalar_params"]}["dt"] == "inf"
 
     # every other kind of value the JSON view may meet
-    value = {"f": [NAN, INF, -INF, np.float32(NAN), np.float16(-INF), 1e308], "i": [2**200, -(2**64), np.uint64(2**64 - 1)],
+    value = {"f": [NAN, INF, -INF, np.float32(NAN), np.float16(-INF), 1e308],
+             "i": [2**200, -(2**64), np.uint64(2**64 - 1)],
              "b": b"\x00\xff", "t": (1, (2,)), "a": np.array([[NAN, 1.0]]), 3: "int key", NAN: "nan key",
              b"\x01": "bytes key", None: None, True: False}
     assert strict(json_text(value)) == {

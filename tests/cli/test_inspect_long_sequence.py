@@ -13,10 +13,13 @@ import textwrap
 
 import msgpack
 import numpy as np
+import pytest
 import warp as wp
 
 from apic.format import schema, writer
 from persist_helpers import child_env
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.serial]
 
 REPEATS = 2_000_000
 

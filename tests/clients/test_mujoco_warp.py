@@ -12,7 +12,8 @@ import pytest
 import warp as wp
 
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
-mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
+mjw = pytest.importorskip("mujoco_warp",
+                          reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
 
 from client_helpers import (  # noqa: E402
     assert_same_arrays, control_flow_ops, raw, replay_without, warp_arrays, zeroed_where_uninitialised)
@@ -155,7 +156,7 @@ def test_worlds_split_over_threads_every_data_array(model, threads):
     if model == "humanoid":  # its per-world tile kernels (Cholesky, dense gradient, contact Jacobian) too
         tiles = {k.key for k in graphs[1].recording.kernels if k.split_tiles}
         assert sum(e["chunks"] > 1 and e["kernel"] in tiles for e in report) >= 3, report
-    for step in range(4):
+    for _ in range(4):
         mjw.step(m, eager)
         wp.capture_launch(graphs[0])
         wp.capture_launch(graphs[1], threads=threads)

@@ -20,7 +20,8 @@ import pytest
 import warp as wp
 
 mujoco = pytest.importorskip("mujoco", reason="mujoco is not installed (the client tier: pip install mujoco-warp)")
-mjw = pytest.importorskip("mujoco_warp", reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
+mjw = pytest.importorskip("mujoco_warp",
+                          reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
 
 from client_helpers import raw, replay_without, warp_arrays, zeroed_where_uninitialised  # noqa: E402
 from test_mujoco_warp import SCENE  # noqa: E402

@@ -33,6 +33,7 @@ from persist_helpers import child_env, rewrite_wrp, wrp_body
 
 NO_DEVICE = "no CUDA device on this machine"
 pytestmark = pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason=NO_DEVICE)
+pytestmark = [pytestmark, pytest.mark.warp_version]
 DEV = "cuda:0"
 N = cw.N
 ALTERNATING = ("graph", "launch", "graph")  # both replay paths on one loaded graph, each after the other

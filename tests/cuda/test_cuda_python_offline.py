@@ -30,6 +30,8 @@ from apic.record import ops as rec
 from apic.replay import cuda_loaded_graph as cuda_replay
 from test_cuda_offline import ARCH, _document, _read, ptx  # noqa: F401  (ptx is a fixture)
 
+pytestmark = [pytest.mark.warp_version]
+
 
 def _driver():
     try:
@@ -323,7 +325,8 @@ def test_load_and_replay_through_the_real_bindings(cu, ptx, monkeypatch, arch):
     assert [a[1:] for a in device.named("cuMemcpyDtoH")] == [(regions[0], 32)]
     # every upload (region contents, zero fills, fill constants) lands before the first replay can start
     names = [name for name, _ in device.calls]
-    last_upload = max(i for i, n in enumerate(names) if n in ("cuMemcpyHtoD", "cuMemsetD8") and i < names.index("cuGraphLaunch"))
+    last_upload = max(i for i, n in enumerate(names)
+                      if n in ("cuMemcpyHtoD", "cuMemsetD8") and i < names.index("cuGraphLaunch"))
     assert "cuCtxSynchronize" in names[last_upload : names.index("cuGraphLaunch")]
     uploads = [(int(a[0]), bytes(a[1]), a[2]) for a in device.named("cuMemcpyHtoD")]
     assert uploads[:2] == [(regions[i], saved.contents[i], 32) for i in (0, 1)]  # + the fill constants

@@ -35,6 +35,8 @@ from test_cuda_python_offline import FakeDevice, cu  # noqa: F401  (cu is a fixt
 from persist_helpers import rewrite_wrp, wrp_body
 from wrp_helpers import read_doc
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def aot(tmp_path_factory):
@@ -202,7 +204,8 @@ def test_a_gpu_the_cubin_cannot_run_on_gets_the_source_compiled_for_it(aot, cu, 
     wp.capture_save(graph, str(tmp_path / "again"), source_fallback=True)
     with open(str(tmp_path / "again") + ".wrp", "rb") as f:
         again = reader.read(f.read())
-    assert (again.modules[0].arch, again.modules[0].source.sha256) == (86, wrp_body(path)["modules"][0]["source"]["sha256"])
+    assert (again.modules[0].arch, again.modules[0].source.sha256) == (
+        86, wrp_body(path)["modules"][0]["source"]["sha256"])
     with open(os.path.join(str(tmp_path / "again") + "_modules", again.modules[0].file), "rb") as f:
         assert f.read() == image
 
@@ -357,7 +360,8 @@ def test_a_fresh_process_compiles_the_saved_source(aot, cu, tmp_path, mode):  # 
     assert out.read_bytes() == _warp_build(aot, 86, False, tmp_path)
 
 
-def test_a_source_that_does_not_compile_is_reported_with_why_it_was_needed(aot, cu, tmp_path, monkeypatch):  # noqa: F811
+def test_a_source_that_does_not_compile_is_reported_with_why_it_was_needed(
+        aot, cu, tmp_path, monkeypatch):  # noqa: F811
     path = _save(aot, tmp_path)
     broken = b"this is not CUDA code;\n"
     with open(_source_path(path), "wb") as f:

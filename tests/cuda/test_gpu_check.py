@@ -17,8 +17,10 @@ import time
 
 import pytest
 import warp as wp
+from persist_helpers import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.once]
+
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 import gpu_check as check  # noqa: E402

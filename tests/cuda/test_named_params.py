@@ -18,6 +18,8 @@ from apic.record.bindings import Binding
 from test_cuda_offline import ptx  # noqa: F401  (a fixture)
 from test_cuda_python_offline import _load, cu  # noqa: F401  (cu is a fixture)
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 8
 
 

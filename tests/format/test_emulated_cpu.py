@@ -22,10 +22,10 @@ import textwrap
 import pytest
 import warp as wp
 
-from persist_helpers import child_env
+from persist_helpers import TESTS, child_env
 
 QEMU = shutil.which("qemu-x86_64")
-GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "golden")
+GOLDEN = os.path.join(TESTS, "data", "golden")
 OTHER = {"1.19.0": "1.12.1", "1.12.1": "1.19.0"}.get(wp.config.version)
 
 pytestmark = [
@@ -35,6 +35,7 @@ pytestmark = [
     # the emulated child checks which objects load and run, not the replay loop: the Numba runs cover it
     pytest.mark.skipif(os.environ.get("APIC_REPLAY") == "reference", reason="checked by the Numba-interpreter runs"),
 ]
+pytestmark = [*pytestmark, pytest.mark.warp_version, pytest.mark.interpreter]
 
 CHILD = textwrap.dedent(
     """

@@ -19,6 +19,8 @@ from wrp_helpers import save_sim
 from apic import _compat
 from apic.format import reader, schema, writer
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

@@ -15,6 +15,8 @@ from wrp_helpers import body_of, save_sim
 from apic import _compat
 from apic.format import writer
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):

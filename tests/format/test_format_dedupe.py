@@ -2,10 +2,13 @@
 
 import msgpack
 import numpy as np
+import pytest
 import warp as wp
 
 from apic.demo import Chain
 from apic.format import schema
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 FRAMES = 5
 

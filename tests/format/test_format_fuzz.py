@@ -16,11 +16,14 @@ import textwrap
 
 import msgpack
 import numpy as np
+import pytest
 import warp as wp
 
 import apic
 from apic.format import reader, schema, writer
 from persist_helpers import child_env
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 REPLAY_ALL = textwrap.dedent(
     """

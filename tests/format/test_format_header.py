@@ -18,6 +18,8 @@ from wrp_helpers import save_sim
 from apic.format import reader, schema
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
@@ -72,7 +74,8 @@ def test_bad_magic():
 def test_newer_format_version(data):
     body = data[schema.HEADER.size :]
     newest = schema.FORMAT_VERSION
-    with pytest.raises(apic.FormatError, match=rf"format version {newest + 1}, newer than this apic reads \(versions 1 to {newest}\)"):
+    with pytest.raises(apic.FormatError,
+                       match=rf"format version {newest + 1}, newer than this apic reads \(versions 1 to {newest}\)"):
         reader.read(with_header(body, schema.FORMAT_VERSION + 1))
 
 

@@ -25,6 +25,8 @@ from apic.format import fields, schema, writer
 from apic.record import ops as rec
 from test_handles import _saved_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 
 def _body(path) -> dict:
     with open(path, "rb") as f:
@@ -192,7 +194,8 @@ def _conditional_wire(shape: str, n: int) -> dict:
         doc, _ = cond._document("", ops)
     return {"ops": doc["ops"], "sequence": doc["sequence"]}
 # Not reached through a .wrp alone: the manifest limits are checked at load (kernel manifests;
-# MAX_MANIFEST_BYTES is tested on the trailer below, MAX_ID_WORDS on saved arrays of Mesh ids); MAX_TEXT is the default of fields.check_str, and a
+# MAX_MANIFEST_BYTES is tested on the trailer below, MAX_ID_WORDS on saved arrays of Mesh ids); MAX_TEXT is
+# the default of fields.check_str, and a
 # pattern bounds every field read with it more tightly (tested on its own below).
 NOT_READ_HERE = {"MAX_ID_WORDS", "MAX_MANIFEST_BYTES", "MAX_TEXT"}
 

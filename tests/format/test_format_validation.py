@@ -20,6 +20,8 @@ import persist_kernels as pk
 from wrp_helpers import read_doc
 from apic.format import reader, schema
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory) -> dict:
@@ -87,7 +89,8 @@ CASES = [
     ("region nbytes negative", lambda d: ("regions", 0, "nbytes"), -1, "outside"),
     ("region nbytes too big", lambda d: ("regions", owned_region(d), "nbytes"), schema.MAX_REGION_BYTES + 1, "outside"),
     ("region owned not bool", lambda d: ("regions", 0, "owned"), 1, "expected a boolean"),
-    ("short contents", lambda d: ("regions", saved_region(d), "contents"), lambda c: c[:-1], "bytes saved for a region"),
+    ("short contents", lambda d: ("regions", saved_region(d), "contents"), lambda c: c[:-1],
+     "bytes saved for a region"),
     ("owned with contents", lambda d: ("regions", owned_region(d), "contents"), b"\0", "no saved contents"),
     ("contents missing", lambda d: ("regions", saved_region(d), "contents"), None, "expected binary data"),
     ("module path escape", lambda d: ("modules", 0, "file"), "../evil.o", "not a valid value"),
@@ -101,26 +104,35 @@ CASES = [
     ("op field missing", lambda d: ("ops", op_index(d, schema.WireOp.MEMCPY), "nbytes"), DELETE, "missing field"),
     ("launch kernel index", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "kernel"), 99, "outside"),
     ("launch dims", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "dim"), [1, 1, 1, 1, 1], "at most 4"),
-    ("bounds size", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "bounds", "data"), b"\0" * 8, "launch bounds of 8 bytes"),
-    ("bounds with pointer", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "bounds", "relocs"), [[0, 0, 0]], "cannot hold pointers"),
-    ("reloc past blob end", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0, 0), 10**6, "outside"),
+    ("bounds size", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "bounds", "data"), b"\0" * 8,
+     "launch bounds of 8 bytes"),
+    ("bounds with pointer", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "bounds", "relocs"), [[0, 0, 0]],
+     "cannot hold pointers"),
+    ("reloc past blob end", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0, 0), 10**6,
+     "outside"),
     ("reloc straddles end", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0, 0),
      lambda at: at, None),  # placeholder replaced in test (needs blob length)
     ("reloc region", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0, 1), 999, "outside"),
-    ("reloc offset", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0, 2), 10**9, "outside region"),
-    ("reloc shape", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0), [0, 0], "expected \\[at, region, offset\\]"),
-    ("adjoint args missing", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH, True), "adj_args"), None, "adjoint arguments"),
+    ("reloc offset", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0, 2), 10**9,
+     "outside region"),
+    ("reloc shape", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH), "args", "relocs", 0), [0, 0],
+     "expected \\[at, region, offset\\]"),
+    ("adjoint args missing", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH, True), "adj_args"), None,
+     "adjoint arguments"),
     ("adjoint args extra", lambda d: ("ops", op_index(d, schema.WireOp.LAUNCH, False), "adj_args"),
      {"data": b"\0" * 8, "relocs": []}, "adjoint arguments"),
     ("memcpy too long", lambda d: ("ops", op_index(d, schema.WireOp.MEMCPY), "nbytes"), 10**6, "outside region"),
-    ("memcpy ref shape", lambda d: ("ops", op_index(d, schema.WireOp.MEMCPY), "dst"), [0], "expected \\[region, offset\\]"),
+    ("memcpy ref shape", lambda d: ("ops", op_index(d, schema.WireOp.MEMCPY), "dst"), [0],
+     "expected \\[region, offset\\]"),
     ("memcpy negative", lambda d: ("ops", op_index(d, schema.WireOp.MEMCPY), "nbytes"), -8, "outside"),
     ("memset value", lambda d: ("ops", op_index(d, schema.WireOp.MEMSET), "value"), 256, "outside \\[0, 255\\]"),
     ("memset too long", lambda d: ("ops", op_index(d, schema.WireOp.MEMSET), "nbytes"), 10**6, "outside region"),
     ("memtile count", lambda d: ("ops", op_index(d, schema.WireOp.MEMTILE), "count"), 10**6, "outside region"),
-    ("memtile empty value", lambda d: ("ops", op_index(d, schema.WireOp.MEMTILE), "value", "data"), b"", "empty value repeated"),
+    ("memtile empty value", lambda d: ("ops", op_index(d, schema.WireOp.MEMTILE), "value", "data"), b"",
+     "empty value repeated"),
     ("copy array type", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "dst_type"), 2, "outside"),
-    ("copy descriptor size", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "data"), lambda b: b[:40], "has 56 bytes"),
+    ("copy descriptor size", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "data"), lambda b: b[:40],
+     "has 56 bytes"),
     ("copy ndim", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "data"),
      lambda b: b[:48] + struct.pack("<i", 7) + b[52:], "ndim 7"),
     ("copy shape", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "data"),
@@ -129,14 +141,17 @@ CASES = [
      lambda b: b[:32] + struct.pack("<i", -4) + b[36:], "reaches bytes"),
     ("copy raw pointer", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "data"),
      lambda b: b[:8] + b"\x01" * 8 + b[16:], "raw pointer at byte 8"),
-    ("copy no data pointer", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "relocs"), [], "without a data pointer"),
+    ("copy no data pointer", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "relocs"), [],
+     "without a data pointer"),
     ("copy reloc not a pointer field", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "relocs"),
      lambda r: r + [[16, 0, 0]], "not a pointer field"),
     ("copy shapes differ", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_COPY), "src", "data"),
      lambda b: b[:16] + struct.pack("<i", 7) + b[20:], "copy between arrays of shapes"),
-    ("fill value empty", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_FILL), "value", "data"), b"", "fill value of 0 bytes"),
+    ("fill value empty", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_FILL), "value", "data"), b"",
+     "fill value of 0 bytes"),
     ("fill type", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_FILL), "array_type"), 3, "outside"),
-    ("fill indexed mismatch", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_FILL), "array_type"), 1, "has 104 bytes"),
+    ("fill indexed mismatch", lambda d: ("ops", op_index(d, schema.WireOp.ARRAY_FILL), "array_type"), 1,
+     "has 104 bytes"),
     ("alloc too big", lambda d: ("ops", op_index(d, schema.WireOp.ALLOC), "nbytes"), 10**6, "outside region"),
     ("int as bool", lambda d: ("ops", op_index(d, schema.WireOp.MEMCPY), "nbytes"), True, "expected an integer"),
     ("binding region", lambda d: ("bindings", 0, "region"), 999, "outside"),
@@ -240,7 +255,8 @@ def _paths(value, prefix=()):
 
 _VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.text(max_size=8), st.binary(max_size=64),
-    st.lists(st.integers(-5, 1 << 40), max_size=5), st.dictionaries(st.text(max_size=4), st.integers(-(2**63), 2**63 - 1), max_size=2),
+    st.lists(st.integers(-5, 1 << 40), max_size=5),
+    st.dictionaries(st.text(max_size=4), st.integers(-(2**63), 2**63 - 1), max_size=2),
 )
 
 

@@ -33,8 +33,11 @@ import apic
 from apic import _compat
 from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
 from apic.format import reader, schema
+from persist_helpers import TESTS
 
-GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "golden")
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
+GOLDEN = os.path.join(TESTS, "data", "golden")
 _FOLDER = re.compile(r"v(\d+)-warp([\d.]+)(?:-(x86-64-v\d))?")
 FOLDERS = sorted(d for d in os.listdir(GOLDEN) if _FOLDER.fullmatch(d))
 REPLAYS = 3  # as generate.py
@@ -156,7 +159,7 @@ def test_inspect_says_whether_it_loads_here(folder, host):
     result = subprocess.run([sys.executable, "-m", "apic", "inspect", path], capture_output=True, text=True,
                             timeout=600, env=os.environ.copy())
     assert result.returncode == 0, result.stderr
-    line = next(l for l in result.stdout.splitlines() if "loads here:" in l).strip()
+    line = next(x for x in result.stdout.splitlines() if "loads here:" in x).strip()
     outcome = _expected_outcome(folder)
     if outcome == "objects":
         assert line == "loads here: yes"

@@ -20,6 +20,8 @@ import persist_kernels as pk
 from wrp_helpers import body_of, read_doc
 from apic.format import schema, writer
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory) -> dict:

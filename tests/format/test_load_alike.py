@@ -23,6 +23,8 @@ from apic.format import reader, schema, writer
 from apic.record import ops as rec
 from wrp_helpers import read_doc, unpack_body
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def scaled_add(src: wp.array(dtype=float), dst: wp.array(dtype=float), s: float):
@@ -221,7 +223,8 @@ def _pack(value, packer) -> bytes:
 
 def _encode_pairs(body) -> bytes:
     packed = _pack(body, msgpack.Packer(use_bin_type=True))
-    return schema.HEADER.pack(schema.MAGIC, body["format_version"], 0, len(packed), hashlib.sha256(packed).digest()) + packed
+    return schema.HEADER.pack(schema.MAGIC, body["format_version"], 0, len(packed),
+                              hashlib.sha256(packed).digest()) + packed
 
 
 def test_a_later_launch_repeating_a_key_of_its_arguments_is_refused(saved):

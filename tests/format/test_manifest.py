@@ -30,6 +30,9 @@ from apic.format import manifest, schema, writer
 from apic.replay import program, reference
 from apic.replay import table as tbl
 from wrp_helpers import body_of, unpack_body
+from persist_helpers import TESTS
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,7 @@ def test_a_symbol_the_graph_never_launched_is_refused(seeds, tmp_path):
 def _golden(tmp_path, edit, keep_manifests=True) -> str:
     """A copy of this warp-lang's format 1 golden file, written when manifests were files of their own
     (``.kernels``), with ``edit(doc)`` applied."""
-    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "golden", f"v1-warp{wp.config.version}")
+    folder = os.path.join(TESTS, "data", "golden", f"v1-warp{wp.config.version}")
     with open(os.path.join(folder, "graph.wrp"), "rb") as f:
         doc = unpack_body(f.read())
     assert all("manifest" in module for module in doc["modules"])
@@ -181,7 +184,8 @@ def test_a_handle_word_without_a_handle_is_refused(seeds, tmp_path):
 
 def test_handle_call_of_another_kind_is_refused(seeds, tmp_path):
     def edit(doc):
-        refit = next(op for op in doc["ops"] if op["kind"] == schema.WireOp.HANDLE_CALL and op["fn"] == "mesh_refit_host")
+        refit = next(op for op in doc["ops"]
+                     if op["kind"] == schema.WireOp.HANDLE_CALL and op["fn"] == "mesh_refit_host")
         refit["handle"] = 1  # the HashGrid
     with pytest.raises(apic.FormatError, match="is a Mesh method, but handles"):
         wp.capture_load(edited(seeds, "handles", tmp_path, edit))

@@ -22,6 +22,8 @@ import warp as wp
 import apic
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def _add_one(x: wp.array(dtype=float)):

@@ -31,6 +31,8 @@ from wrp_helpers import read_doc
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 _RNG = np.random.default_rng(1515)
 
 
@@ -222,7 +224,8 @@ def test_every_kernel_shape_split_as_eager(case, threads, interpreter):
     split_rows = graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT
     assert split_rows.sum() == (2 if splits and tasks > 1 else 0), graph.parallel_report(threads)
     if splits and tasks > 1:
-        chunks = graph.parallel_program(threads).table[split_rows, tbl.COL_ARG0 + 3]  # the row's chunks (one launch: its own)
+        # the row's chunks (one launch: its own)
+        chunks = graph.parallel_program(threads).table[split_rows, tbl.COL_ARG0 + 3]
         assert (chunks == min(tasks, 4 * threads)).all()  # more threads than tasks: one chunk per task
     for run in range(2):
         _launch_twice(kernel, dim, eager)

@@ -20,6 +20,8 @@ from apic.replay import reference, split_planner
 from apic.replay import table as tbl
 from conftest import CPU, assert_same, snapshot
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 INTERPRETERS = ["numba", "reference"]
 COUNT, CHUNKS = tbl.COL_ARG0 + 2, tbl.COL_ARG0 + 3  # an OP_SPLIT row's launches and chunks
 

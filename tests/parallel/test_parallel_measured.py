@@ -23,9 +23,10 @@ import warp as wp
 from apic.replay.plan_costs import MIN_NS_PER_THREAD, TIMED_REPLAYS, RowTimes, boundary
 from apic.replay.split_pool import unavailable
 from conftest import CPU, assert_same, snapshot
-from persist_helpers import child_env
+from persist_helpers import TESTS, child_env
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no parallel replay here: {unavailable()}")
+pytestmark = [pytestmark, pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
 
 TASKS = 8  # far under the default min_tasks_per_thread (4,096)
 
@@ -211,8 +212,9 @@ def test_the_reference_interpreter_is_never_measured():
     runs through Numba's profiled loop instead."""
     env = child_env()
     env["APIC_REPLAY"] = "reference"
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env["PYTHONPATH"]])
-    done = subprocess.run([sys.executable, "-c", _REFERENCE_CHILD], cwd=os.path.dirname(os.path.abspath(__file__)), env=env,
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
+    done = subprocess.run([sys.executable, "-c", _REFERENCE_CHILD], cwd=os.path.dirname(os.path.abspath(__file__)),
+                          env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -14,6 +14,8 @@ from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
 from tests import kernels as K
 from tests import persist_kernels as P
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.func
 def _twice(x: float):

@@ -30,13 +30,15 @@ import apic  # noqa: F401  (installs the shims)
 import persist_kernels as P
 from apic.replay import thread_count, threaded_launch
 from conftest import CPU, assert_same, snapshot
-from persist_helpers import child_env, run_cli, same_bits
+from persist_helpers import TESTS, child_env, run_cli, same_bits
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
 
 N = 1 << 15  # 32 ranges of MIN_TASKS: enough to split on any machine's CPU count
 MIN_TASKS = 1024
 HUGE = 10**6
 BOUND = thread_count.running(HUGE)  # the OS threads a replay runs on here (the caller included)
-HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/: fork_child.py and the kernels
+HERE = TESTS  # tests/: fork_child.py and the kernels
 
 
 def _state(seed: int) -> list:

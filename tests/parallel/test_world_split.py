@@ -28,6 +28,8 @@ from apic.record.world_structs import is_struct
 from apic.replay import table as tbl
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 SPLIT = [name for name, case in wk.CASES.items() if case[3] == "split"]
 REFUSED = [name for name, case in wk.CASES.items() if case[3] != "split"]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -27,9 +26,10 @@ import tile_kernels as tk
 import world_kernels as wk
 from apic.format import schema
 from wrp_helpers import body_of, read_doc
-from persist_helpers import child_env, rewrite_wrp
+from persist_helpers import TESTS, child_env, rewrite_wrp
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 _CHILD = textwrap.dedent(
     """

@@ -29,6 +29,8 @@ from apic.record.world_split import world_verdict
 from apic.replay import table as tbl
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 SPLIT = [name for name, case in tk.CASES.items() if case[2] == "split"]
 REFUSED = [name for name, case in tk.CASES.items() if case[2] != "split"]
 SLOTS = tbl.OPCODES[tbl.OP_SPLIT].column("slots")

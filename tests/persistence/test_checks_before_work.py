@@ -23,12 +23,15 @@ import time
 import tracemalloc
 
 import numpy as np
+import pytest
 import warp as wp
 
 import apic
 import cli_kernels as ck
 from apic._compat import quiet_warp
-from persist_helpers import child_env
+from persist_helpers import TESTS, child_env
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
 
 HUGE = 100_000_000
 PEAK_LIMIT = 8 << 20  # bytes; converting any of the values below would allocate at least 400 MB
@@ -107,7 +110,7 @@ print(json.dumps(test_checks_before_work.attempt_all(sys.argv[1])))
 def test_wrong_size_values_are_refused_before_conversion(tmp_path):
     path = ck.save(str(tmp_path / "g"))
     done = subprocess.run([sys.executable, "-c", _ATTEMPTS, path,
-                           os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))])],
+                           os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), TESTS])],
                           env=child_env(), capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     problems = json.loads(done.stdout.strip().splitlines()[-1])

@@ -24,6 +24,8 @@ from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
 from apic.format import source as source_format
 from persist_helpers import rewrite_wrp, run_child, same_bits, wrp_body
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 1 << 16  # enough tasks for a replay with threads=2 to split a launch
 
 
@@ -90,7 +92,8 @@ def test_objects_hold_no_instruction_of_a_wider_level(tmp_path, level):
     assert wrp_body(path)["target"]["cpu"] == level
     # the check can fail: on a host with AVX2 and FMA, Warp's own -march=native object uses them
     if {"avx2", "fma"} <= set(_compat.native_target()["features"]):
-        assert _WIDER["x86-64-v2"].search(native), "this host's object names no wider register: the check proves nothing"
+        assert _WIDER["x86-64-v2"].search(native), (
+            "this host's object names no wider register: the check proves nothing")
 
 
 @pytest.mark.parametrize("level, host, loads", [

@@ -16,6 +16,8 @@ from apic.format import writer
 from apic.record import ops as rec
 from test_handles import _modules, _saved_doc
 
+pytestmark = [pytest.mark.warp_version]
+
 
 def load(doc, folder):
     return wp.capture_load_from_bytes(writer.encode(doc), _modules(folder))

@@ -20,6 +20,8 @@ from apic.record import ops as rec
 from wrp_helpers import read_doc
 from test_handles import _modules, _saved_doc
 
+pytestmark = [pytest.mark.warp_version]
+
 
 def region_values(doc, tmp_path, case: str, name: str, dtype=np.float32):
     """The (writable copy of the) saved values of handle 0's array ``name``, and a setter."""

@@ -31,6 +31,8 @@ from apic.format import manifest
 from conftest import CPU
 from persist_helpers import run_cli
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
+
 RSS_BOUND = 16 << 20  # bytes the process may grow over 1,000 load/replay/drop cycles
 ALLOC_FACTOR = 100  # transient bytes per file byte while loading (msgpack objects: an empty map is ~70)
 ALLOC_CONSTANT = 2 << 20

@@ -26,6 +26,8 @@ import persist_kernels as pk
 from apic.format import publish, writer
 from persist_helpers import child_env, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 
 @wp.kernel
 def _double(x: wp.array(dtype=float)):

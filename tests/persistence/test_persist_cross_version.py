@@ -17,6 +17,8 @@ import warp as wp
 
 from persist_helpers import REPO, child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 SCRIPT = os.path.join(REPO, "tests", "cross_version.py")
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from persist_helpers import REPO, child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 pytest.importorskip("matplotlib")
 
 EXAMPLES = os.path.join(REPO, "examples")
@@ -20,8 +22,9 @@ def test_capture_then_view(tmp_path):
     save = subprocess.run([sys.executable, os.path.join(EXAMPLES, "wave_capture.py"), "--out", "wave", "--size", "48"],
                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
     assert save.returncode == 0, save.stderr
+    # one file per module (its manifest inside)
     assert (tmp_path / "wave.wrp").is_file() and sorted(
-        n.rsplit(".", 1)[1] for n in os.listdir(tmp_path / "wave_modules")) == ["o"]  # one file per module (its manifest inside)
+        n.rsplit(".", 1)[1] for n in os.listdir(tmp_path / "wave_modules")) == ["o"]
 
     view_dir = tmp_path / "viewer"  # the viewer runs elsewhere, with only the saved files
     view_dir.mkdir()

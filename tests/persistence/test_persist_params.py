@@ -11,6 +11,8 @@ import warp as wp
 import apic
 from persist_helpers import same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def _scale(x: wp.array(dtype=wp.vec3), s: float, y: wp.array(dtype=wp.vec3)):

@@ -17,6 +17,8 @@ import warp as wp
 
 from apic.format import ownership, publish, writer
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def _triple(x: wp.array(dtype=float)):

@@ -17,7 +17,9 @@ import apic
 import param_kernels as PK
 from apic.format import reader, schema
 from conftest import CPU, churn, snapshot
-from persist_helpers import child_env, run_cli, same_bits
+from persist_helpers import TESTS, child_env, run_cli, same_bits
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 CASES = list(PK.CASES)
 ARRAYS = ("x", "counter")
@@ -359,7 +361,7 @@ def test_uninstall_restores_pack_arg_and_install_routes_it_again():
         """
     )
     env = child_env()
-    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stderr
 

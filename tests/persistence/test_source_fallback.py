@@ -22,6 +22,8 @@ from apic import _compat
 from apic.format import schema
 from persist_helpers import rewrite_wrp, run_child, same_bits, wrp_body
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 32
 
 

@@ -19,8 +19,10 @@ import warp.sparse as wps
 
 import apic
 from apic import loading
+from persist_helpers import REPO
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 
 @wp.kernel

@@ -10,6 +10,8 @@ import apic
 from apic import capture, installation, patches
 from apic.errors import CaptureError
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 
 def test_a_capture_refuses_while_apic_is_uninstalled_and_works_again_after_install():
     apic.uninstall()

@@ -27,11 +27,14 @@ import sys
 import pytest
 
 import apic
+from persist_helpers import REPO
+
+pytestmark = [pytest.mark.install]
 
 # the folder holding the apic package under test: the checkout, or site-packages when the suite runs
 # against an installed wheel (scripts/test_wheel.sh)
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(apic.__file__)))
-_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "import_graph.py")
+_SCRIPT = os.path.join(REPO, "scripts", "import_graph.py")
 _spec = importlib.util.spec_from_file_location("import_graph", _SCRIPT)
 import_graph = importlib.util.module_from_spec(_spec)
 sys.modules["import_graph"] = import_graph  # dataclasses look their module up there
@@ -39,7 +42,8 @@ _spec.loader.exec_module(import_graph)
 
 # Bottom to top. A module may import modules of its own layer or of a lower one.
 LAYERS = (
-    ("base", ("apic.errors", "apic._version", "apic._text", "apic._compat", "apic._probes", "apic._probes.*", "apic.patches", "apic.targets", "apic.targets.*")),
+    ("base", ("apic.errors", "apic._version", "apic._text", "apic._compat", "apic._probes", "apic._probes.*",
+              "apic.patches", "apic.targets", "apic.targets.*")),
     # the ops and what a recording holds besides them: named scalar parameters (apic.param, noted per launch
     # by the shims: record/params.py) and the type facts of named array bindings (record/bindings.py)
     ("record", ("apic.record", "apic.record.*")),
@@ -145,7 +149,8 @@ def test_function_local_imports_are_lazy_optional_dependencies(graph):
     found: dict = {}
     for imp in graph.local:
         if _lazy(imp.target) or imp.target in LAZY_FOR_STARTUP.get(imp.module, ()):
-            assert imp.comment or (imp.module, imp.target) in KNOWN_UNCOMMENTED, f"{imp.module}:{imp.line}: say why {imp.target} is imported lazily"
+            assert imp.comment or (imp.module, imp.target) in KNOWN_UNCOMMENTED, (
+                f"{imp.module}:{imp.line}: say why {imp.target} is imported lazily")
         else:
             found.setdefault(imp.module, set()).add(imp.target)
     unexpected = {m: t - KNOWN_LOCAL.get(m, set()) for m, t in found.items()}
@@ -155,7 +160,8 @@ def test_function_local_imports_are_lazy_optional_dependencies(graph):
 
 
 def test_the_script_prints_the_graph():
-    done = subprocess.run([sys.executable, _SCRIPT, "--root", _PACKAGE_PARENT], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, _SCRIPT, "--root", _PACKAGE_PARENT], capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 0, done.stderr
     assert "# cycles among module-level imports: 0" in done.stdout
     assert "apic.capture:" in done.stdout

@@ -19,6 +19,8 @@ from apic.record import ops as rec
 from apic.replay import cuda_lowering, guards, lowering_rows
 from apic.targets import target as targets
 
+pytestmark = [pytest.mark.once]
+
 # (layer, its table keyed by op type)
 TABLES = [
     ("write", write_ops.WRITE),
@@ -156,7 +158,8 @@ def test_the_writer_refuses_a_kind_the_target_cannot_hold():
 def _file_with_op(op: dict) -> bytes:
     """A CPU graph file with one region and one op map."""
     doc = {"format": schema.FORMAT_NAME, "format_version": 1, "writer": {"apic": "0", "warp": "0"},
-           "target": {"system": "", "machine": "", "cpu": "", "features": [], "byteorder": "little", "pointer_bits": 64},
+           "target": {"system": "", "machine": "", "cpu": "", "features": [], "byteorder": "little",
+                      "pointer_bits": 64},
            "abi": "bounds-by-pointer-v1", "regions": [{"nbytes": 8, "owned": True, "contents": None}],
            "modules": [], "kernels": [], "ops": [op], "sequence": bytes(4), "bindings": []}
     return writer.encode(doc)

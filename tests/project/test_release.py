@@ -14,8 +14,11 @@ from importlib import metadata
 import pytest
 
 import apic
+from persist_helpers import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.install]
+
+ROOT = REPO
 
 
 def _read(name: str) -> str:
@@ -35,7 +38,8 @@ def test_the_version_has_one_source():
     assert 'version = { attr = "apic._version.__version__" }' in pyproject
 
 
-@pytest.mark.skipif(not os.environ.get("APIC_TEST_INSTALLED"), reason="checks an installed wheel: scripts/test_wheel.sh")
+@pytest.mark.skipif(not os.environ.get("APIC_TEST_INSTALLED"),
+                    reason="checks an installed wheel: scripts/test_wheel.sh")
 def test_the_installed_distribution_has_that_version():
     assert metadata.version(_distribution()) == apic.__version__
 
@@ -49,7 +53,8 @@ def test_the_license_text_is_the_license_the_metadata_names():
     assert "END OF TERMS AND CONDITIONS" in text
 
 
-@pytest.mark.skipif(not os.environ.get("APIC_TEST_INSTALLED"), reason="checks an installed wheel: scripts/test_wheel.sh")
+@pytest.mark.skipif(not os.environ.get("APIC_TEST_INSTALLED"),
+                    reason="checks an installed wheel: scripts/test_wheel.sh")
 def test_the_installed_distribution_carries_the_license():
     files = [str(f) for f in metadata.files(_distribution()) or ()]
     assert any(f.endswith("licenses/LICENSE") for f in files), files
@@ -65,7 +70,8 @@ def test_readme_installs_the_distribution_with_every_extra():
     readme, name = _read("README.md"), _distribution()
     assert name != "apic", "'apic' on the package index is another project"
     assert f"\npip install {name} " in readme
-    extras = re.findall(r"^(\w+) = \[", _read("pyproject.toml").split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0],
+    optional = _read("pyproject.toml").split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
+    extras = re.findall(r"^(\w+) = \[", optional,
                         flags=re.M)
     assert sorted(extras) == ["cuda", "plot", "ray", "test"]
     for extra in extras:

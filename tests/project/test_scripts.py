@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.install]
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test.sh"
 
 

@@ -16,8 +16,11 @@ from apic.record import handles
 from apic.replay import lowering
 from apic.targets import cpu, cuda
 from apic.targets.target import CPU, CUDA, TARGETS, of_abi, of_device_kind
+from persist_helpers import REPO
 
-APIC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "apic")
+pytestmark = [pytest.mark.warp_version]
+
+APIC = os.path.join(REPO, "apic")
 TARGETS_DIR = os.path.join(APIC, "targets")
 
 # Strings only a target module may spell (a docstring may still name them).
@@ -54,7 +57,8 @@ def test_the_users_read_the_targets_constants():
     assert reader.KERNEL_ABIS is cpu.KERNEL_ABIS
     assert lowering.SUPPORTED_ABIS == cpu.KERNEL_ABIS
     assert _compat.KERNEL_ABI in cpu.KERNEL_ABIS
-    assert schema.ARRAY_T_SIZE is cpu.ARRAY_T_SIZE and schema.INDEXEDARRAY_T_POINTER_SLOTS is cpu.INDEXEDARRAY_T_POINTER_SLOTS
+    assert schema.ARRAY_T_SIZE is cpu.ARRAY_T_SIZE
+    assert schema.INDEXEDARRAY_T_POINTER_SLOTS is cpu.INDEXEDARRAY_T_POINTER_SLOTS
     assert handles.NATIVE_CALLS is cpu.HANDLE_CALLS
     assert set(read_ops._HANDLE_CALLS) == set(cpu.HANDLE_CALLS)  # the reader's argument ranges cover exactly them
 

@@ -10,7 +10,12 @@ import re
 
 import apic
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import pytest
+from persist_helpers import REPO
+
+pytestmark = [pytest.mark.install]
+
+ROOT = REPO
 # apic's own sources: the checkout's, or the installed wheel's when the suite runs against it (scripts/test_wheel.sh)
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(apic.__file__)))
 
@@ -25,7 +30,8 @@ def _sources() -> dict[str, str]:
     for pattern in ("tests/**/*.py", "benchmarks/**/*.py", "scripts/*.py"):
         paths += [(ROOT, p) for p in glob.glob(os.path.join(ROOT, pattern), recursive=True)]
     here = os.path.abspath(__file__)  # its KNOWN_UNUSED names them, which is not a use
-    return {os.path.relpath(p, root): open(p, encoding="utf-8").read() for root, p in paths if os.path.abspath(p) != here}
+    return {os.path.relpath(p, root): open(p, encoding="utf-8").read()
+            for root, p in paths if os.path.abspath(p) != here}
 
 
 def _constants(source: str) -> list[str]:

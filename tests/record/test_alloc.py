@@ -16,6 +16,8 @@ import warp as wp
 import kernels as K
 from conftest import CPU, churn, eager_vs_replay, random_values
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 F32 = K.ARRAY_ACCUM[wp.float32]
 
 

@@ -11,11 +11,14 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import warp as wp
 
 import apic
 import kernels as K
 from conftest import CPU
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 F32 = K.ARRAY_ACCUM[wp.float32]  # out[i] += a[i]
 N = 64

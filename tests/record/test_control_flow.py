@@ -20,6 +20,8 @@ from wrp_helpers import body_of, read_doc
 from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 8
 
 
@@ -204,7 +206,9 @@ def test_loaded_graph_as_body(tmp_path):
     loaded = wp.capture_load(str(tmp_path / "body"))
     with wp.ScopedCapture(device=CPU) as capture:
         launch(set_int, s["counter"], 3, dim=1)
-        wp.capture_while(s["counter"], lambda: (wp.capture_launch(loaded), launch(decrement, s["counter"], dim=1)))
+        # the body runs here, inside capture_while, while ``loaded`` is still bound
+        wp.capture_while(s["counter"],
+                         lambda: (wp.capture_launch(loaded), launch(decrement, s["counter"], dim=1)))  # noqa: F821
     kept = weakref.ref(loaded)
     del loaded
     graph = capture.graph

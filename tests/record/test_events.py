@@ -26,6 +26,8 @@ from apic.record.recorder import active
 from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 16
 
 

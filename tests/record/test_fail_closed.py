@@ -11,6 +11,8 @@ import kernels as K
 from apic.record.recorder import active
 from conftest import CPU
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 F32 = K.ARRAY_ACCUM[wp.float32]
 
 

@@ -25,6 +25,7 @@ from persist_helpers import child_env, same_bits, wrp_body
 pytestmark = pytest.mark.skipif(not hasattr(wp, "handle"),
                                 reason="this warp-lang has no wp.handle type (arrived in 1.13): no word is typed "
                                        "as a handle, and a uint64 holding an id is found by its value")
+pytestmark = [pytestmark, pytest.mark.warp_version, pytest.mark.interpreter]
 
 N = 3
 POINTS = np.array([[0.0, 0.0, 0.0], [0.9, 0.1, -0.3], [2.0, 2.0, 2.0], [-0.2, 0.7, 0.4]], dtype=np.float32)

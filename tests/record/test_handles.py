@@ -30,6 +30,8 @@ from wrp_helpers import body_of, unpack_body
 from conftest import CPU
 from persist_helpers import child_env, run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 STEPS = 3
 HAS_HANDLE_TYPE = hasattr(wp, "handle")  # warp 1.19: a uint64 that names a handle
 
@@ -468,7 +470,8 @@ def _handle_over_array(doc) -> None:
         (lambda d: d["handle_slots"].append([0, 1 << 40, 0]), "outside region"),
         (lambda d: next(op for op in d["ops"] if op["kind"] == int(rec.OpKind.HANDLE_CALL)).update(handle=99),
          "outside"),
-        (lambda d: next(op for op in d["ops"] if op["kind"] == int(rec.OpKind.HANDLE_CALL)).update(fn="mesh_destroy_host"),
+        (lambda d: next(op for op in d["ops"]
+                        if op["kind"] == int(rec.OpKind.HANDLE_CALL)).update(fn="mesh_destroy_host"),
          "not a native handle method"),
         (lambda d: _handle_over_array(d), "overlaps an array descriptor"),
     ],

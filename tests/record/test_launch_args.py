@@ -11,6 +11,8 @@ import warp as wp
 import kernels as K
 from conftest import CPU, as_bytes, churn, eager_vs_replay, random_values
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 def _np_dtype(dtype):
     return np.dtype(wp.dtype_to_numpy(getattr(dtype, "_wp_scalar_type_", dtype)))
@@ -132,7 +134,8 @@ def test_bool_arrays():
 def test_transform_arrays():
     def make():
         rot = [wp.quat_from_axis_angle(wp.vec3(0.0, 0.0, 1.0), 0.5 * k) for k in range(8)]
-        src = wp.array([wp.transform(wp.vec3(float(k), 1.0, -1.0), rot[k]) for k in range(8)], dtype=wp.transform, device=CPU)
+        src = wp.array([wp.transform(wp.vec3(float(k), 1.0, -1.0), rot[k]) for k in range(8)], dtype=wp.transform,
+                       device=CPU)
         dst = wp.array([wp.transform_identity()] * 8, dtype=wp.transform, device=CPU)
         return {"src": src, "dst": dst}
 

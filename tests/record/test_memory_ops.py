@@ -9,6 +9,8 @@ import warp as wp
 import kernels as K
 from conftest import CPU, churn, eager_vs_replay, random_values
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 FILL_DTYPES = K.SCALAR_DTYPES + (wp.bool,) + K.VALUE_DTYPES
 
 
@@ -223,7 +225,8 @@ def test_fill_contiguous_and_strided(dtype):
 
 def test_fill_with_warp_scalars_and_zero_size():
     def make():
-        return {"a": _array(wp.float16, 8, 1), "b": _array(wp.uint16, 8, 2), "e": wp.zeros(0, dtype=wp.int32, device=CPU)}
+        return {"a": _array(wp.float16, 8, 1), "b": _array(wp.uint16, 8, 2),
+                "e": wp.zeros(0, dtype=wp.int32, device=CPU)}
 
     def fn(s):
         s["a"].fill_(wp.float16(0.75))

@@ -26,7 +26,7 @@ import apic
 from apic import _compat
 from apic.record import natives
 from conftest import CPU, eager_vs_replay
-from persist_helpers import child_env, run_child, same_bits
+from persist_helpers import TESTS, child_env, run_child, same_bits
 from test_utils_ops import (
     COUNT,
     MODERN_SCAN,
@@ -41,6 +41,8 @@ from test_utils_ops import (
     generate,
     recorded_calls,
 )
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 ALL_CALLS = {
     "array_scan_float_host", "radix_sort_pairs_int_host", "segmented_sort_pairs_float_host",
@@ -263,7 +265,7 @@ def test_every_native_both_ways_in_either_import_order(submodule, order, tmp_pat
     replay bit for bit as the eager wp.utils program (tests/native_matrix_child.py) and record every one."""
     if importlib.util.find_spec(submodule) is None:
         pytest.skip(f"this warp-lang has no {submodule}")
-    child = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native_matrix_child.py")
+    child = os.path.join(TESTS, "native_matrix_child.py")
     result = subprocess.run([sys.executable, child, order, submodule], cwd=tmp_path, env=child_env(),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"

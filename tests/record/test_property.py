@@ -4,12 +4,15 @@ of arrays give the same bytes eagerly and replayed."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import warp as wp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kernels as K
 from conftest import CPU, eager_vs_replay
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 N = 16  # elements per pool array
 POOL = 4  # arrays in the pool

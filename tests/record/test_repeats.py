@@ -14,6 +14,8 @@ import warp as wp
 from apic.record import ops as rec
 from conftest import CPU, eager_vs_replay
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def axpy(x: wp.array(dtype=float), y: wp.array(dtype=float), a: float):

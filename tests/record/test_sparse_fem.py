@@ -35,6 +35,8 @@ from conftest import CPU, as_bytes, assert_same, churn
 from persist_helpers import run_child, same_bits
 from wrp_helpers import body_of, read_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 NROW, NCOL, NDEP = 6, 5, 4  # A is NROW x NCOL blocks, B is NCOL x NDEP
 N = 24  # triplets per build
 

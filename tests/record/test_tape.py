@@ -8,11 +8,14 @@ run eagerly, live and after a save and a load in a fresh process.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import warp as wp
 
 from apic.record import ops as rec
 from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 N = 16
 

@@ -13,6 +13,8 @@ import warp as wp
 import apic
 from persist_helpers import run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 @wp.kernel
 def _bump(a: wp.array(dtype=float)):

@@ -15,6 +15,8 @@ from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
 from test_utils_ops import bump, gen_runs, recorded_calls
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 def _empty_encode(s):
     wp.launch(bump, dim=1, inputs=[s["t"]], device=CPU)

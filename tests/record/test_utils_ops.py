@@ -25,6 +25,8 @@ from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits
 from wrp_helpers import body_of, read_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 24
 COUNT = 10  # elements sorted (sort buffers hold 2 * COUNT)
 
@@ -470,8 +472,9 @@ def test_utilities_in_a_loop():
 
         wp.capture_while(s["loops"], body)
 
-    state = lambda: {"t": counter(), "loops": counter(), "a": wp.array(np.arange(N, dtype=np.float32) * 0.001,
-                                                                       device=CPU)}  # noqa: E731
+    def state():
+        return {"t": counter(), "loops": counter(), "a": wp.array(np.arange(N, dtype=np.float32) * 0.001, device=CPU)}
+
     eager_vs_replay(program, state, repeats=5)
 
 

@@ -20,7 +20,9 @@ import warp as wp
 
 import apic
 from conftest import CPU, assert_same, snapshot
-from persist_helpers import child_env
+from persist_helpers import TESTS, child_env
+
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.serial]
 
 N = 64
 
@@ -156,7 +158,7 @@ def test_setting_threads_after_fast_launches_takes_effect():
     fresh process: the pool starts once per process."""
     env = child_env()
     env["APIC_REPLAY"] = "numba"  # the fast path is the native interpreter's
-    done = subprocess.run([sys.executable, "-c", _THREADS_CHILD], cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), env=env,
+    done = subprocess.run([sys.executable, "-c", _THREADS_CHILD], cwd=TESTS, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])

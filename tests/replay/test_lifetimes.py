@@ -15,6 +15,8 @@ import warp as wp
 
 import apic
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 64
 
 

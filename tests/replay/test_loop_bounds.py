@@ -24,6 +24,8 @@ import apic
 from apic.format import schema
 from wrp_helpers import body_of, read_doc
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 CPU = "cpu"
 
 

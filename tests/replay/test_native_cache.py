@@ -25,6 +25,8 @@ from apic._probes import cpu, host
 from apic.replay import native_interpreter
 from test_native_interpreter import CHILD, REPO, _env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.install]
+
 MAGIC = b"APIC-NATIVE-INTERPRETER 1\n"
 DAY = 24 * 3600
 BUILT = {"same": True, "numba": True, "llvmlite": True}  # the child built the object (with Numba)

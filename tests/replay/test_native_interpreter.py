@@ -18,10 +18,12 @@ import warp as wp
 from apic.errors import ReplayError
 from apic.replay import native_interpreter
 from apic.replay.program import Program
+from persist_helpers import REPO, TESTS
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.warp_version, pytest.mark.install]
 
-CHILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "native_replay_child.py")
+
+CHILD = os.path.join(TESTS, "native_replay_child.py")
 
 
 def _env(cache_home) -> dict:

@@ -17,6 +17,8 @@ from apic.errors import ReplayError, ReplayIndexError
 from apic.replay import reference, split_planner
 from apic.replay import table as tbl
 
+pytestmark = [pytest.mark.once]
+
 I64 = ctypes.c_int64
 
 

@@ -18,6 +18,8 @@ import apic
 from apic.demo import Chain
 from viz_graphs import flow_outputs, flow_program, flow_state
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 
 @pytest.fixture(autouse=True)
 def _collect_meshes():
@@ -126,7 +128,7 @@ def test_cli_replay_profile(tmp_path):
     assert np.load(out_x).tobytes() == eager.x.numpy().tobytes()
     assert np.load(out_v).tobytes() == eager.v.numpy().tobytes()
     assert "spring_forces" in result.stdout and "5 replay(s)" in result.stdout
-    line = next(l for l in result.stdout.splitlines() if l.startswith("launch") and "spring_forces" in l)
+    line = next(x for x in result.stdout.splitlines() if x.startswith("launch") and "spring_forces" in x)
     assert line.split()[2:4] == ["2", "10"]  # 2 ops, 10 calls
 
 

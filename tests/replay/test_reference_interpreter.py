@@ -18,6 +18,8 @@ from apic.replay import reference
 from apic.replay import table as tbl
 from conftest import CPU, assert_same, snapshot
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 def _sim_state():
     sim = pk.Sim(3)

@@ -15,6 +15,8 @@ import apic
 import kernels as K
 from conftest import CPU, churn
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 F32 = K.ARRAY_ACCUM[wp.float32]
 
 
