@@ -24,6 +24,8 @@ import pytest
 import cli_kernels as ck
 from persist_helpers import child_env, run_cli
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.install]
+
 LONG = "n" * 300  # a file name longer than any file system takes (255 bytes): ENAMETOOLONG on open
 
 

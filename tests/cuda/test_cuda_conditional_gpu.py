@@ -26,6 +26,7 @@ from persist_helpers import child_env
 from test_cuda_gpu import cu_call, driver, needs_conditional_nodes, needs_cuda_python
 
 pytestmark = pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="no CUDA device on this machine")
+pytestmark = [pytestmark, pytest.mark.once]
 DEV = "cuda:0"
 STEPS = 4  # replays per check: the if / else takes each side twice
 

@@ -23,6 +23,8 @@ from apic.replay import cuda_conditional
 from test_cuda_offline import ARCH, FileGraph, _read, _saxpy_recording, ptx  # noqa: F401  (ptx is a fixture)
 from test_cuda_python_offline import FakeDevice, cu  # noqa: F401  (cu is a fixture)
 
+pytestmark = [pytest.mark.warp_version]
+
 C, C2 = rec.Ref(2, 60), rec.Ref(2, 56)  # the two conditions: int32s in the graph-owned region
 
 

@@ -12,6 +12,8 @@ import pytest
 from apic.record.conditional_tree import IfNode, WhileNode, conditional_tree, depth_of
 from test_cuda_conditional_offline import FileGraph
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 # --- recording, as far as it runs without a GPU -----------------------------------------------------------
 class _OfflineCuda:
     """Stands in for a Warp CUDA device on the arrays of an offline recording."""

@@ -30,6 +30,8 @@ from benchmarks.cuda_standin import Call
 from test_cuda_offline import ptx  # noqa: F401  (a fixture)
 from test_cuda_python_offline import _load, cu  # noqa: F401  (cu is a fixture)
 
+pytestmark = [pytest.mark.warp_version]
+
 CONTEXT = 0x100  # the primary context the stand-in cuda-python hands out
 ANY = object()  # an argument the comparison skips (a kernelParams array's host address)
 

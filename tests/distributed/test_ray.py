@@ -30,6 +30,8 @@ import ray_kernels as rk  # noqa: E402
 from apic.format import schema, writer  # noqa: E402
 from persist_helpers import same_bits  # noqa: E402
 
+pytestmark = [pytest.mark.once, pytest.mark.serial]
+
 STEPS = 3
 # Each test actor asks Ray for a quarter CPU: the module's pool and a test's own fit the 2-CPU cluster together
 SHARE = {"num_cpus": 0.25}

@@ -16,6 +16,8 @@ import ray_kernels as rk
 from apic.sweep import Replayer
 from persist_helpers import same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 
 def test_each_run_starts_from_the_saved_state():
     graph, x, v = rk.capture()

@@ -15,6 +15,8 @@ import pytest
 import fuzz_wrp
 from fuzz import levels_trailers
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @pytest.fixture(scope="module")
 def seeds(tmp_path_factory):

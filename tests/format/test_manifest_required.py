@@ -21,6 +21,8 @@ from apic.format import manifest
 from apic.targets import cpu
 from persist_helpers import rewrite_wrp, same_bits, wrp_body
 
+pytestmark = [pytest.mark.warp_version]
+
 N = 64
 
 

@@ -22,6 +22,8 @@ import warp as wp
 import apic
 from apic.format import reader, schema, writer
 
+pytestmark = [pytest.mark.warp_version]
+
 
 @wp.kernel
 def scaled_copy(src: wp.array(dtype=float), dst: wp.array(dtype=float), s: float):

@@ -21,6 +21,7 @@ from world_kernels import TASKS as WORLD_TASKS
 from world_kernels import WORLDS, float_atomics
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"no parallel replay here: {unavailable()}")
+pytestmark = [pytestmark, pytest.mark.warp_version, pytest.mark.interpreter]
 
 BIG = 1 << 16  # tasks of the launch split by its size (min_tasks_per_thread 1024 below)
 HEAVY_TASKS = 8

@@ -37,6 +37,8 @@ from apic.format import schema, sealed_claims
 from apic.targets import cpu
 from persist_helpers import child_env, rewrite_wrp, same_bits, wrp_body
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 N = 64
 

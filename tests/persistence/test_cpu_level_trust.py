@@ -22,6 +22,8 @@ from apic.replay import range_entry
 from apic.targets.cpu import CPU_LEVELS
 from persist_helpers import rewrite_wrp, wrp_body
 
+pytestmark = [pytest.mark.warp_version]
+
 N = 1 << 15
 
 

@@ -17,6 +17,8 @@ import apic
 import persist_kernels as pk
 from persist_helpers import run_child, same_bits
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 ITERS = 3
 
 

@@ -11,6 +11,8 @@ import pytest
 from apic._probes import host
 from apic.targets import cpu, x86_64
 
+pytestmark = [pytest.mark.once]
+
 FAMILIES = (x86_64,)
 
 

@@ -12,8 +12,12 @@ from __future__ import annotations
 import ast
 import os
 
+import pytest
+
 import apic
 from apic.targets import cpu, cuda, files, handle_kinds
+
+pytestmark = [pytest.mark.once]
 
 _PACKAGE = os.path.dirname(os.path.abspath(apic.__file__))
 

@@ -14,6 +14,8 @@ import warp as wp
 import apic  # noqa: F401  (installs the capture shims)
 from apic.replay import backends
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
+
 N = 64
 PARTS = ("load", "run", "write_binding", "read_binding")
 CPU_BACKENDS = ("cpu_native", "cpu_reference")

@@ -23,6 +23,8 @@ import warp as wp
 
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
+
 N = 64
 LIMIT = 4096  # bytes: the native interpreter's object and Numba's cache files are larger
 

@@ -25,6 +25,7 @@ from persist_helpers import child_env
 
 HAS_CPU_BLOCKS = hasattr(wp.config, "enable_cpu_blocks") and _compat.invoke_cpu_blocks is not None
 pytestmark = pytest.mark.skipif(not HAS_CPU_BLOCKS, reason="this warp-lang runs CPU kernels one lane per block")
+pytestmark = [pytestmark, pytest.mark.warp_version, pytest.mark.interpreter]
 
 BLOCK = 256  # lanes per block: 256 MiB of fiber stacks, far more than the limit leaves
 N = 4 * BLOCK
