@@ -48,9 +48,7 @@ def interpreter(request, monkeypatch):
     """The interpreter the rows run in, chosen as ``APIC_REPLAY`` chooses it (``numba``: the native one)."""
     from apic.replay import program
 
-    monkeypatch.setenv("APIC_REPLAY", request.param)
-    monkeypatch.setattr(program, "_native", None)
-    monkeypatch.setattr(program, "_run_table", None)
+    monkeypatch.setenv("APIC_REPLAY", request.param)  # a Program takes its backend from it at its first replay
     if request.param == "numba":  # the cached machine code of the loop CPU graphs run (native_interpreter.py)
         assert program.native_replay(), "the native serial interpreter could not be had here"
     return request.param
