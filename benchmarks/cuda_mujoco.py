@@ -213,7 +213,8 @@ def table(results: dict) -> str:
     pairs = sorted({(name, worlds) for name, worlds, flag in medians if (name, worlds, not flag) in medians},
                    key=lambda p: (p[1], p[0]))
     if pairs:
-        lines += ["", "| method | worlds | us per step with conditional nodes | without | ratio |", "|---|---|---|---|---|"]
+        lines += ["", "| method | worlds | us per step with conditional nodes | without | ratio |",
+                  "|---|---|---|---|---|"]
         for name, worlds in pairs:
             on, off = medians[(name, worlds, True)], medians[(name, worlds, False)]
             lines.append(f"| {name} | {worlds} | {on:.1f} | {off:.1f} | {on / off:.2f}x |")

@@ -148,9 +148,9 @@ def main(argv=None) -> int:
               "in kernels whose launches ran split")
         why_of = {e["kernel"]: e["why"] for e in report if not e["chunks"]}
         rest = sorted(((share, name) for name, share in shares.items() if name not in ran), reverse=True)
-        print("  serial remainder (share of a serial step, why): " + "; ".join(
-            f"{name} {share:.1%} ({why_of.get(name, 'not a kernel launch')[:90]})" for share, name in rest[:8] if share >= 0.001)
-              + "\n")
+        remainder = [f"{name} {share:.1%} ({why_of.get(name, 'not a kernel launch')[:90]})"
+                     for share, name in rest[:8] if share >= 0.001]
+        print("  serial remainder (share of a serial step, why): " + "; ".join(remainder) + "\n")
     return 0
 
 

@@ -154,7 +154,8 @@ def main(argv=None) -> int:
         line = f"  {steps:>10}  {item_ms:9.3f}" + "".join(f"  {rates[name][steps]:13.1f}" for name in rates)
         print(line)
         wins = rates["2 actors"][steps] > rates["local"][steps]
-        crossover = (crossover or (steps, item_ms)) if wins else None  # the shortest from which it wins at every longer one
+        # the shortest item length from which two actors win at every longer one
+        crossover = (crossover or (steps, item_ms)) if wins else None
     if crossover is None:
         print("  two actors did not beat the local replay at any item length measured")
     else:

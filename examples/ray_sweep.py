@@ -68,7 +68,8 @@ def main() -> None:
           f"(pids {', '.join(str(w['pid']) for w in workers)})")
     for item, result in zip(sweep, results):
         tip = result["x"][-1]
-        print(f"  substep dt = {item['dt'] * 1000:6.3f} ms   chain tip at ({tip[0]: .4f}, {tip[1]: .4f}, {tip[2]: .4f})")
+        print(f"  substep dt = {item['dt'] * 1000:6.3f} ms   "
+              f"chain tip at ({tip[0]: .4f}, {tip[1]: .4f}, {tip[2]: .4f})")
     print(f"first item replayed locally: identical (bit for bit): {'yes' if same else 'NO'}")
 
 

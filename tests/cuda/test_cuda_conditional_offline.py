@@ -121,7 +121,8 @@ def test_the_reader_refuses_a_cuda_sequence_that_does_not_nest(ptx):
     # forward branches a CPU graph may hold, but no conditional node can: the inner one leaves the outer body
     ops = [L, rec.Branch(C, 4), rec.Branch(C2, 5), L, L]
     doc, _images = _document(ptx, ops)
-    with pytest.raises(FormatError, match="sequence.*the branch at position 2 goes to position 5, outside its body.*must nest as conditional nodes"):
+    with pytest.raises(FormatError, match="sequence.*the branch at position 2 goes to position 5, outside its body"
+                                          ".*must nest as conditional nodes"):
         _read(doc)
 
 
@@ -213,7 +214,8 @@ def test_conditionals_become_conditional_nodes_with_their_bodies(cu, ptx, monkey
     # each body holds its own steps: then (copy, memset), else (two fills), the loops' launches and copies
     def in_graph(name, g):
         return [a for a in device.named(name) if int(a[0]) == g]
-    assert len(in_graph("cuGraphAddMemcpyNode", bodies[0])) == 1 and len(in_graph("cuGraphAddMemsetNode", bodies[0])) == 1
+    assert len(in_graph("cuGraphAddMemcpyNode", bodies[0])) == 1
+    assert len(in_graph("cuGraphAddMemsetNode", bodies[0])) == 1
     assert len(in_graph("cuGraphAddMemsetNode", bodies[1])) == 1  # the 4-byte fill
     assert [int(a[3].func) for a in in_graph("cuGraphAddKernelNode", bodies[1])] == [int(graph._fill)]
     assert len(in_graph("cuGraphAddMemcpyNode", bodies[3])) == 1

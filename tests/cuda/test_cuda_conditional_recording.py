@@ -54,7 +54,7 @@ class _Warp:
         self.calls: list = []
 
     def capture_if(self, condition, on_true=None, on_false=None, stream=None, **kwargs):
-        for name, body in (("true", on_true), ("false", on_false)):
+        for body in (on_true, on_false):
             if body is not None:
                 self.calls.append(("pause", self.recorder.warp_internal))
                 body(**kwargs)

@@ -315,8 +315,9 @@ def test_every_limit_has_a_case():
 
 # Integer literals above 8 still in the reader modules, and why each is not a limit: layout offsets and
 # sizes of what is read, and the value ranges of enumerations. A new limit belongs in schema.
-READERS = ("reader.py", "read_ops.py", "read_bounds.py", "read_raw.py", "read_tables.py", "read_context.py", "fields.py", "handles.py",
-           "bound_handles.py", "manifest.py", "manifest_check.py", "source.py", "cuda_source.py")
+READERS = ("reader.py", "read_ops.py", "read_bounds.py", "read_raw.py", "read_tables.py", "read_context.py",
+           "fields.py", "handles.py", "bound_handles.py", "manifest.py", "manifest_check.py", "source.py",
+           "cuda_source.py")
 KNOWN_LITERALS = {
     "read_ops.py": [255],  # a memset value is a byte
     "read_bounds.py": sorted([64,  # no launch of 2^64 threads or more

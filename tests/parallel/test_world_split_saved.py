@@ -127,7 +127,8 @@ def test_a_file_that_clears_a_tile_kernels_tiles_flag_is_refused(tmp_path):
     body = _body(tmp_path)
     body["kernels"][0]["split_world"]["tiles"] = False
     rewrite_wrp(str(tmp_path / "g"), body)
-    done = subprocess.run([sys.executable, "-c", "import apic, sys; apic.capture_load(sys.argv[1])", str(tmp_path / "g")],
+    load = "import apic, sys; apic.capture_load(sys.argv[1])"
+    done = subprocess.run([sys.executable, "-c", load, str(tmp_path / "g")],
                           env=child_env(), capture_output=True, text=True, timeout=600, cwd=TESTS)
     assert done.returncode == 1 and "FormatError" in done.stderr, done.stderr
     assert "sealed in its module's kernel manifest" in done.stderr, done.stderr

@@ -109,7 +109,8 @@ def test_a_failure_raises_and_returns_nothing(captured, case):
     elif case == "cpu_target":
         call, error = (lambda: wp.capture_save_to_bytes(graph, cpu_target="z80")), "z80"
     elif case == "name_twice":
-        call, error = (lambda: wp.capture_save_to_bytes(graph, inputs={"x": sim.a["x"]}, outputs={"x": sim.a["v"]})), "twice"
+        call, error = (lambda: wp.capture_save_to_bytes(graph, inputs={"x": sim.a["x"]},
+                                                        outputs={"x": sim.a["v"]})), "twice"
     else:  # a binding that is not an array, after the graph's checks passed
         call, error = (lambda: wp.capture_save_to_bytes(graph, inputs={"x": sim.a["x"], "h": 3})), "h"
     result = None
