@@ -22,7 +22,8 @@ from apic._probes.cpu import (
 )
 from apic._probes.cuda_natives import (
     compile_cuda_source, cuda_build_options, cuda_capture_info_call, cuda_dependency_args, cuda_driver, cuda_entry_abi,
-    cuda_graph_instantiate_call, cuda_kernel_symbol, cuda_launch_params, cuda_module_binary_path, nvrtc_archs, warp_native_dir,
+    cuda_graph_instantiate_call, cuda_kernel_symbol, cuda_launch_params, cuda_module_binary_path, nvrtc_archs,
+    warp_native_dir,
 )
 from apic._probes.internals import (
     ARRAY_T_SIZE, CPU_BLOCKS, FEM_CACHE_MODULE, HANDLE_TYPE, INDEXEDARRAY_T_SIZE, LAUNCH_KEEPS_ARGS, SPARSE_MODULE,
@@ -39,7 +40,8 @@ __all__ = [
     "cuda_launch_params", "cuda_module_binary_path",
     "function_address", "host_target", "invoke_cpu_blocks", "is_plain_array_type", "kernel_bounds_type",
     "kernel_symbol", "launch_bounds_type", "level_features", "load_object", "lookup_symbol", "module_binary_path",
-    "module_build_options", "module_source_path", "native_address", "native_handle_types", "native_target", "nvrtc_archs",
+    "module_build_options", "module_source_path", "native_address", "native_handle_types", "native_target",
+    "nvrtc_archs",
     "parameters_of", "quiet_warp", "runtime", "unload_object", "warp_native_dir", "wp_build", "wp_codegen",
     "wp_context", "wp_types", "wp_utils",
 ]

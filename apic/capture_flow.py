@@ -101,7 +101,9 @@ def _record_body(recorder, body, what: str, kwargs: dict):
     if isinstance(body, Graph):
         return lambda: recorder.record_graph(body)
     if isinstance(body, _warp_graph_type()):
-        raise UnsupportedOperationError(f"a warp.Graph as the {what} of a CPU capture", "pass an apic graph or a callable")
+        raise UnsupportedOperationError(
+            f"a warp.Graph as the {what} of a CPU capture", "pass an apic graph or a callable"
+        )
     if not callable(body):
         raise TypeError(f"{what} must be a Callable or a Graph")
     return lambda: body(**kwargs)
@@ -173,7 +175,9 @@ def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
             _run_body(body, what, kwargs)
         return
     recorder.record_if(
-        condition, _record_body(recorder, on_true, "on_true", kwargs), _record_body(recorder, on_false, "on_false", kwargs)
+        condition,
+        _record_body(recorder, on_true, "on_true", kwargs),
+        _record_body(recorder, on_false, "on_false", kwargs),
     )
 
 

@@ -83,5 +83,8 @@ class CapturedCudaGraph(CudaGraph):
         return image, module_arch(path, image)
 
     def __repr__(self) -> str:
-        return f"<apic.CapturedCudaGraph device={self.device} ops={self.op_count} regions={len(self.recording.regions)}>"
+        return (
+            f"<apic.CapturedCudaGraph device={self.device} ops={self.op_count} "
+            f"regions={len(self.recording.regions)}>"
+        )
 

@@ -84,7 +84,9 @@ class Chain:
         rest = 2.0 / (self.n - 1)
         for _ in range(self.substeps):
             self.f.zero_()
-            wp.launch(spring_forces, dim=self.n - 1, inputs=[self.x, self.v, rest, 500.0, 2.0, self.f], device=self.device)
+            wp.launch(
+                spring_forces, dim=self.n - 1, inputs=[self.x, self.v, rest, 500.0, 2.0, self.f], device=self.device
+            )
             wp.launch(apply_gravity, dim=self.n, inputs=[self.v, wp.vec3(0.0, -9.8, 0.0), self.dt], device=self.device)
             wp.launch(integrate, dim=self.n, inputs=[self.x, self.v, self.f, 1.0, self.dt], device=self.device)
             wp.launch(ground_contact, dim=self.n, inputs=[self.x, self.v, 0.3], device=self.device)

@@ -13,7 +13,7 @@ patch in reverse order and leaves warp exactly as it was. What is patched where:
   temporaries (once warp.fem is imported); at the first ``apic=True`` CUDA capture, the CUDA natives.
 
 Nothing below this module imports it: a capture reaches the lazy steps through ``apic.patches.before_capture``.
-"""
+"""  # noqa: E501 (long docstring lines kept: rewrapping would change __doc__)
 
 from __future__ import annotations
 

@@ -21,11 +21,12 @@ try:  # warp-lang 1.10 and later keep the internals in warp._src
     from warp._src import types as wp_types
     from warp._src import utils as wp_utils
 except ImportError:  # pragma: no cover - warp-lang <= 1.9, outside the supported range
-    from warp import build as wp_build  # type: ignore[no-redef]
-    from warp import codegen as wp_codegen  # type: ignore[no-redef]
+    # wp_build, wp_codegen, wp_utils: unused here, re-exported to apic._probes.cpu/cuda_natives and apic._compat
+    from warp import build as wp_build  # type: ignore[no-redef]  # noqa: F401
+    from warp import codegen as wp_codegen  # type: ignore[no-redef]  # noqa: F401
     from warp import context as wp_context  # type: ignore[no-redef]
     from warp import types as wp_types  # type: ignore[no-redef]
-    from warp import utils as wp_utils  # type: ignore[no-redef]
+    from warp import utils as wp_utils  # type: ignore[no-redef]  # noqa: F401
 import warp.utils  # noqa: E402,F401  (the public module: apic's shims also replace the names it holds)
 from apic.targets import handle_kinds as hk
 

@@ -23,7 +23,6 @@ def format_report(results: dict) -> str:
     env = results["environment"]
     cfg = env["config"]
     keys = list(results["methods"])
-    labels = [results["methods"][k] for k in keys]
     lines = [
         f"apic {env['apic']} bench: warp-lang {env['warp']} ({env['kernel_abi']}), Python {env['python']}, "
         f"numba {env['numba']}, {env['platform']}, {env['cpus']} CPUs, {env['date']}"

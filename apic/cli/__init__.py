@@ -38,7 +38,8 @@ class _Version(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, help="print apic's version and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from apic._version import __version__  # lazy: importing any apic module imports apic, and so Warp (a quick --help)
+        # lazy: importing any apic module imports apic, and so Warp (a quick --help)
+        from apic._version import __version__
 
         try:
             warp = metadata.version("warp-lang")
@@ -151,7 +152,9 @@ def _stdout_closed() -> int:
 def main(argv=None) -> int:
     parser = _Parser(
         prog="python -m apic",
-        description="apic: capture, save, inspect and replay NVIDIA Warp graphs (python -m apic COMMAND --help for a command)",
+        description=(
+            "apic: capture, save, inspect and replay NVIDIA Warp graphs (python -m apic COMMAND --help for a command)"
+        ),
     )
     parser.add_argument("--version", action=_Version)
     subparsers = parser.add_subparsers(dest="command", required=True)

@@ -273,7 +273,9 @@ _LINES = {  # op kind name -> (what _op made of an op) -> its line in the text v
     "array_fill": lambda op: f"array_fill value {op['value_bytes']} B (type {op['array_type']})",
     "branch": lambda op: f"branch to {op['target']} if int32 at {_where(op['cond'])} is 0",
     "jump": lambda op: f"jump to {op['target']}",
-    "native_call": lambda op: f"wp_{op['fn']}({', '.join(_where(a) if isinstance(a, dict) else str(a) for a in op['args'])})",
+    "native_call": lambda op: (
+        f"wp_{op['fn']}({', '.join(_where(a) if isinstance(a, dict) else str(a) for a in op['args'])})"
+    ),
     "handle_call": _handle_call_line,
     "alloc": lambda op: f"alloc {_where(op['dst'])} {op['nbytes']} B",
 }
@@ -331,7 +333,9 @@ def _text(info: dict) -> str:
     if info["scalar_params"]:
         lines.append(f"scalar parameters ({len(info['scalar_params'])}, set with --set NAME=VALUE):")
         for p in info["scalar_params"]:
-            lines.append(f"  {p['name']}: {p['dtype']} = {p['value']} (in {p['slots']} distinct launch argument blocks)")
+            lines.append(
+                f"  {p['name']}: {p['dtype']} = {p['value']} (in {p['slots']} distinct launch argument blocks)"
+            )
     counts = ", ".join(f"{k} {n}" for k, n in sorted(info["op_counts"].items()))
     lines.append(f"ops ({info['op_count']}{': ' + counts if counts else ''}; {len(info['ops'])} distinct):")
     for i, op in enumerate(info["ops"]):

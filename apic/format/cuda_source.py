@@ -33,7 +33,6 @@ from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import schema
 from apic.format import source as source_format
-from apic.targets import cuda as cuda_target
 from apic.targets import files
 
 SOURCE_FILE = files.read_rule(r"\.cu", schema.MAX_FILE_STEM)

@@ -14,7 +14,7 @@ first save into an existing folder, say). A file is removed only when both hold:
 Everything else, symlinks and folders included, is left alone. All of it works relative to one
 descriptor of the folder opened with ``O_NOFOLLOW``, so a symlink swapped in for the folder between
 a check and the use is never followed.
-"""
+"""  # noqa: E501 (long docstring lines kept: rewrapping would change __doc__)
 
 from __future__ import annotations
 

@@ -324,8 +324,9 @@ def bindings(value, ctx: Context, version: int, target: Target) -> tuple[tuple[B
         kind = _str(entry["kind"], f"{where}.kind", max_len=schema.MAX_TAG)
         if kind == schema.SCALAR_KIND:
             if version < schema.PARAMS_VERSION or target is not CPU:
-                _fail(f"{where}.kind", f"a named scalar parameter in a {'' if target is CPU else target.name.upper() + ' graph'} format version "
-                                       f"{version} file (they need version {schema.PARAMS_VERSION}, CPU graphs)")
+                _fail(f"{where}.kind",
+                      f"a named scalar parameter in a {'' if target is CPU else target.name.upper() + ' graph'} "
+                      f"format version {version} file (they need version {schema.PARAMS_VERSION}, CPU graphs)")
             scalars[i] = _scalar_binding(entry, where)
             continue
         if kind not in schema.BINDING_KINDS:

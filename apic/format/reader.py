@@ -259,7 +259,8 @@ def read(data) -> SavedGraph:
     regions, contents = tables.regions(doc["regions"])
     ctx = Context(regions)
     if version < schema.HANDLES_VERSION and ("handles" in doc or "handle_slots" in doc):
-        _fail("handles", f"native handles in a format version {version} file (they need version {schema.HANDLES_VERSION})")
+        _fail("handles",
+              f"native handles in a format version {version} file (they need version {schema.HANDLES_VERSION})")
     handles, volume_data = [], []
     for i, entry in enumerate(_list(doc.get("handles", []), "handles", schema.MAX_HANDLES)):
         handle, data = wire_handles.read_handle(entry, f"handles[{i}]", ctx)

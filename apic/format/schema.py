@@ -68,7 +68,7 @@ Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every
 ``MIN_READ_VERSION`` to ``FORMAT_VERSION``; ``MIN_READ_VERSION`` moves only in a new minor release, and a
 version stays readable for at least 6 months after the first release that wrote a newer one.
 ``tests/data/golden/`` holds one file per version (per supported warp-lang) that every release must read.
-"""
+"""  # noqa: E501 (long docstring lines kept: rewrapping would change __doc__)
 
 from __future__ import annotations
 
@@ -119,7 +119,8 @@ OP_FIELDS: dict[WireOp, dict[str, str]] = {
     # ``groups``: an array_t descriptor blob, as docs/FORMAT.md's table says; a ref there is refused
     WireOp.HANDLE_CALL: {"fn": "str", "handle": "int", "ints": "list", "radius": "float?", "points": "blob?",
                          "groups": "blob?"},
-    WireOp.CUDA_LAUNCH: {"kernel": "int", "dim": "ints", "params": "blob", "grid": "ints", "block": "ints", "smem": "int"},
+    WireOp.CUDA_LAUNCH: {"kernel": "int", "dim": "ints", "params": "blob", "grid": "ints", "block": "ints",
+                         "smem": "int"},
 }
 
 # Warp's array type ids in ArrayCopy / ArrayFill descriptors.

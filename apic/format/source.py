@@ -227,7 +227,9 @@ def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGrap
             why = str(refused).rstrip(".")
         else:
             try:
-                saved_object = verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin)[module.file]
+                saved_object = verified_images(
+                    dataclasses.replace(saved, modules=(module,)), fetch, origin
+                )[module.file]
             except FormatError as error:
                 if module.source is None:
                     raise

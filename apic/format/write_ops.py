@@ -78,11 +78,15 @@ WRITE = {
     rec.Memset: lambda op, params: {"dst": _ref(op.dst), "value": op.value, "nbytes": op.nbytes},
     rec.Memtile: lambda op, params: {"dst": _ref(op.dst), "value": blob(op.value), "count": op.count},
     rec.ArrayCopy: _array_copy,
-    rec.ArrayFill: lambda op, params: {"dst": _descriptor(op.dst), "array_type": op.array_type, "value": blob(op.value)},
+    rec.ArrayFill: lambda op, params: {
+        "dst": _descriptor(op.dst), "array_type": op.array_type, "value": blob(op.value)
+    },
     rec.Alloc: lambda op, params: {"dst": _ref(op.dst), "nbytes": op.nbytes},
     rec.Branch: lambda op, params: {"cond": _ref(op.cond), "target": op.target},
     rec.Jump: lambda op, params: {"target": op.target},
-    rec.NativeCall: lambda op, params: {"fn": op.name, "args": [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]},
+    rec.NativeCall: lambda op, params: {
+        "fn": op.name, "args": [_ref(a) if isinstance(a, rec.Ref) else a for a in op.args]
+    },
     rec.CudaLaunch: _cuda_launch,
     rec.HandleCall: _handle_call,
 }

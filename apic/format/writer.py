@@ -366,7 +366,9 @@ def required_version(doc) -> int:
     if not isinstance(doc, dict):
         return schema.BASE_VERSION
     bindings = doc.get("bindings")
-    if isinstance(bindings, list) and any(isinstance(b, dict) and b.get("kind") == schema.SCALAR_KIND for b in bindings):
+    if isinstance(bindings, list) and any(
+        isinstance(b, dict) and b.get("kind") == schema.SCALAR_KIND for b in bindings
+    ):
         return schema.PARAMS_VERSION
     return schema.HANDLES_VERSION if "handles" in doc else schema.BASE_VERSION
 

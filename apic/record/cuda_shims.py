@@ -94,8 +94,8 @@ def _wrap_init_new(inner):
 def patch(patches) -> None:
     """Layer the Python-level wrappers over Warp (and apic's CPU shims); ``patches`` undoes them."""
     for owner in (wp, wp_context):
-        patches.set(owner, "launch", _wrap_launch(getattr(owner, "launch")))
-        patches.set(owner, "copy", _wrap_copy(getattr(owner, "copy")))
+        patches.set(owner, "launch", _wrap_launch(owner.launch))
+        patches.set(owner, "copy", _wrap_copy(owner.copy))
     patches.set(wp_context.Launch, "launch", _wrap_launch_object(vars(wp_context.Launch)["launch"]))
     patches.set(wp_types.array, "_init_new", _wrap_init_new(vars(wp_types.array)["_init_new"]))
     for value in list(vars(wp_types).values()):

@@ -151,7 +151,9 @@ def _pointers_of(descriptor: bytes, elem_size: int, indexed: bool) -> tuple[tupl
         indices, index_shape = tail[:4], tail[4:]
         for i, address in enumerate(indices):
             if address:
-                found.append((_ARRAY_T_SIZE + 8 * i, RawPtr(address, address, address + _INDEX_ELEM_SIZE * index_shape[i])))
+                found.append(
+                    (_ARRAY_T_SIZE + 8 * i, RawPtr(address, address, address + _INDEX_ELEM_SIZE * index_shape[i]))
+                )
     return tuple(found)
 
 

@@ -52,7 +52,9 @@ def _recording_sink(name: str, original, record, where: str, convert=_as_int, ou
         values = tuple(map(convert, args))
         if recorder.api_depth == 0:
             if outside_api is None:
-                raise UnsupportedOperationError(f"wp_{name} (native)", f"apic records it only when called through {where}")
+                raise UnsupportedOperationError(
+                    f"wp_{name} (native)", f"apic records it only when called through {where}"
+                )
             outside_api(recorder, name, values)
         record(recorder, values)
         return True  # success, for the callers that check it

@@ -249,7 +249,9 @@ class HandleCall:
     kind = OpKind.HANDLE_CALL
 
 
-Op = Union[Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch, HandleCall]
+Op = Union[
+    Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch, HandleCall
+]
 CONTROL_TYPES = (Branch, Jump)
 
 

@@ -117,7 +117,9 @@ class Recorder(ControlFlowRecording, RecorderBase):
                             f"parameter '{slot.name}' was passed with two values in one capture "
                             f"({unpack(spec, first)!r} and {unpack(spec, data)!r}); a named parameter has one "
                             "value at a time (change it with graph.set_param after the capture)")
-        return tuple(dataclasses.replace(spec, value=values.get(name, spec.value)) for name, spec in self._params.items())
+        return tuple(
+            dataclasses.replace(spec, value=values.get(name, spec.value)) for name, spec in self._params.items()
+        )
 
     # --- native handles (Mesh, Bvh, HashGrid, Volume) --------------------------------------------------
     def note_handle(self, obj) -> None:

@@ -15,7 +15,7 @@ Warp's path every time; so does every launch while a ``wp.Tape`` records. The de
 part of every key. What a key does not see: module options or Warp settings changed in the middle
 of a capture (Warp would rebuild the module; a repeated launch keeps the code it recorded first). Arrays in a key stay alive for the capture (the recorder keeps them), so an id
 is never reused within it.
-"""
+"""  # noqa: E501 (long docstring lines kept: rewrapping would change __doc__)
 
 from __future__ import annotations
 

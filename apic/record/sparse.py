@@ -120,7 +120,8 @@ def _host_read_guard(method: str, original, what: str):
         outright = method == "status_sync" and getattr(self, "_status", None) is not None
         if outright or any(a is not None and recorder.touches(a) for a in arrays):
             reason = (
-                f"reads {what} back to the host, but a sparse operation recorded in a CPU capture sets it only at replay"
+                f"reads {what} back to the host, but a sparse operation recorded in a CPU capture sets it "
+                "only at replay"
                 if outright else f"reads {what} back to the host, but this capture has used or changed the matrix: a "
                 "topology update or other work it records runs only at replay"
             )

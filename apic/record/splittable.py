@@ -80,7 +80,8 @@ class _Memo:
 
     def put(self, obj, value):
         try:
-            ref = weakref.ref(obj, lambda _, key=id(obj): self._found.pop(key, None))
+            # the default binds the id now: once obj is collected, its id is no longer known
+            ref = weakref.ref(obj, lambda _, key=id(obj): self._found.pop(key, None))  # noqa: B008
         except TypeError:  # not weakly referenceable: not remembered
             return value
         self._found[id(obj)] = (ref, value)

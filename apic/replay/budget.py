@@ -18,7 +18,8 @@ from apic.targets import handle_kinds as hk
 REGION_ALIGN = 64  # each region is allocated with this much slack for alignment
 GRID_CELL_BYTES = 8  # a hash grid's cell_starts and cell_ends: one int32 each per cell
 GRID_POINT_BYTES = 32  # per reserved point: point ids and cells, and their radix-sort double buffers
-BVH_ITEM_BYTES = 256  # per primitive: bounds, at most two nodes (lower and upper bounds), indices, the builder's scratch
+# per primitive: bounds, at most two nodes (lower and upper bounds), indices, the builder's scratch
+BVH_ITEM_BYTES = 256
 VOLUME_COPIES = 2  # a Volume's buffer: the wp.array it is read from and the native copy
 TABLE_ROW_BYTES = 8 * tbl.OP_COLUMNS  # the replay program: one table row per op of the sequence
 OP_REF_BYTES = 8  # the reader's expanded op sequence: one reference per position
@@ -36,7 +37,9 @@ def needs(saved) -> list[tuple[str, int]]:
         if sized is not None:
             reserved[sized[0]] = max(reserved.get(sized[0], 0), sized[1])
     handles = 0
-    for index, (handle, data) in enumerate(zip(recording.handles, saved.volume_data or (None,) * len(recording.handles))):
+    for index, (handle, data) in enumerate(
+        zip(recording.handles, saved.volume_data or (None,) * len(recording.handles))
+    ):
         arrays, options = dict(handle.arrays), dict(handle.options)
         if handle.kind == hk.HASH_GRID:
             cells = math.prod(int(options.get(axis, 1)) for axis in ("dim_x", "dim_y", "dim_z"))

@@ -55,7 +55,7 @@ from apic.targets import cuda as cuda_target
 from apic.targets.cuda import DEFAULT_SMEM
 
 def check_arch(saved, arch: int) -> None:
-    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run (the rules: ``apic.targets.cuda.arch_problem``)."""
+    """Refuse, saying why, modules this GPU (``sm_<arch>``) cannot run (the rules: ``apic.targets.cuda.arch_problem``)."""  # noqa: E501
     for module in saved.modules:
         kind = module.file.rsplit(".", 1)[-1]
         problem = cuda_target.arch_problem(kind, module.arch, module.arch_suffix, arch)
@@ -165,7 +165,9 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
             module = cu("cuModuleLoadData", data)
         except CudaReplayError as error:
             hint = " (the driver may be too old to compile this PTX)" if name.endswith(".ptx") else ""
-            raise IncompatibleGraphError(f"cannot load CUDA module '{name}' on cuda:{self.ordinal}{hint}: {error}")
+            raise IncompatibleGraphError(
+                f"cannot load CUDA module '{name}' on cuda:{self.ordinal}{hint}: {error}"
+            ) from error
         self._resources.modules.append(module)
         return module
 
@@ -190,8 +192,10 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
             module = loaded[self.saved.modules[kernel.module].file]
             try:
                 fn = cu("cuModuleGetFunction", module, kernel.symbol.encode())
-            except CudaReplayError:
-                raise IncompatibleGraphError(f"kernel '{kernel.key}': {kernel.symbol} is not in its CUDA module")
+            except CudaReplayError as error:
+                raise IncompatibleGraphError(
+                    f"kernel '{kernel.key}': {kernel.symbol} is not in its CUDA module"
+                ) from error
             self._check_params(fn, kernel)
             if smem.get(index, 0) > DEFAULT_SMEM:
                 attribute = cu.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

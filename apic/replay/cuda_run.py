@@ -95,7 +95,7 @@ class CudaRun:
         """Enqueue the plan's steps one by one on ``stream`` through cuda-python (the context is current): where
         the op-table rows cannot run them (the driver library's entry points not found, ``cuda_rows.driver_entries``,
         or a plan with conditional steps). With conditional nodes: into a capture, the plan's nodes are added to the
-        capture's graph; otherwise each condition is read on the host when reached (``apic.replay.cuda_conditional``)."""
+        capture's graph; otherwise each condition is read on the host when reached (``apic.replay.cuda_conditional``)."""  # noqa: E501
         cu = self._cu
         if has_conditional_steps(self._plan):
             if capturing:

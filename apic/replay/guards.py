@@ -112,7 +112,9 @@ def kept_guards(ops, guarded: dict) -> list[list[int]]:
 def ids_blob(kinds: frozenset, handles) -> rec.Blob:
     """A blob of the ids of the graph's handles of ``kinds`` (relocated: laid out at lowering)."""
     chosen = [i for i, handle in enumerate(handles) if handle.kind in kinds]
-    return rec.Blob(bytes(8 * max(len(chosen), 1)), tuple(rec.Reloc(8 * j, rec.HandleRef(i)) for j, i in enumerate(chosen)))
+    return rec.Blob(
+        bytes(8 * max(len(chosen), 1)), tuple(rec.Reloc(8 * j, rec.HandleRef(i)) for j, i in enumerate(chosen))
+    )
 
 
 def guard_row(guard, address_of, arena, id_blobs) -> list[int]:

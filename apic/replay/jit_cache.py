@@ -62,7 +62,9 @@ def _install() -> bool:
 def _serves_apic(cache) -> bool:
     """Whether a Numba ``Cache`` keeps a function of apic's package."""
     code = getattr(getattr(cache, "_py_func", None), "__code__", None)
-    return code is not None and (os.path.dirname(os.path.abspath(code.co_filename)) + os.sep).startswith(_PACKAGE + os.sep)
+    return code is not None and (
+        (os.path.dirname(os.path.abspath(code.co_filename)) + os.sep).startswith(_PACKAGE + os.sep)
+    )
 
 
 def _tolerate_io_errors() -> None:

@@ -42,7 +42,7 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
         return found
 
     splits, refusals = [], []
-    for (row, op), start, end in zip(launch_rows.items(), starts, ends):
+    for (_row, op), start, end in zip(launch_rows.items(), starts, ends):
         kernel = recording.kernels[op.kernel]
         args = op.args
         key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None,

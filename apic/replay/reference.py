@@ -172,7 +172,8 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                             run_range = function(opcode, entries[c % len(entries)], _RANGE)
                             run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
             elif tbl.OP_CUDA_LAUNCH <= opcode <= tbl.OP_CUDA_LEAVE:
-                cuda, err = _cuda_row(opcode, args, lambda prototype: function(opcode, address, prototype))
+                # B023: _cuda_row calls the lambda before it returns, in this iteration
+                cuda, err = _cuda_row(opcode, args, lambda prototype: function(opcode, address, prototype))  # noqa: B023
                 if err:  # kept for the caller's error; the pushed context popped as the replay stops
                     _I64.from_address(cuda + 8 * tbl.CUDA_ERROR).value = err
                     _cuda_leave(cuda, _CUDA[1](_I64.from_address(cuda + 8 * tbl.CUDA_POP).value))

@@ -45,7 +45,8 @@ ARRAY_TYPE_INDEXED = 1
 ARRAY_T_SIZE = 56  # wp::array_t, every supported version
 INDEXEDARRAY_T_SIZE = 104  # wp::indexedarray_t
 ARRAY_T = struct.Struct("<QQ4i4ih")  # data, grad, shape[4], strides[4], ndim
-ARRAY_T_STRICT = struct.Struct("<QQ4i4ii")  # the same with ndim and flags as one int32: a saved descriptor's flags are 0
+# the same with ndim and flags as one int32: a saved descriptor's flags are 0
+ARRAY_T_STRICT = struct.Struct("<QQ4i4ii")
 ARRAY_T_SHAPE_AT = 16
 ARRAY_T_SHAPE = struct.Struct("<4i")  # at ARRAY_T_SHAPE_AT
 ARRAY_T_SHAPE_STRIDES = struct.Struct("<4i4i")  # at ARRAY_T_SHAPE_AT

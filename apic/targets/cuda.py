@@ -140,7 +140,8 @@ def launch_grid(dim: int, block_dim: int, max_blocks: int = 0, grid_stride: bool
             if grid_x == natural:
                 if grid_x % cluster_dim:
                     raise ValueError(
-                        f"a clustered launch needs a whole number of clusters ({grid_x} blocks, cluster_dim={cluster_dim})"
+                        f"a clustered launch needs a whole number of clusters ({grid_x} blocks, "
+                        f"cluster_dim={cluster_dim})"
                     )
             else:
                 grid_x = grid_x // cluster_dim * cluster_dim
