@@ -107,7 +107,7 @@ def capture_save_to_bytes(graph, inputs: dict | None = None, outputs: dict | Non
 
 def _saveable(graph, inputs, outputs, cpu_target, call: str = "capture_save"):
     """What the writer serializes for ``graph``, once it is checked to be saveable (see ``capture_save``)."""
-    from apic.format import unrecorded_bindings, writer  # lazy: the file format (see the top of this module)
+    from apic.format import unrecorded_bindings, write_bindings  # lazy: the file format (the top of this module)
 
     check_cpu_level(cpu_target)
     if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
@@ -129,7 +129,7 @@ def _saveable(graph, inputs, outputs, cpu_target, call: str = "capture_save"):
             "has that id, so the graph cannot be saved"
         )
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
-    return unrecorded_bindings.with_untouched(graph, writer.named_arrays(inputs, outputs))
+    return unrecorded_bindings.with_untouched(graph, write_bindings.named_arrays(inputs, outputs))
 
 
 def _read_graph_file(wrp_path: str, shown: str) -> bytes:

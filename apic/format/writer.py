@@ -25,14 +25,15 @@ import warp as wp
 
 from apic import _compat
 from apic._version import __version__
-from apic.record.bindings import Binding, make_binding
-from apic.errors import BindingError, CaptureError, UnsupportedOperationError
+from apic.record.bindings import Binding
+from apic.errors import CaptureError, UnsupportedOperationError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
 from apic.format import manifest_build
 from apic.format import publish as publication
 from apic.format import schema
 from apic.format import source as source_format
+from apic.format.write_bindings import binding_wire, collect_bindings, scalar_binding_wire, target_of
 from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
@@ -222,14 +223,6 @@ _PARTS = {
 }
 
 
-def target_of(recording) -> targets.Target:
-    """The target a recording's kernels were compiled for (from its ABI tag)."""
-    target = targets.of_abi(recording.abi)
-    if target is None:
-        raise ValueError(f"cannot save a graph with kernel ABI {recording.abi!r}: no target of apic calls its kernels")
-    return target
-
-
 # --- the body -----------------------------------------------------------------------------------------
 def _args_sizes(ops, kernel: int) -> dict:
     """``args_size`` (and ``adj_args_size``) of a CPU kernel: the byte size of Warp's packed argument
@@ -261,52 +254,6 @@ def _split(kernel) -> dict:
         return {"split_writes": list(kernel.split_writes)}
     return {"split_world": {"writes": list(kernel.split_writes), "rows": list(kernel.split_world),
                             "tiles": bool(kernel.split_tiles)}}
-
-
-def _binding(binding: Binding) -> dict:
-    return {
-        "name": binding.name, "kind": binding.kind, "region": binding.region, "offset": binding.offset,
-        "nbytes": binding.nbytes, "dtype": binding.dtype, "shape": list(binding.shape),
-        "strides": list(binding.strides), "elem_size": binding.elem_size, "np_dtype": binding.np_dtype,
-        "elem_shape": list(binding.elem_shape),
-    }
-
-
-def _scalar_binding(param, value: bytes) -> dict:
-    """A named scalar parameter on the wire (format 3): its type and value; the launch blobs list its slots."""
-    return {"name": param.name, "kind": "scalar", "dtype": param.dtype, "nbytes": param.nbytes,
-            "np_dtype": param.np_dtype, "elem_shape": list(param.elem_shape), "value": bytes(value)}
-
-
-def named_arrays(inputs, outputs):
-    """``(kind, name, array)`` for each entry of ``capture_save``'s ``inputs`` and ``outputs``."""
-    seen = set()
-    for kind, mapping in (("input", inputs), ("output", outputs)):
-        if mapping is None:
-            continue
-        if not hasattr(mapping, "items"):
-            raise TypeError(f"{kind}s must be a dict mapping names to Warp arrays, got {type(mapping).__name__}")
-        for name, arr in mapping.items():
-            if name in seen:
-                raise ValueError(f"binding name '{name}' is used twice (in inputs and outputs)")
-            seen.add(name)
-            yield kind, name, arr
-
-
-def collect_bindings(graph, inputs, outputs) -> list[Binding]:
-    """The named bindings of ``inputs`` and ``outputs`` (name -> Warp array) for ``graph``."""
-    regions = graph.recording.regions
-    scalars = {p.name for p in graph.recording.params}
-    device = None if target_of(graph.recording) is targets.CPU else graph.device  # CPU: any CPU array
-    found: dict[str, Binding] = {}
-    for kind, name, arr in named_arrays(inputs, outputs):
-        if name in scalars:
-            raise BindingError(f"{kind} '{name}': the graph has a named scalar parameter '{name}' (apic.param); "
-                               "an array binding cannot take its name")
-        found[name] = make_binding(name, kind, arr, regions, graph.region_addresses, device)
-    # A loaded graph saved again keeps its parameters, unless a new binding takes the name.
-    kept = [b for name, b in getattr(graph, "bindings", {}).items() if name not in found]
-    return kept + list(found.values())
 
 
 def _cpu_of_objects(cpu_level: str | None) -> dict:
@@ -342,8 +289,8 @@ def document(graph, bindings: list[Binding], cpu_level: str | None = None) -> tu
         "modules": modules,
         "kernels": [_kernel(recording, i, k) for i, k in enumerate(recording.kernels)],
         **ops_and_sequence(recording.ops, params, target.name),
-        "bindings": [_binding(b) for b in bindings]
-        + [_scalar_binding(p, params[p.name][1]) for p in recording.params],
+        "bindings": [binding_wire(b) for b in bindings]
+        + [scalar_binding_wire(p, params[p.name][1]) for p in recording.params],
     }
     if recording.handles:  # a graph without handles stays readable by apic releases that predate them
         doc["handles"] = [wire_handles.handle_wire(h) for h in recording.handles]

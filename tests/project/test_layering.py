@@ -75,7 +75,8 @@ LAZY_FOR_STARTUP = {
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
     "apic.cli.replay": {"apic", "apic._compat", "apic.format.module_folder", "numpy", "warp"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
-    "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.writer", "apic.loading"},
+    "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.write_bindings",
+                     "apic.format.writer", "apic.loading"},
 }
 
 # Packages of one layer that import nothing of each other, either way: the reader never sees replay, and
