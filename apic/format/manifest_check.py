@@ -143,7 +143,7 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
     results: dict = {}  # id(launch) -> its result, of the launches checked in full (the ops hold them)
     # each distinct op once (ops repeat)
     for op in dict(zip(map(id, ops), ops)).values():
-        if not isinstance(op, rec.Launch):
+        if not rec.is_cpu_launch(op):
             continue
         entry = listed[op.kernel]
         if entry is None:

@@ -53,7 +53,7 @@ def read_raw_ops(buf: bytes, bounds: list, unpack, ctx: Context, kernels, target
             entry = unpack(buf[begin:end])
             op = read_ops([entry], ctx, kernels, target, abi, i)[0]
             append(op)
-            if type(op) is rec.Launch and op.adj_args is None:
+            if rec.is_cpu_launch(op) and op.adj_args is None:
                 _add_raw_template(templates, starts, buf[begin:end], entry, ctx)
     return ops
 

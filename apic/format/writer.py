@@ -228,7 +228,7 @@ def _args_sizes(ops, kernel: int) -> dict:
     """``args_size`` (and ``adj_args_size``) of a CPU kernel: the byte size of Warp's packed argument
     struct (``ctypes.sizeof`` of the ctypes struct its launches were packed with), which every launch's
     blob must then match exactly; empty for a kernel no CPU launch uses."""
-    launch = next((op for op in ops if isinstance(op, rec.Launch) and op.kernel == kernel), None)
+    launch = next((op for op in ops if rec.is_cpu_launch(op) and op.kernel == kernel), None)
     if launch is None:
         return {}
     sizes = {"args_size": len(launch.args.data)}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apic.record.ops import Branch, Jump
+from apic.record.effects import BRANCH, JUMP, control_of
 
 
 class StructureError(ValueError):
@@ -45,7 +45,7 @@ class WhileNode:
 
 def has_conditionals(ops) -> bool:
     """Whether an op sequence holds a branch or a jump."""
-    return any(isinstance(op, (Branch, Jump)) for op in ops)
+    return any(map(control_of, ops))
 
 
 def conditional_tree(ops, max_depth: int = 64, max_body: int | None = None) -> tuple:
@@ -67,9 +67,10 @@ def _body(ops: list, lo: int, hi: int, depth: int, max_depth: int, max_body: int
     i = lo
     while i < hi:
         op = ops[i]
-        if isinstance(op, Jump):
+        control = control_of(op)
+        if control == JUMP:
             raise StructureError(f"the jump at position {i} does not end a loop or a then-body")
-        if not isinstance(op, Branch):
+        if control != BRANCH:
             out.append(op)
             i += 1
             continue
@@ -78,10 +79,11 @@ def _body(ops: list, lo: int, hi: int, depth: int, max_depth: int, max_body: int
             raise StructureError(f"the branch at position {i} goes to position {t}, outside its body "
                                  f"(positions {i + 1}..{hi})")
         last = ops[t - 1] if t - 1 > i else None
-        if isinstance(last, Jump) and last.target == i:  # while: the jump back to the branch
+        jumps = last is not None and control_of(last) == JUMP
+        if jumps and last.target == i:  # while: the jump back to the branch
             out.append(WhileNode(op.cond, _body(ops, i + 1, t - 1, depth + 1, max_depth, max_body)))
             i = t
-        elif isinstance(last, Jump) and last.target > t:  # if / else: the then-body jumps over the else-body
+        elif jumps and last.target > t:  # if / else: the then-body jumps over the else-body
             end = last.target
             if end > hi:
                 raise StructureError(f"the jump at position {t - 1} goes to position {end}, outside its body "
@@ -89,7 +91,7 @@ def _body(ops: list, lo: int, hi: int, depth: int, max_depth: int, max_body: int
             then = _body(ops, i + 1, t - 1, depth + 1, max_depth, max_body)
             out.append(IfNode(op.cond, then, _body(ops, t, end, depth + 1, max_depth, max_body)))
             i = end
-        elif isinstance(last, Jump) and last.target == t:
+        elif jumps and last.target == t:
             raise StructureError(f"the jump at position {t - 1} goes to the next position (an empty else-body "
                                  "the recorder does not write)")
         else:  # if: the then-body ends where the branch goes (a loop inside it ends in its own jump)

@@ -13,7 +13,7 @@ from apic import _compat
 from apic.errors import CaptureError, UnsupportedOperationError
 from apic.record.effects import BRANCH, EFFECTS, JUMP, control_of
 from apic.record.op_addresses import intern_op, unresolve_op
-from apic.record.ops import Branch, Jump, Launch, RawPtr
+from apic.record.ops import Branch, Jump, RawPtr, is_cpu_launch
 from apic.record.recording import ModuleInfo
 
 
@@ -96,7 +96,7 @@ class ControlFlowRecording:
             done = converted.get(id(op))
             if done is None:
                 done = unresolve_op(op, graph.address_of, values)
-                if isinstance(done, Launch):
+                if is_cpu_launch(done):
                     done = dataclasses.replace(done, kernel=kernels[done.kernel])
                 elif control_of(done):
                     done = dataclasses.replace(done, target=done.target + base)

@@ -20,7 +20,7 @@ from apic.errors import BindingError, UnsupportedOperationError
 from apic.record.params import Param
 from apic.record.active_recorder import active
 from apic.record.launch_args import LAUNCH_ARRAY_ARGS, LAUNCH_OTHER_ARGS, launch_arg, launch_arguments
-from apic.record.ops import Launch
+from apic.record.ops import is_cpu_launch
 from apic.record.repeats import repeat_key
 
 _originals: dict[str, object] = {}  # Warp's functions the shims call, saved by ``patch``
@@ -52,7 +52,7 @@ def _launch(*args, **kwargs):
         result = _launch_eagerly(args, kwargs)
     finally:
         recorder.pending_params = None
-    if key is not None and len(recorder.ops) == before + 1 and type(recorder.ops[-1]) is Launch:
+    if key is not None and len(recorder.ops) == before + 1 and is_cpu_launch(recorder.ops[-1]):
         recorder.repeats[key] = recorder.ops[-1]  # the call made exactly one CPU launch op
     return result
 

@@ -255,6 +255,44 @@ Op = Union[
 CONTROL_TYPES = (Branch, Jump)
 
 
+# --- what an op is: the type tests the other layers ask, each written here once ---------------------------
+# (what an op reads, writes and whether it moves control are its effects: apic.record.effects.EFFECTS)
+def is_cpu_launch(op) -> bool:
+    """A CPU kernel launch (``Launch``: a kernel, its bounds, packed arguments and adjoint arguments)."""
+    return type(op) is Launch
+
+
+def is_cuda_launch(op) -> bool:
+    """A CUDA kernel launch (``CudaLaunch``: one param blob, grid, block, dynamic shared memory)."""
+    return type(op) is CudaLaunch
+
+
+def only_cpu_launches(ops) -> bool:
+    """Whether an op sequence holds CPU kernel launches and nothing else (False when empty)."""
+    return set(map(type, ops)) == {Launch}
+
+
+def is_byte_fill(op) -> bool:
+    """A ``Memset``: ``nbytes`` bytes set to one byte value."""
+    return type(op) is Memset
+
+
+def is_tile_fill(op) -> bool:
+    """A ``Memtile``: a value blob repeated ``count`` times."""
+    return type(op) is Memtile
+
+
+def moves_nbytes(op) -> bool:
+    """A ``Memcpy`` or ``Memset``: it copies or sets ``op.nbytes`` bytes at replay (an ``Alloc``'s ``nbytes``
+    runs nothing; a ``Memtile`` sets ``count`` values)."""
+    return type(op) is Memcpy or type(op) is Memset
+
+
+def is_native_call(op) -> bool:
+    """A ``NativeCall`` of one of Warp's native host utilities (``args``: its arguments in order)."""
+    return type(op) is NativeCall
+
+
 def cpu_launches(ops) -> list[Launch]:
     """Each distinct CPU kernel launch of an op sequence once, in the order of its first position."""
     return [op for op in {id(op): op for op in ops}.values() if isinstance(op, Launch)]

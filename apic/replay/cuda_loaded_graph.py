@@ -185,7 +185,7 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
                     loaded[entry.file] = self._load_module(self._images[entry.file], entry.file)
         smem: dict[int, int] = {}
         for op in self.recording.ops:
-            if isinstance(op, rec.CudaLaunch):
+            if rec.is_cuda_launch(op):
                 smem[op.kernel] = max(smem.get(op.kernel, 0), op.smem)
         functions = []
         for index, kernel in enumerate(self.recording.kernels):

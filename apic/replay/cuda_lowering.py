@@ -81,9 +81,9 @@ class Lowered:
 
 def memset_width(op) -> int:
     """The element size (1, 2, 4) of a memset node that can do this fill, or 0."""
-    if isinstance(op, rec.Memset):
+    if rec.is_byte_fill(op):
         return 1
-    if isinstance(op, rec.Memtile):
+    if rec.is_tile_fill(op):
         size = len(op.value.data)
         value = op.value.data
         for width in (1, 2, 4):
@@ -93,7 +93,7 @@ def memset_width(op) -> int:
 
 def needs_fill_kernel(op) -> bool:
     """Whether a fill needs the fill kernel: a memset node cannot do it (wider value, or unaligned)."""
-    return isinstance(op, rec.Memtile) and (not memset_width(op) or op.dst.offset % memset_width(op))
+    return rec.is_tile_fill(op) and (not memset_width(op) or op.dst.offset % memset_width(op))
 
 
 def lower(recording, regions: list[int], functions: list, fill, cu, memory: list) -> Lowered:
@@ -108,7 +108,7 @@ def lower(recording, regions: list[int], functions: list, fill, cu, memory: list
         return regions[ref.region] + ref.offset
 
     # Host arena of relocated param blobs (each distinct blob once), and device constants for fills.
-    arena = Arena([op.params for op in recording.ops if isinstance(op, rec.CudaLaunch)])
+    arena = Arena([op.params for op in recording.ops if rec.is_cuda_launch(op)])
     arena.fill(address)
     fills, fill_size = {}, 0
     for op in recording.ops:

@@ -16,7 +16,7 @@ from apic.targets import handle_kinds as hk
 
 def blobs_of(op) -> list[rec.Blob]:
     """The blobs an op holds (packed arguments, array descriptors, fill values)."""
-    if type(op) is rec.Launch:  # most ops of most graphs: their fields named
+    if rec.is_cpu_launch(op):  # most ops of most graphs: their fields named
         return [op.bounds, op.args] if op.adj_args is None else [op.bounds, op.args, op.adj_args]
     return [value for value in map(op.__getattribute__, op.__dataclass_fields__) if isinstance(value, rec.Blob)]
 
@@ -63,7 +63,7 @@ def guarded_ops(ops, meshes, id_arrays=None) -> dict[int, tuple[list, list]]:
     found = {}
     plain: dict[int, bool] = {}  # id(array slots) -> none is indexed (the ops hold the slots: no id is reused)
     for op in ops:
-        if type(op) is rec.Launch and op.adj_args is None and not meshes and id(op) not in id_arrays:
+        if rec.is_cpu_launch(op) and op.adj_args is None and not meshes and id(op) not in id_arrays:
             slots = op.args.arrays
             unindexed = plain.get(id(slots))
             if unindexed is None:

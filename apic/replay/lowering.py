@@ -40,7 +40,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
         raise ValueError(f"unsupported kernel ABI {recording.abi!r}; this apic calls {SUPPORTED_ABIS}")
     distinct_ops = dict(zip(map(id, recording.ops), recording.ops)).values()  # shared ops hold shared blobs
     blobs = _blobs(distinct_ops)
-    wide = [op for op in distinct_ops if isinstance(op, rec.NativeCall) and len(op.args) > tbl.MAX_ARGS]
+    wide = [op for op in distinct_ops if rec.is_native_call(op) and len(op.args) > tbl.MAX_ARGS]
     argvs = {id(op): argv_blob(op) for op in wide}
     meshes = mesh_indices(recording) if checked else []
     guarded = guarded_ops(distinct_ops, meshes, id_arrays) if checked else {}  # id(op) -> checks, if it has any
@@ -85,7 +85,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
     def distinct_row(op) -> int:
         """Lower ``op`` into a row of ``distinct``: its index, or -1 when it has nothing to run."""
         row = row_of[id(op)] = len(distinct)
-        if type(op) is rec.Launch:  # the ops hold their bounds and adjoint arguments: no id is reused
+        if rec.is_cpu_launch(op):  # the ops hold their bounds and adjoint arguments: no id is reused
             key = (op.kernel, id(op.bounds), id(op.adj_args))
             shared = launch_rows_of.get(key)
             if shared is None:
@@ -141,7 +141,7 @@ _KERNEL, _BOUNDS, _ARGS, _ADJ = map(operator.attrgetter, ("kernel", "bounds", "a
 def _blobs(ops) -> list:
     """The blobs of distinct ``ops`` in order (``guards.blobs_of``), without a call per op where every op is a
     forward launch (its bounds, then its arguments)."""
-    if set(map(type, ops)) == {rec.Launch} and not any(map(_ADJ, ops)):
+    if rec.only_cpu_launches(ops) and not any(map(_ADJ, ops)):
         return list(itertools.chain.from_iterable(zip(map(_BOUNDS, ops), map(_ARGS, ops))))
     return [blob for op in ops for blob in blobs_of(op)]
 
@@ -153,8 +153,8 @@ def _bulk_table(recording, ops: list, lowering: Lowering, launch_rows: dict) -> 
 
     Launches that differ in their arguments only (one kernel, bounds and adjoint arguments) share their row
     but for the address of their arguments: each such row is built once and the addresses set in bulk."""
-    every = set(map(type, ops)) == {rec.Launch}  # the common case: no op but launches
-    at = np.arange(len(ops)) if every else np.array([i for i, op in enumerate(ops) if type(op) is rec.Launch],
+    every = rec.only_cpu_launches(ops)  # the common case: no op but launches
+    at = np.arange(len(ops)) if every else np.array([i for i, op in enumerate(ops) if rec.is_cpu_launch(op)],
                                                     dtype=np.intp)
     launches = ops if every else list(map(ops.__getitem__, at.tolist()))
     rows = np.zeros((len(ops), tbl.OP_COLUMNS), dtype=np.int64)
@@ -174,7 +174,7 @@ def _bulk_table(recording, ops: list, lowering: Lowering, launch_rows: dict) -> 
         rows[at] = np.array(shared, dtype=np.int64)[group]
         rows[at, np.array(columns, dtype=np.intp)[group]] = lowering.arena.addresses(map(_ARGS, launches))
     for i, op in enumerate(() if every else ops):
-        if type(op) is not rec.Launch:
+        if not rec.is_cpu_launch(op):
             lowered = rec.handler(LOWER, op, "lowering a graph for CPU replay")(op, lowering)
             if lowered is None:
                 has_row[i] = False

@@ -252,9 +252,9 @@ def short_replay(ops) -> bool:
         return False
     tasks = nbytes = 0
     for op in ops:
-        if isinstance(op, rec.Launch):
+        if rec.is_cpu_launch(op):
             tasks += math.prod(op.dim)
-        elif isinstance(op, (rec.Memcpy, rec.Memset)):
+        elif rec.moves_nbytes(op):
             nbytes += op.nbytes
         else:
             return False
