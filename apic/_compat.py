@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from apic._probes.cpu import (
     BOUNDS_BY_VALUE, KERNEL_ABI, SYSV_X86_64, compile_cpu_source, host_target, kernel_symbol, level_features,
-    load_object, lookup_symbol, module_binary_path, module_build_options, module_source_path, native_target,
-    unload_object,
+    load_object, loads_objects_from_memory, lookup_symbol, module_binary_path, module_build_options,
+    module_source_path, native_target, unload_object,
 )
 from apic._probes.cuda_natives import (
     compile_cuda_source, cuda_build_options, cuda_capture_info_call, cuda_dependency_args, cuda_driver, cuda_entry_abi,
@@ -39,7 +39,8 @@ __all__ = [
     "cuda_capture_info_call", "cuda_dependency_args", "cuda_graph_instantiate_call", "cuda_kernel_symbol",
     "cuda_launch_params", "cuda_module_binary_path",
     "function_address", "host_target", "invoke_cpu_blocks", "is_plain_array_type", "kernel_bounds_type",
-    "kernel_symbol", "launch_bounds_type", "level_features", "load_object", "lookup_symbol", "module_binary_path",
+    "kernel_symbol", "launch_bounds_type", "level_features", "load_object", "loads_objects_from_memory",
+    "lookup_symbol", "module_binary_path",
     "module_build_options", "module_source_path", "native_address", "native_handle_types", "native_target",
     "nvrtc_archs",
     "parameters_of", "quiet_warp", "runtime", "unload_object", "warp_native_dir", "wp_build", "wp_codegen",

@@ -110,6 +110,17 @@ def _legacy_linker_arg() -> list:
     return [ctypes.c_bool(bool(getattr(wp.config, "legacy_cpu_linker", False)))] if takes_flag else []
 
 
+def _object_loader_from_memory():
+    """Warp's ``wp_load_obj_from_bytes`` where it has one that apic can call (1.19+), else None."""
+    return getattr(_llvm(), "wp_load_obj_from_bytes", None) if _legacy_linker_arg() else None
+
+
+def loads_objects_from_memory() -> bool:
+    """Whether a CPU object is loaded from memory; else through a file (written, so a file-size limit or a full
+    disk makes loading fail)."""
+    return _object_loader_from_memory() is not None
+
+
 def load_object(data: bytes, name: str) -> None:
     """Load a relocatable CPU object (a module's ``.o``) from memory under the LLVM module ``name``.
 
@@ -118,7 +129,7 @@ def load_object(data: bytes, name: str) -> None:
     """
     llvm = _llvm()
     flag = _legacy_linker_arg()
-    from_bytes = getattr(llvm, "wp_load_obj_from_bytes", None) if flag else None
+    from_bytes = _object_loader_from_memory()
     if from_bytes is not None:
         buffer = ctypes.create_string_buffer(data, len(data))
         result = from_bytes(ctypes.cast(buffer, ctypes.c_void_p), ctypes.c_size_t(len(data)),
