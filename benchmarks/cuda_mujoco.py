@@ -24,10 +24,18 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 
 from benchmarks.cuda_replay import Method, gpu_reason, summarise, time_rounds, write_json
+
+_STARTED = time.monotonic()
+
+
+def progress(message: str) -> None:
+    """One line on stderr with the seconds since the start: a run cut short by a time limit shows how far it got."""
+    print(f"[{time.monotonic() - _STARTED:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 NO_GPU_EXIT = 3
 SCENE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients",
@@ -119,6 +127,7 @@ def methods(m, fresh, device: str, folder: str) -> tuple[list[Method], dict, dic
         with wp.ScopedCapture(device=device) as cap:
             mjw.step(m, data)
         graph = cap.graph
+        progress("captured: warp graph")
         found.append(Method("warp graph", lambda: warp_launch(graph), lambda: 0))
         qpos["warp graph"] = lambda d=data: d.qpos.numpy()
         try:
@@ -130,6 +139,7 @@ def methods(m, fresh, device: str, folder: str) -> tuple[list[Method], dict, dic
             stem = os.path.join(folder, "warp_apic")
             wp.capture_save(cap.graph, stem, inputs={"qpos": data.qpos, "qvel": data.qvel})
             native = wp.capture_load(stem, device=device)
+            progress("captured, saved and loaded: warp APIC")
             found.append(Method("warp APIC loaded", lambda: warp_launch(native), lambda: 0))
             qpos["warp APIC loaded"] = lambda g=native, like=data.qpos: qpos_of_graph(g, like)
         except Exception as error:  # noqa: BLE001  (reported; the other methods still run)
@@ -141,11 +151,13 @@ def methods(m, fresh, device: str, folder: str) -> tuple[list[Method], dict, dic
         mjw.step(m, data)
     stem = os.path.join(folder, "apic")
     wp.capture_save(cap.graph, stem, inputs={"qpos": data.qpos, "qvel": data.qvel})
+    progress("captured and saved: apic")
     for mode in ("graph", "launch"):
         loaded = wp.capture_load(stem, device=device)
         loaded.mode = mode
         found.append(Method(f"apic loaded, {mode}", lambda g=loaded: wp.capture_launch(g), lambda: 0))
         qpos[f"apic loaded, {mode}"] = lambda g=loaded, like=data.qpos: qpos_of_graph(g, like)
+    progress("loaded: apic")
     return found, errors, qpos
 
 
@@ -161,6 +173,7 @@ def run(args) -> dict:
                "runs": []}
     for worlds, conditional in settings(args):
         results["runs"].append(run_one(args, worlds, conditional))
+        write_json(args.json, results)  # what ran so far, should a later run outlast the caller's time limit
     return results
 
 
@@ -169,14 +182,17 @@ def run_one(args, worlds: int, conditional: bool) -> dict:
     import warp as wp
 
     run = {"worlds": worlds, "graph_conditional": conditional, "methods": {}}
+    progress(f"{worlds} worlds, graph_conditional {conditional}: building")
     with wp.ScopedDevice(args.device), tempfile.TemporaryDirectory() as folder:
         try:
             m, fresh = build(worlds, conditional, args.device)
+            progress("built (every module loaded)")
             found, errors, qpos = methods(m, fresh, args.device, folder)
         except Exception as error:  # noqa: BLE001  (reported; the other runs still go)
             run["error"] = f"{type(error).__name__}: {error}"
             return run
         time_rounds(found, args.replays, args.rounds, lambda: wp.synchronize_device(args.device))
+        progress("timed")
         floor = qpos["warp graph"]()
         for method in found:
             got = qpos[method.name]()

@@ -46,7 +46,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 NO_GPU_EXIT = 3
-METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch", "C floor")
+IDLE_SAMPLES = 3  # single replays timed per method and round, each after the GPU has finished everything
+
+METHODS = ("warp graph", "warp APIC loaded", "apic loaded, graph", "apic loaded, launch", "C floor",
+           "apic exec, ctypes", "apic exec, ctypes, Warp's stream", "apic plan, captured exec")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -89,19 +92,20 @@ def table(results: dict) -> str:
     lines = [f"{results['launches']:,} launches per replay on {results.get('device', '?')} "
              f"(warp-lang {results.get('warp', '?')}; {results['rounds']} rounds of {results['replays']} replays)", "",
              "| method | us per replay (min / median) | us per node (min / median) | issue us per replay (median) "
-             "| vs warp graph (medians) | correct |",
-             "|---|---|---|---|---|---|"]
+             "| issue us, GPU idle (median) | vs warp graph (medians) | correct |",
+             "|---|---|---|---|---|---|---|"]
     floor = results["methods"].get("warp graph", {}).get("total", {}).get("per_replay_us", {}).get("median")
     for name, m in results["methods"].items():
         if m.get("error"):
-            lines.append(f"| {name} | not run: {m['error']} | | | | |")
+            lines.append(f"| {name} | not run: {m['error']} | | | | | |")
             continue
         total, issue = m["total"], m["issue"]
         ratio = f"{total['per_replay_us']['median'] / floor:.2f}x" if floor else "-"
         lines.append(f"| {name} | {total['per_replay_us']['min']:.1f} / {total['per_replay_us']['median']:.1f} | "
                      f"{total['per_node_us']['min']:.3f} / {total['per_node_us']['median']:.3f} | "
-                     f"{issue['per_replay_us']['median']:.1f} | {ratio} | {'yes' if m['correct'] else 'NO'} |")
-    for key, target in (("launch_vs_floor", 1.2), ("issue_vs_warp_graph", 1.0)):
+                     f"{issue['per_replay_us']['median']:.1f} | {m['issue_idle']['per_replay_us']['median']:.1f} | "
+                     f"{ratio} | {'yes' if m['correct'] else 'NO'} |")
+    for key, target in (("launch_vs_floor", 1.2), ("issue_vs_warp_graph", 1.0), ("issue_idle_vs_warp_graph", 1.0)):
         if key in results:
             verdict = "met" if results[key] <= target else "NOT met"
             lines.append(f"\n{key}: {results[key]:.3f} (target at most {target}: {verdict})")
@@ -146,6 +150,7 @@ class Method:
     replays: int = 0
     total: list = field(default_factory=list)
     issue: list = field(default_factory=list)
+    issue_idle: list = field(default_factory=list)  # one replay issued with nothing queued on the GPU
 
 
 def _kernel():
@@ -238,6 +243,12 @@ def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[
     except Exception as error:  # noqa: BLE001 - no entry points or no build: reported, the other methods still run
         return found, {"C floor": str(error)}
     found.append(Method("C floor", floor.run, lambda g=graph: _read(g, "x", x)))
+    from benchmarks.cuda_issue_paths import issue_path_methods
+
+    try:
+        found += issue_path_methods(stem, device, x)
+    except Exception as error:  # noqa: BLE001 - reported, the other methods still run
+        return found, {"apic exec, ctypes": f"{type(error).__name__}: {error}"}
     return found, {}
 
 
@@ -259,6 +270,12 @@ def time_rounds(methods: list[Method], replays: int, rounds: int, synchronize) -
             m.replays += replays
             m.issue.append((issued - start) / replays)
             m.total.append((done - start) / replays)
+            for _ in range(IDLE_SAMPLES):  # what a replay costs to issue when the queue is empty
+                start = time.perf_counter()
+                m.launch()
+                m.issue_idle.append(time.perf_counter() - start)
+                m.replays += 1
+                synchronize()
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -284,7 +301,9 @@ def run(args: argparse.Namespace) -> dict:
         for m in methods:
             value, expected = m.counter(), args.launches * m.replays
             results["methods"][m.name] = {"total": summarise(m.total, args.launches),
-                                          "issue": summarise(m.issue, args.launches), "correct": value == expected,
+                                          "issue": summarise(m.issue, args.launches),
+                                          "issue_idle": summarise(m.issue_idle, args.launches),
+                                          "correct": value == expected,
                                           "counter": value, "expected": expected,
                                           "rounds_us": [t * 1e6 for t in m.total]}
     for name, error in errors.items():
@@ -307,7 +326,8 @@ def ratios(methods: dict) -> dict:
 
     found = {}
     pairs = {"launch_vs_floor": ("apic loaded, launch", "C floor", "total"),
-             "issue_vs_warp_graph": ("apic loaded, graph", "warp graph", "issue")}
+             "issue_vs_warp_graph": ("apic loaded, graph", "warp graph", "issue"),
+             "issue_idle_vs_warp_graph": ("apic loaded, graph", "warp graph", "issue_idle")}
     for key, (name, base, what) in pairs.items():
         a, b = median(name, what), median(base, what)
         if a is not None and b:

@@ -23,7 +23,7 @@ STANDIN_SOURCE = r"""
 #include <string.h>
 
 enum { CALL_LAUNCH = 1, CALL_MEMCPY, CALL_MEMSET8, CALL_MEMSET16, CALL_MEMSET32, CALL_GRAPH, CALL_GET_CURRENT,
-       CALL_PUSH, CALL_POP };
+       CALL_PUSH, CALL_POP, CALL_MEMSET2D8, CALL_MEMSET2D16, CALL_MEMSET2D32 };
 typedef struct { int64_t call; uint64_t args[11]; int64_t bytes_at; int64_t nbytes; } record_t;
 #define MAX_RECORDS (1 << 16)
 #define MAX_BYTES (1 << 22)
@@ -91,6 +91,21 @@ int cuMemsetD16Async(uint64_t dst, unsigned short v, size_t n, void *s) {
 }
 int cuMemsetD32Async(uint64_t dst, unsigned v, size_t n, void *s) { return stream_call(CALL_MEMSET32, dst, v, n, s); }
 
+static int pitched(int64_t call, uint64_t dst, size_t pitch, uint64_t v, size_t width, size_t height, void *s) {
+    uint64_t args[6] = {dst, pitch, v, width, height, (uint64_t)s};
+    record_t *r;
+    return note(call, 6, args, &r);
+}
+int cuMemsetD2D8Async(uint64_t dst, size_t pitch, unsigned char v, size_t w, size_t h, void *s) {
+    return pitched(CALL_MEMSET2D8, dst, pitch, v, w, h, s);
+}
+int cuMemsetD2D16Async(uint64_t dst, size_t pitch, unsigned short v, size_t w, size_t h, void *s) {
+    return pitched(CALL_MEMSET2D16, dst, pitch, v, w, h, s);
+}
+int cuMemsetD2D32Async(uint64_t dst, size_t pitch, unsigned v, size_t w, size_t h, void *s) {
+    return pitched(CALL_MEMSET2D32, dst, pitch, v, w, h, s);
+}
+
 int cuGraphLaunch(void *exec, void *stream) {
     uint64_t args[2] = {(uint64_t)exec, (uint64_t)stream};
     record_t *r;
@@ -142,8 +157,9 @@ int standin_noop(void) { return 0; }
 
 # the call kinds the stand-in records (``CALL_*`` in its source)
 CALLS = {1: "cuLaunchKernel", 2: "cuMemcpyDtoDAsync", 3: "cuMemsetD8Async", 4: "cuMemsetD16Async",
-         5: "cuMemsetD32Async", 6: "cuGraphLaunch", 7: "cuCtxGetCurrent", 8: "cuCtxPushCurrent", 9: "cuCtxPopCurrent"}
-_ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1}
+         5: "cuMemsetD32Async", 6: "cuGraphLaunch", 7: "cuCtxGetCurrent", 8: "cuCtxPushCurrent", 9: "cuCtxPopCurrent",
+         10: "cuMemsetD2D8Async", 11: "cuMemsetD2D16Async", 12: "cuMemsetD2D32Async"}
+_ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6}
 
 
 class _Record(ctypes.Structure):

@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     quiet_warp()
     wp.init()
+    wp.set_device("cpu")  # the step runs on the CPU even where a GPU is the default device
     from client_helpers import raw
 
     model, fresh, step = _scene(args.worlds, args.model)

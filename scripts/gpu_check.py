@@ -355,7 +355,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="where the results go (default $OUT, else ./gpu-results)")
     parser.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                         help=f"seconds for all jobs (default {DEFAULT_BUDGET})")
-    parser.add_argument("--jobs", help="only these jobs (comma-separated names; --list shows them)")
+    parser.add_argument("--jobs", help="only these jobs, in this order (comma-separated names; --list shows them)")
     parser.add_argument("--list", action="store_true", help="print the jobs and exit")
     parser.add_argument("--second-python", default=os.environ.get(SECOND_PYTHON_ENV) or None,
                         help=f"an interpreter with the other warp-lang (1.12.1): the GPU tests run again there "
@@ -400,7 +400,8 @@ def selected_jobs(args: argparse.Namespace) -> list[Job]:
     unknown = sorted(set(wanted) - {j.name for j in jobs})
     if unknown:
         raise SystemExit(f"unknown job(s): {', '.join(unknown)} (known: {', '.join(j.name for j in jobs)})")
-    return [j for j in jobs if j.name in wanted]
+    by_name = {j.name: j for j in jobs}
+    return [by_name[name] for name in dict.fromkeys(wanted)]  # in the order asked for (a short lease's priorities)
 
 
 def main(argv=None) -> int:

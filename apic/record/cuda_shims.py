@@ -14,7 +14,7 @@ import warp as wp
 
 from apic import _compat
 from apic._compat import wp_context, wp_types
-from apic.record import cuda_recorder
+from apic.record import cuda_fill, cuda_recorder
 from apic.record.launch_args import LAUNCH_ARRAY_ARGS, launch_arg, launch_arguments
 from apic.record.launch_args import pointer_value as _as_int
 
@@ -130,6 +130,25 @@ def _memory_sink(original, method: str):
     return sink
 
 
+def _memtile_sink(original):
+    """``wp_memtile_device``: recorded; a value warp-lang may stage through the legacy stream is filled by apic
+    itself (``apic.record.cuda_fill``), the rest by Warp."""
+    @functools.wraps(original)
+    def sink(context, dst, src, srcsize, reps):
+        recorder = cuda_recorder.active()
+        if recorder is None or _as_int(context) != recorder.context:
+            return original(context, dst, src, srcsize, reps)
+        recorder.device_memtile(context, dst, src, srcsize, reps)
+        at, size, count = _as_int(dst), _as_int(srcsize), _as_int(reps)
+        if count == 0 or not cuda_fill.done_by_apic(at, size):
+            return original(context, dst, src, srcsize, reps)
+        stream = _as_int(_compat.runtime().core.wp_cuda_context_get_stream(recorder.context))  # Warp's current
+        cuda_fill.fill(recorder.context, stream, at, ctypes.string_at(_as_int(src), size), count)
+        return None
+
+    return sink
+
+
 def _refusing_sink(name: str, original):
     @functools.wraps(original)
     def sink(*args):
@@ -142,7 +161,7 @@ def _refusing_sink(name: str, original):
     return sink
 
 
-_MEMORY_SINKS = {"memcpy_d2d": "device_memcpy", "memset_device": "device_memset", "memtile_device": "device_memtile"}
+_MEMORY_SINKS = {"memcpy_d2d": "device_memcpy", "memset_device": "device_memset"}
 # Natives that move or compute device data and that apic does not record (refused during a recording).
 _REFUSED = ("memcpy_h2d", "memcpy_d2h", "memcpy_p2p", "memcpy_peer", "memcpy_batch", "cuda_graph_insert_memcpy",
             "cuda_graph_update_memcpy")
@@ -157,7 +176,9 @@ def patch_natives(patches) -> None:
         if not attr.startswith("wp_") or not isinstance(value, ctypes._CFuncPtr):
             continue
         name = attr[3:]
-        if name in _MEMORY_SINKS:
+        if name == "memtile_device":
+            patches.set(core, attr, _memtile_sink(value))
+        elif name in _MEMORY_SINKS:
             patches.set(core, attr, _memory_sink(value, _MEMORY_SINKS[name]))
         elif name.startswith(_REFUSED) or (
             name.endswith("_device") and not name.startswith(("alloc_", "free_", "cuda_"))

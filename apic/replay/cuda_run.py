@@ -73,8 +73,8 @@ class CudaRun:
         if not self._plan:
             return
         handle = self._stream(stream)
-        if rows is not None and handle is self._resources.stream:
-            rows.run_own(mode)
+        # False where the rows hold no table for this mode (op by op with conditional steps): enqueued below
+        if rows is not None and handle is self._resources.stream and rows.run_own(mode):
             return
         with self._current():
             if handle is not self._resources.stream and self._check_stream(handle):

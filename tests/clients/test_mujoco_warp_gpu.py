@@ -139,8 +139,9 @@ def test_the_conditional_step_records_its_while(scene):
 
     m, fresh = scene
     with wp.ScopedDevice(DEV):
+        data = fresh()  # put_data copies from the host: outside the capture, as a user does
         with wp.ScopedCapture(device=DEV, apic=True) as cap:
-            mjw.step(m, fresh())
+            mjw.step(m, data)
     depth = depth_of(conditional_tree(cap.graph.recording.ops))
     assert (depth > 0) == bool(m.opt.graph_conditional), depth
 

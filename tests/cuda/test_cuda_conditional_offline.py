@@ -13,6 +13,7 @@ import dataclasses
 import os
 
 import pytest
+import warp as wp
 
 from apic import _compat, loading
 from apic.errors import FormatError, IncompatibleGraphError
@@ -243,6 +244,31 @@ def test_op_by_op_replay_reads_each_condition_on_the_host(cu, ptx, monkeypatch):
     assert work == ["cuLaunchKernel", "cuMemcpyDtoDAsync", "cuMemsetD8Async",  # the launch; then-body
                     "cuLaunchKernel", "cuMemcpyDtoDAsync", "cuLaunchKernel"]  # two passes of the outer loop
     assert not device.named("cuGraphLaunch")
+
+
+def test_op_by_op_on_the_graphs_own_stream_reads_conditions_where_rows_replay_the_graph(
+        cu, ptx, monkeypatch, tmp_path_factory):
+    """With the op-table rows in place (they replay such a graph in graph mode only), ``wp.capture_launch`` in
+    mode="launch" on the graph's own stream still runs the ops, reading each condition on the host. (On a GPU
+    the rows' missing launch table once made this replay do nothing at all.)"""
+    from apic.replay import cuda_rows
+    from benchmarks import cuda_standin
+
+    if cuda_standin.compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in CUDA driver library")
+    standin = cuda_standin.StandIn(str(tmp_path_factory.mktemp("standin")))
+    monkeypatch.setattr(cuda_rows, "STAND_IN", standin.path)
+    device, graph = _load(cu, monkeypatch, ptx, _nested_ops())
+    assert graph._rows is not None and graph._rows.has("graph") and not graph._rows.has("launch")
+    device.conditions = [1, 1, 1, 0, 1, 0, 0, 0]  # as in the test above
+    graph.mode = "launch"
+    wp.capture_launch(graph)
+    assert not device.conditions  # every condition read: the ops ran
+    assert len(device.named("cuLaunchKernel")) == 3 and not device.named("cuGraphLaunch")
+    assert not [c for c in standin.calls() if c.name == "cuGraphLaunch"]  # the rows' graph table did not run
+    graph.mode = "graph"
+    wp.capture_launch(graph)
+    assert [c.name for c in standin.calls()].count("cuGraphLaunch") == 1  # graph mode: the rows, one call
 
 
 @pytest.mark.parametrize("mode", ["graph", "launch"])

@@ -68,6 +68,12 @@ def test_an_unknown_job_is_refused_and_the_json_says_so(tmp_path, monkeypatch):
     assert code == check.EXIT_USAGE and results["status"] == "error" and "unknown job(s): nope" in results["reason"]
 
 
+def test_jobs_run_in_the_order_asked_for(tmp_path):
+    """--jobs picks and orders (a short lease runs what matters most first); a name twice runs once."""
+    args = check.parse_args(["--out", str(tmp_path), "--jobs", "benchmark,cuda-gpu-tests,benchmark"])
+    assert [job.name for job in check.selected_jobs(args)] == ["benchmark", "cuda-gpu-tests"]
+
+
 # --- the job list ---------------------------------------------------------------------------------------------
 def test_every_job_names_what_exists(tmp_path, monkeypatch):
     monkeypatch.delenv(check.SECOND_PYTHON_ENV, raising=False)
@@ -306,31 +312,36 @@ def test_the_benchmark_table_and_summary():
     total = bench.summarise([2e-3, 1e-3, 3e-3], 1000)
     assert total == {"per_replay_us": {"min": 1000.0, "median": 2000.0}, "per_node_us": {"min": 1.0, "median": 2.0}}
     results = {"launches": 1000, "replays": 100, "rounds": 3, "device": "NVIDIA H100", "warp": "1.19.0", "methods": {
-        "warp graph": {"total": total, "issue": bench.summarise([1e-4], 1000), "correct": True},
+        "warp graph": {"total": total, "issue": bench.summarise([1e-4], 1000),
+                       "issue_idle": bench.summarise([3e-6], 1000), "correct": True},
         "warp APIC loaded": {"error": "RuntimeError: no"},
-        "apic loaded, graph": {"total": bench.summarise([4e-3], 1000), "issue": total, "correct": False}}}
+        "apic loaded, graph": {"total": bench.summarise([4e-3], 1000), "issue": total,
+                               "issue_idle": bench.summarise([5e-6], 1000), "correct": False}}}
     text = bench.table(results)
     assert "1,000 launches per replay on NVIDIA H100" in text
-    assert "| warp graph | 1000.0 / 2000.0 | 1.000 / 2.000 | 100.0 | 1.00x | yes |" in text
+    assert "| warp graph | 1000.0 / 2000.0 | 1.000 / 2.000 | 100.0 | 3.0 | 1.00x | yes |" in text
     assert "| warp APIC loaded | not run: RuntimeError: no |" in text
-    assert "| apic loaded, graph | 4000.0 / 4000.0 | 4.000 / 4.000 | 2000.0 | 2.00x | NO |" in text
+    assert "| apic loaded, graph | 4000.0 / 4000.0 | 4.000 / 4.000 | 2000.0 | 5.0 | 2.00x | NO |" in text
 
 
 def test_the_benchmark_reports_the_two_targets_as_ratios():
     """launch_vs_floor (apic's op-by-op replay per node over the C floor's) and issue_vs_warp_graph (issue time of
     apic's loaded graph over Warp's own graph's), from the medians, where both methods of each ran."""
-    def method(total, issue):
-        return {"total": bench.summarise([total], 1000), "issue": bench.summarise([issue], 1000), "correct": True}
+    def method(total, issue, idle=None):
+        return {"total": bench.summarise([total], 1000), "issue": bench.summarise([issue], 1000),
+                "issue_idle": bench.summarise([idle or issue], 1000), "correct": True}
 
-    methods = {"warp graph": method(2e-3, 5e-6), "apic loaded, graph": method(2e-3, 4e-6),
+    methods = {"warp graph": method(2e-3, 5e-6, 4e-6), "apic loaded, graph": method(2e-3, 4e-6, 6e-6),
                "apic loaded, launch": method(1.3e-3, 1e-3), "C floor": method(1e-3, 1e-3)}
     found = bench.ratios(methods)
-    assert found == pytest.approx({"launch_vs_floor": 1.3, "issue_vs_warp_graph": 0.8})
+    assert found == pytest.approx({"launch_vs_floor": 1.3, "issue_vs_warp_graph": 0.8,
+                                   "issue_idle_vs_warp_graph": 1.5})
     text = bench.table({"launches": 1000, "replays": 100, "rounds": 1, "methods": methods, **found})
     assert "launch_vs_floor: 1.300 (target at most 1.2: NOT met)" in text
     assert "issue_vs_warp_graph: 0.800 (target at most 1.0: met)" in text
+    assert "issue_idle_vs_warp_graph: 1.500 (target at most 1.0: NOT met)" in text
     without_floor = {**methods, "C floor": {"error": "no C compiler"}}
-    assert bench.ratios(without_floor) == {"issue_vs_warp_graph": pytest.approx(0.8)}
+    assert bench.ratios(without_floor) == pytest.approx({"issue_vs_warp_graph": 0.8, "issue_idle_vs_warp_graph": 1.5})
 
 
 def test_the_client_benchmark_runs_both_settings_at_both_sizes_and_compares_them():
