@@ -147,6 +147,9 @@ def capture_launch(graph, stream=None, threads=None):
         return
     if threads is not None:
         raise ValueError("wp.capture_launch(threads=...) is only for apic CPU graphs")
+    issue = getattr(graph, "issue", None)  # a loaded CUDA graph's common replay, in one step where it can
+    if stream is None and issue is not None and issue():
+        return
     _refuse_in_cuda_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
     if isinstance(graph, CudaGraph):  # captured with apic=True (Warp's graph) or loaded (cuda-python)
         graph.launch(stream=stream)

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import ctypes
 
+from apic.targets.cuda import DRIVER_LIBRARY
 from benchmarks.cuda_replay import Method, _read
-
-DRIVER_LIBRARY = "libcuda.so.1"
 
 
 def issue_path_methods(stem: str, device: str, like) -> list[Method]:

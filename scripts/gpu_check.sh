@@ -35,6 +35,8 @@
 # a wrapper that puts it first on the path, e.g.
 #        printf '#!/bin/sh\nPYTHONPATH=/tmp/apic-site-1.12:$PWD exec python3 "$@"\n' > /tmp/py112 && chmod +x /tmp/py112
 #        APIC_SECOND_PYTHON=/tmp/py112 bash scripts/gpu_check.sh
+# Fewer uploads: scripts/devkit.sh packs warp-lang 1.19.0 with the client packages (2 parts) and 1.12.1 (2 parts) as
+# xz archives; its header has the four commands, the last of which runs this check with both.
 # If the machine was released in between (the installer says a part is missing or its SHA-256 does not
 # match), start again at 1. While it is still up, a rerun needs only
 #        export PYTHONPATH=/tmp/apic-site:$PWD && bash scripts/gpu_check.sh [--jobs cuda-gpu-tests]

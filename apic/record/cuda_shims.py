@@ -131,8 +131,8 @@ def _memory_sink(original, method: str):
 
 
 def _memtile_sink(original):
-    """``wp_memtile_device``: recorded; a value warp-lang may stage through the legacy stream is filled by apic
-    itself (``apic.record.cuda_fill``), the rest by Warp."""
+    """``wp_memtile_device``: recorded, and done by apic itself (``apic.record.cuda_fill``: warp-lang 1.12's own
+    fill breaks a capture)."""
     @functools.wraps(original)
     def sink(context, dst, src, srcsize, reps):
         recorder = cuda_recorder.active()
@@ -140,8 +140,8 @@ def _memtile_sink(original):
             return original(context, dst, src, srcsize, reps)
         recorder.device_memtile(context, dst, src, srcsize, reps)
         at, size, count = _as_int(dst), _as_int(srcsize), _as_int(reps)
-        if count == 0 or not cuda_fill.done_by_apic(at, size):
-            return original(context, dst, src, srcsize, reps)
+        if count == 0 or size == 0:
+            return None
         stream = _as_int(_compat.runtime().core.wp_cuda_context_get_stream(recorder.context))  # Warp's current
         cuda_fill.fill(recorder.context, stream, at, ctypes.string_at(_as_int(src), size), count)
         return None

@@ -23,10 +23,11 @@ import types
 import numpy as np
 
 from apic.replay import program as prog
+from apic.targets import cuda as cuda_target
 from apic.replay import table as tbl
 
 #: The driver library whose entry points the rows call (the one cuda-python loads on Linux).
-DRIVER_LIBRARY = "libcuda.so.1"
+DRIVER_LIBRARY = cuda_target.DRIVER_LIBRARY
 #: A library standing in for the driver (the offline tests' and benchmarks' recording one): where set, the rows
 #: call its entry points whatever cuda-python is.
 STAND_IN: str | None = None
@@ -168,6 +169,14 @@ class CudaRows:
         with self._lock:  # the GIL is released (a long table, or the Numba dispatcher): one replay at a time
             replay.run()
         return True
+
+    def fast_own(self, mode: str):
+        """``(native call, its status check)`` of ``mode`` on the graph's own stream where one call replays it with
+        the GIL held (a short table whose native call is made: after its first replay), else None."""
+        replay = self._own.get(mode)
+        if replay is None or not (replay.short and replay.fast):
+            return None
+        return replay.fast, replay.check
 
     def run(self, mode: str, stream) -> None:
         """Replay in ``mode`` on ``stream`` (a ``CUstream`` or its handle)."""

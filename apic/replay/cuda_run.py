@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from apic.errors import CaptureError
+from apic.record import cuda_recorder
 from apic.replay import cuda_resources
 from apic.replay.cuda_conditional import add_to_capture, has_conditional_steps, run_on_host
 from apic.replay.cuda_driver import CudaReplayError
@@ -17,6 +18,22 @@ class CudaRun:
     """The replay half of a loaded CUDA graph; the loader sets ``_cu``, ``_resources``, ``_plan``, ``_rows``
     (``apic.replay.cuda_rows.CudaRows``, or None where the driver library's entry points cannot be had),
     ``device`` and ``ordinal``."""
+
+    _fast = None  # (mode, native call, status check) of the last common replay: what issue() makes again
+
+    def issue(self) -> bool:
+        """``wp.capture_launch(graph)``'s common case in as few steps as it takes (its issue time): the last
+        replay on the graph's own stream again, in the same mode, where one native call holding the GIL made
+        it, no capture runs on the device or records on this thread, and no release is pending. False
+        (nothing done) otherwise: ``launch`` then replays, or refuses, as it says."""
+        fast = self._fast
+        if fast is None or fast[0] != self.mode or cuda_resources.PENDING or \
+                getattr(self.device, "captures", None) or cuda_recorder.active() is not None:
+            return False
+        status = fast[1]()
+        if status:
+            fast[2](status)
+        return True
 
     def _stream(self, stream):
         """The ``CUstream`` to replay on: ``stream`` (a ``wp.Stream``, a ``CUstream`` or a raw handle), else the
@@ -65,6 +82,9 @@ class CudaRun:
         # the context itself. False for a mode it does not know: refused below.
         if stream is None and rows is not None and not cuda_resources.PENDING and \
                 not getattr(self.device, "captures", None) and rows.run_own(mode):
+            if self._fast is None or self._fast[0] != mode:  # what issue() makes again
+                found = rows.fast_own(mode)
+                self._fast = None if found is None else (mode, *found)
             return
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")

@@ -42,6 +42,7 @@ DEFAULT_SMEM = 48 * 1024  # dynamic shared memory a kernel may use without optin
 INT32_MAX = 2147483647
 LEAN_MAX_THREADS_X = 1 << 24  # lean kernels: gridDim.x * blockDim.x stays within this (warp.cu)
 GRID_YZ_MAX = 65535
+DRIVER_LIBRARY = "libcuda.so.1"  # the CUDA driver library, as cuda-python and Warp load it on Linux
 
 
 # --- parameter types and layout ------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """Fills apic does itself during a CUDA capture (``apic.record.cuda_fill``), checked without a GPU.
 
-Which fills apic takes over from Warp, that the pitched memsets it makes tile the value exactly (each call
-applied to a byte buffer as the driver applies it), and the calls themselves against the stand-in driver
-library (``benchmarks/cuda_standin.py``): the context pushed and popped, each memset's arguments, and a failing
-call named. On a GPU, tests/cuda/test_cuda_gpu.py's workload fills 12 and 16-byte values during its captures,
-eager against replayed.
+That the memsets apic makes tile the value exactly (each call applied to a byte buffer as the driver applies
+it), and the calls themselves against the stand-in driver library (``benchmarks/cuda_standin.py``): the context
+pushed and popped, each memset's arguments, and a failing call named. On a GPU, tests/cuda/test_cuda_gpu.py's
+workload fills 1, 2, 4, 8, 12 and 16-byte values during its captures, eager against replayed.
 """
 
 from __future__ import annotations
@@ -16,17 +15,6 @@ from apic.record import cuda_fill
 from benchmarks import cuda_standin
 
 pytestmark = [pytest.mark.warp_version]
-
-
-@pytest.mark.parametrize(("dst", "size", "by_apic"), [
-    (0x1000, 1, False), (0x1001, 1, False), (0x1000, 2, False), (0x1001, 2, True), (0x1000, 4, False),
-    (0x1002, 4, True), (0x1000, 8, False), (0x1004, 8, True), (0x1000, 12, True), (0x1000, 16, True),
-    (0x1000, 3, True), (0x1000, 0, False),
-])
-def test_which_fills_apic_does_itself(dst, size, by_apic):
-    """Everything but the 1, 2, 4 and 8-byte values at addresses aligned to them, which every warp-lang fills
-    with a kernel of its own."""
-    assert cuda_fill.done_by_apic(dst, size) is by_apic
 
 
 def _apply(memory: np.ndarray, base: int, memsets) -> None:
@@ -82,6 +70,17 @@ def test_the_driver_calls(standin):
     words = [int.from_bytes(value[k : k + 4], "little") for k in (0, 4, 8)]
     assert [c.args for c in calls[1:4]] == [(0x2000 + k, 12, w, 1, 7, 0x5678) for k, w in zip((0, 4, 8), words)]
     assert standin.depth == 0  # the context is as it was
+
+
+def test_a_value_of_one_word_is_one_plain_memset(standin):
+    standin.reset()
+    cuda_fill.fill(0x100, 0x5678, 0x2000, bytes.fromhex("0000c03f"), 9, library=standin.path)
+    calls = standin.calls()
+    assert [c.name for c in calls] == ["cuCtxPushCurrent", "cuMemsetD32Async", "cuCtxPopCurrent"]
+    assert calls[1].args == (0x2000, 0x3FC00000, 9, 0x5678)  # float32 1.5, nine of them
+    standin.reset()
+    cuda_fill.fill(0x100, 0x5678, 0x2001, b"\x07", 5, library=standin.path)  # one byte at an odd address
+    assert [c.args for c in standin.calls() if c.name == "cuMemsetD8Async"] == [(0x2001, 7, 5, 0x5678)]
 
 
 def test_a_failing_memset_is_named_and_the_context_popped(standin):

@@ -191,6 +191,40 @@ def test_a_call_that_fails_stops_the_replay_naming_it(loaded, standin, failing):
     _same(standin.calls(), once)
 
 
+def test_repeated_replays_take_the_short_path_only_where_nothing_changed(loaded, standin, monkeypatch, interpreter):
+    """``wp.capture_launch`` repeats the last common replay in one step (``CudaRun.issue``; the native interpreter
+    only), but not after a mode change, during a recording on this thread or a capture on the device, or with a
+    release pending: the full path replays (or refuses) then. A failing call still raises, naming it."""
+    from apic.record import cuda_recorder
+    from apic.replay import cuda_resources
+
+    device, saved, graph = loaded
+    graph.mode = "graph"
+    assert not graph.issue()  # nothing to repeat before a first replay
+    wp.capture_launch(graph)
+    graph_launch = [Call("cuGraphLaunch", (int(graph._resources.exec), int(graph._resources.stream)))]
+    standin.clear()
+    assert graph.issue() is (interpreter == "numba")
+    wp.capture_launch(graph)
+    _same(standin.calls(), _entered(graph_launch, 0) * (1 + (interpreter == "numba")))
+    graph.mode = "launch"
+    assert not graph.issue()
+    monkeypatch.setattr(cuda_recorder._local, "recorder", object())
+    graph.mode = "graph"
+    assert not graph.issue()
+    monkeypatch.setattr(cuda_recorder._local, "recorder", None)
+    monkeypatch.setattr(cuda_resources, "PENDING", [object()])
+    assert not graph.issue()
+    monkeypatch.setattr(cuda_resources, "PENDING", [])
+    monkeypatch.setattr(graph, "device", type("Capturing", (), {"captures": {"stream": "graph"}})())
+    assert not graph.issue()
+    monkeypatch.undo()
+    standin.clear()
+    standin.fail(2, 700)  # cuCtxGetCurrent, cuCtxPushCurrent, then cuGraphLaunch
+    with pytest.raises(CudaReplayError, match=r"cuGraphLaunch returned CUDA_ERROR_ILLEGAL_ADDRESS \(700\)"):
+        wp.capture_launch(graph)
+
+
 @pytest.mark.parametrize("compiler", ["cc", "llvmlite"])
 def test_the_floor_makes_the_same_launches_as_the_rows(loaded, standin, tmp_path, compiler):
     """benchmarks/cuda_floor.py (a native loop of cuLaunchKernel calls: C, or the same loop in LLVM IR where no C
