@@ -23,8 +23,8 @@ import types
 import numpy as np
 
 from apic.replay import program as prog
-from apic.targets import cuda as cuda_target
 from apic.replay import table as tbl
+from apic.targets import cuda as cuda_target
 
 #: The driver library whose entry points the rows call (the one cuda-python loads on Linux).
 DRIVER_LIBRARY = cuda_target.DRIVER_LIBRARY
