@@ -252,7 +252,6 @@ class HandleCall:
 Op = Union[
     Launch, Memcpy, Memset, Memtile, ArrayCopy, ArrayFill, Alloc, Branch, Jump, NativeCall, CudaLaunch, HandleCall
 ]
-CONTROL_TYPES = (Branch, Jump)
 
 
 # --- what an op is: the type tests the other layers ask, each written here once ---------------------------

@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import warp as wp
 
-from apic.record.ops import CONTROL_TYPES
+from apic.record.effects import control_of
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -77,7 +77,7 @@ def zeroed_where_uninitialised(made):
 
 def control_flow_ops(graph) -> int:
     """How many capture_if / capture_while branch and jump ops the graph recorded."""
-    return sum(isinstance(op, CONTROL_TYPES) for op in graph.recording.ops)
+    return sum(control_of(op) is not None for op in graph.recording.ops)
 
 
 # A fresh interpreter that cannot import the client (a meta-path finder refuses its packages), loads
