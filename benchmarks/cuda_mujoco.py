@@ -38,6 +38,9 @@ def progress(message: str) -> None:
     print(f"[{time.monotonic() - _STARTED:6.1f} s] {message}", file=sys.stderr, flush=True)
 
 NO_GPU_EXIT = 3
+# put_data's sizes are per world (the client tests' scene: at most a few contacts per world). Until 2026-11-28
+# they were multiplied by the number of worlds: a 1,024-world Data of several GB that the runs could not save.
+CONTACTS_PER_WORLD, CONSTRAINTS_PER_WORLD = 32, 64
 SCENE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients",
                           "test_mujoco_warp.py")
 
@@ -94,7 +97,7 @@ def build(worlds: int, conditional: bool, device: str):
     mjd.qvel[:3] = (0.4, -0.2, 0.0)
 
     def fresh():
-        data = mjw.put_data(mjm, mjd, nworld=worlds, nconmax=16 * worlds, njmax=32 * worlds)
+        data = mjw.put_data(mjm, mjd, nworld=worlds, nconmax=CONTACTS_PER_WORLD, njmax=CONSTRAINTS_PER_WORLD)
         for name in ("contact", "efc"):
             for arr in vars(getattr(data, name, None) or object()).values():
                 if isinstance(arr, wp.array):

@@ -54,7 +54,8 @@ def _scene(worlds: int, name: str):
             data = mjw.put_data(mjm, mjd, nworld=worlds)
             data.qvel.assign(qvel)
             return data
-        return mjw.put_data(mjm, mjd, nworld=worlds, nconmax=16 * worlds, njmax=32 * worlds)
+        # per world, as the client tests' scene (before 2026-11-28: times the number of worlds, far too many)
+        return mjw.put_data(mjm, mjd, nworld=worlds, nconmax=32, njmax=64)
 
     # put_data leaves a few arrays uninitialised (as wp.empty): both copies start them zeroed
     from client_helpers import raw
