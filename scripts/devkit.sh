@@ -14,8 +14,7 @@
 # makes:  .devkit/a1 .devkit/a2 (site119), .devkit/b1 .devkit/b2 (site112), .devkit/bin (install_site.sh and
 #         the SHA-256 of each site), and adds /.devkit/ to the repository's info/exclude.
 #
-# On the GPU machine, one command per part folder, back to back (the machine is given back 30 s after a
-# command ends, and /tmp survives only while it is held):
+# On the GPU machine, one command per part folder, back to back (the parts wait in /tmp between them):
 #   1. with .devkit/a1:  mkdir -p /tmp/apic-kit && cp .devkit/a1/* /tmp/apic-kit/ && nvidia-smi -L
 #   2. with .devkit/a2:  cp .devkit/a2/* /tmp/apic-kit/
 #   3. with .devkit/b1:  cp .devkit/b1/* /tmp/apic-kit/

@@ -401,7 +401,7 @@ def selected_jobs(args: argparse.Namespace) -> list[Job]:
     if unknown:
         raise SystemExit(f"unknown job(s): {', '.join(unknown)} (known: {', '.join(j.name for j in jobs)})")
     by_name = {j.name: j for j in jobs}
-    return [by_name[name] for name in dict.fromkeys(wanted)]  # in the order asked for (a short lease's priorities)
+    return [by_name[name] for name in dict.fromkeys(wanted)]  # in the order asked for (what matters most first)
 
 
 def main(argv=None) -> int:

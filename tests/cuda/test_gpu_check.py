@@ -69,7 +69,7 @@ def test_an_unknown_job_is_refused_and_the_json_says_so(tmp_path, monkeypatch):
 
 
 def test_jobs_run_in_the_order_asked_for(tmp_path):
-    """--jobs picks and orders (a short lease runs what matters most first); a name twice runs once."""
+    """--jobs picks and orders (a short GPU run does what matters most first); a name twice runs once."""
     args = check.parse_args(["--out", str(tmp_path), "--jobs", "benchmark,cuda-gpu-tests,benchmark"])
     assert [job.name for job in check.selected_jobs(args)] == ["benchmark", "cuda-gpu-tests"]
 
