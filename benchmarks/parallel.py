@@ -79,6 +79,16 @@ def _arrays(data) -> dict:
     return warp_arrays(data)
 
 
+def differing(serial_data, again_data, split_data) -> tuple[list[str], list[str]]:
+    """``(unset, differ)``: the Data arrays two serial replays leave different (uninitialised memory: wp.empty past
+    the contacts, left out), and the others where the split replay differs from the serial one."""
+    from client_helpers import raw
+
+    a, b, c = _arrays(serial_data), _arrays(again_data), _arrays(split_data)
+    unset = [name for name in a if not np.array_equal(raw(a[name]), raw(b[name]))]
+    return unset, [name for name in a if name not in unset and not np.array_equal(raw(a[name]), raw(c[name]))]
+
+
 def _capture(step, model, data):
     with wp.ScopedCapture(device="cpu") as capture:
         step(model, data)
@@ -97,7 +107,6 @@ def main(argv=None) -> int:
     quiet_warp()
     wp.init()
     wp.set_device("cpu")  # the step runs on the CPU even where a GPU is the default device
-    from client_helpers import raw
 
     model, fresh, step = _scene(args.worlds, args.model)
     step(model, fresh())  # compile every module before capturing
@@ -114,10 +123,7 @@ def main(argv=None) -> int:
             wp.capture_launch(serial)
             wp.capture_launch(again)
             wp.capture_launch(split, threads=args.threads)
-        a, b, c = _arrays(serial_data), _arrays(again_data), _arrays(split_data)
-        # arrays two serial replays leave different hold uninitialised memory (wp.empty past the contacts)
-        unset = [name for name in a if not np.array_equal(raw(a[name]), raw(b[name]))]
-        differ = [name for name in a if name not in unset and not np.array_equal(raw(a[name]), raw(c[name]))]
+        unset, differ = differing(serial_data, again_data, split_data)
         if differ:
             print(f"split replay differs from serial replay in {differ}")
             return 1

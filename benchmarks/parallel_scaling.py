@@ -21,13 +21,12 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import warp as wp
 
 from apic._compat import quiet_warp
 from apic.replay.plan_costs import TIMED_REPLAYS
 
-from benchmarks.parallel import _arrays, _capture, _scene
+from benchmarks.parallel import _capture, _scene, differing
 
 
 def main(argv=None) -> int:
@@ -42,7 +41,6 @@ def main(argv=None) -> int:
     quiet_warp()
     wp.init()
     wp.set_device("cpu")  # the step runs on the CPU even where a GPU is the default device
-    from client_helpers import raw  # on the path through benchmarks.parallel
 
     model, fresh, step = _scene(args.worlds, args.model)
     step(model, fresh())  # compile every module before capturing
@@ -57,10 +55,7 @@ def main(argv=None) -> int:
     for _ in range(replays):
         wp.capture_launch(serial)
         wp.capture_launch(again)
-    a, b, c = _arrays(serial_data), _arrays(split_data), _arrays(again_data)
-    # arrays two serial replays leave different hold uninitialised memory (wp.empty past the contacts): left out
-    unset = [name for name in a if not np.array_equal(raw(a[name]), raw(c[name]))]
-    differ = [name for name in a if name not in unset and not np.array_equal(raw(a[name]), raw(b[name]))]
+    unset, differ = differing(serial_data, again_data, split_data)
     print(f"mujoco-warp step ({args.model}), {args.worlds} worlds, warp-lang {wp.config.version}, {os.cpu_count()} "
           f"CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of {args.steps} steps")
     print(f"after {replays} replays over threads {args.threads}: "
