@@ -24,6 +24,7 @@ mjw = pytest.importorskip("mujoco_warp",
                           reason="mujoco-warp is not installed (the client tier: pip install mujoco-warp)")
 
 from client_helpers import raw, replay_without, warp_arrays, zeroed_where_uninitialised  # noqa: E402
+from test_cuda_gpu import needs_cuda_python  # noqa: E402
 from test_mujoco_warp import SCENE  # noqa: E402
 
 pytestmark = pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="no CUDA device on this machine")
@@ -106,11 +107,7 @@ def test_live_apic_capture_replays_as_warps_graph(scene, warp_reference):
 def test_saved_step_replays_in_a_process_without_mujoco(scene, warp_reference, tmp_path, mode):
     """Saved, then loaded and replayed ``STEPS`` times through cuda-python by a process that cannot import
     mujoco or mujoco_warp, with ``qpos``/``qvel`` fed through bindings."""
-    from apic.replay import cuda_loaded_graph
-
-    reason = cuda_loaded_graph.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot replay a saved CUDA graph here: {reason}")
+    needs_cuda_python()
     m, fresh = scene
     reference, noisy = warp_reference
     data = fresh()
@@ -156,11 +153,7 @@ def test_loaded_step_inside_a_callers_capture(scene, warp_reference, tmp_path):
     """warp#1827: the loaded step (conditional nodes with the GPU default) replayed while the caller captures
     its own graph, between a kernel of the caller's before and after; the caller's graph replays it ``STEPS``
     times as Warp's own graph of the step, and the caller's kernels as they run eagerly."""
-    from apic.replay import cuda_loaded_graph
-
-    reason = cuda_loaded_graph.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot replay a saved CUDA graph here: {reason}")
+    needs_cuda_python()
     m, fresh = scene
     reference, noisy = warp_reference
     data = fresh()

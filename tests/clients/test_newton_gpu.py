@@ -19,6 +19,7 @@ newton = pytest.importorskip("newton", reason="newton is not installed (the clie
 importlib.import_module("newton.viewer")
 
 from client_helpers import raw, replay_without  # noqa: E402
+from test_cuda_gpu import needs_cuda_python  # noqa: E402
 
 pytestmark = pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="no CUDA device on this machine")
 DEV = "cuda:0"
@@ -48,11 +49,7 @@ def _warp_run() -> dict:
 
 @pytest.mark.parametrize("mode", ["graph", "launch"])
 def test_example_saved_and_replayed_without_newton_as_warps_graph(tmp_path, mode):
-    from apic.replay import cuda_loaded_graph
-
-    reason = cuda_loaded_graph.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot replay a saved CUDA graph here: {reason}")
+    needs_cuda_python()
     first, second = _warp_run(), _warp_run()
     noisy = {name for name in OUTPUTS if not np.array_equal(first[name], second[name])}
     example = _example(captured=False)
