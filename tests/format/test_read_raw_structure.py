@@ -119,13 +119,10 @@ def _check_one_reading(body: dict, entries: list[bytes]) -> None:
     assert got == _structural(data)
 
 
-@pytest.mark.parametrize("long_header, copy_key", [(True, True), (True, False), (False, True)])
-def test_a_launch_that_differs_only_outside_its_argument_bytes_reads_as_its_structure(body, long_header, copy_key):
-    """The file of issue 33, class 1: the first launch with a 16-bit ``args.data`` header and an unknown key
-    holding a copy of its argument bytes; each later launch that copy's bytes changed to its own scalar's,
-    its real ``args.data`` left the first's. Fast path and structure must agree on every launch."""
-    ops = _launches(body)
-    first = ops[0]
+def _forged_entries(body, long_header: bool, copy_key: bool) -> list[bytes]:
+    """Issue 33's entries: every launch shows the first launch's ``args.data`` (with a 16-bit ``bin`` header where
+    ``long_header``), and where ``copy_key`` an unknown key holds a copy of the launch's own argument bytes."""
+    first = _launches(body)[0]
     entries = []
     for op in body["ops"]:
         if op["kind"] != schema.WireOp.LAUNCH:
@@ -133,23 +130,22 @@ def test_a_launch_that_differs_only_outside_its_argument_bytes_reads_as_its_stru
             continue
         shown = {**op, "args": {**op["args"], "data": first["args"]["data"]}}
         entries.append(_entry(shown, long_header, op["args"]["data"] if copy_key else None))
-    _check_one_reading(body, entries)
+    return entries
+
+
+@pytest.mark.parametrize("long_header, copy_key", [(True, True), (True, False), (False, True)])
+def test_a_launch_that_differs_only_outside_its_argument_bytes_reads_as_its_structure(body, long_header, copy_key):
+    """The file of issue 33, class 1: the first launch with a 16-bit ``args.data`` header and an unknown key
+    holding a copy of its argument bytes; each later launch that copy's bytes changed to its own scalar's,
+    its real ``args.data`` left the first's. Fast path and structure must agree on every launch."""
+    _check_one_reading(body, _forged_entries(body, long_header, copy_key))
 
 
 def test_the_file_of_issue_33_loads_as_its_structure(body):
     """The forged file read as a whole: every launch's argument bytes are those of its ``args.data``,
     and the fast path read none of them from the unknown key."""
-    ops = _launches(body)
-    first = ops[0]
-    entries = []
-    for op in body["ops"]:
-        if op["kind"] != schema.WireOp.LAUNCH:
-            entries.append(msgpack.packb(op, use_bin_type=True))
-            continue
-        shown = {**op, "args": {**op["args"], "data": first["args"]["data"]}}
-        entries.append(_entry(shown, True, op["args"]["data"]))
-    got = _read_args(_file(body, entries))
-    assert {bytes(g) for g in got} == {first["args"]["data"]}
+    got = _read_args(_file(body, _forged_entries(body, long_header=True, copy_key=True)))
+    assert {bytes(g) for g in got} == {_launches(body)[0]["args"]["data"]}
 
 
 def test_canonical_launches_are_still_read_alike(body):
