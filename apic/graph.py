@@ -237,7 +237,7 @@ class Graph(NamedParams):
         report = []
         for kernel, count in launch_counts(self.recording.ops).items():
             info = self.recording.kernels[kernel]
-            if info.split_writes is not None:
+            if info.may_split:
                 continue
             why = ("backward launch" if info.adjoint else "runs as cooperative CPU blocks" if info.cpu_blocks
                    else info.split_refused or "not proved splittable when captured")

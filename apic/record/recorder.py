@@ -23,6 +23,7 @@ from apic.record.ops import ArrayCopy, ArrayFill, ArraySlot, HandleCall, HandleR
 from apic.record.op_addresses import resolve_ops
 from apic.record.ops import RawBlob, RawHandle, RawPtr, cpu_launches
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
+from apic.record.footprint import footprint_claim
 from apic.record.splittable import written_offsets
 from apic.record.world_split import split_refusal, world_offsets
 from apic.targets.cpu import ARRAY_TYPE_INDEXED as _ARRAY_TYPE_INDEXED  # Warp's array type ids for the
@@ -261,19 +262,22 @@ class Recorder(ControlFlowRecording, RecorderBase):
         if not adjoint and not info.cpu_blocks and info.split_writes is None:
             # decided once per entry point, from the kernel's source and its argument struct; an analysis
             # that fails on an unforeseen kernel leaves it serial, never the capture broken
-            world, tiles = None, False
+            world, tiles, footprint = None, False, None
             try:
                 layout = self._args_layout(kernel, params[1 : 1 + nargs])
                 writes = written_offsets(kernel, layout)
                 if writes is None:
                     writes, world, tiles = world_offsets(kernel, layout) or (None, None, False)
+                if writes is None:
+                    footprint = footprint_claim(kernel, layout)
             except Exception as error:  # noqa: BLE001 - unknown means serial
-                writes, world, tiles = None, None, False
+                writes, world, tiles, footprint = None, None, False, None
                 refused = f"the analysis failed: {error!r}"
             else:
                 refused = "" if writes is not None else split_refusal(kernel)
             self._kernel_infos[index] = dataclasses.replace(info, split_writes=writes, split_world=world,
-                                                            split_tiles=tiles, split_refused=refused)
+                                                            split_tiles=tiles, split_refused=refused,
+                                                            split_footprint=footprint)
         entry = self._entry_points[(id(hooks), adjoint)] = (index, nargs)
         return entry
 

@@ -47,6 +47,14 @@ class KernelInfo:
     # why a forward CPU kernel's launches stay serial (apic.record.world_split.split_refusal), for
     # parallel_report; not saved
     split_refused: str = ""
+    # ... or, for a kernel neither rule proved, its claim to the footprint rule (apic.record.footprint): each
+    # launch is judged at lowering on the index data it holds. Live only: it holds the kernel; not saved
+    split_footprint: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def may_split(self) -> bool:
+        """Whether launches of this entry point may run split (proved by task or world, or claimed by footprint)."""
+        return self.split_writes is not None or self.split_footprint is not None
 
 
 @dataclass(frozen=True)

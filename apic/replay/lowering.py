@@ -91,7 +91,7 @@ def lower(recording, address_of, kernel_addresses: list[int], checked: bool = Fa
             if shared is None:
                 lowered, column = launch_row(op, lowering)
                 shared = launch_rows_of[key] = (lowered + [0] * (tbl.OP_COLUMNS - len(lowered)), column,
-                                                recording.kernels[op.kernel].split_writes is not None)
+                                                recording.kernels[op.kernel].may_split)
             lowered, column, splittable = shared
             lowered = lowered.copy()
             lowered[column] = arena.address(op.args)
@@ -170,7 +170,7 @@ def _bulk_table(recording, ops: list, lowering: Lowering, launch_rows: dict) -> 
             lowered, column = launch_row(op, lowering)
             shared.append(lowered + [0] * (tbl.OP_COLUMNS - len(lowered)))
             columns.append(column)
-            splittable.append(recording.kernels[op.kernel].split_writes is not None)
+            splittable.append(recording.kernels[op.kernel].may_split)
         rows[at] = np.array(shared, dtype=np.int64)[group]
         rows[at, np.array(columns, dtype=np.intp)[group]] = lowering.arena.addresses(map(_ARGS, launches))
     for i, op in enumerate(() if every else ops):

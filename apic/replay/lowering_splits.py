@@ -1,4 +1,5 @@
-"""Lowering's parallel verdicts: which launches of kernels proved splittable (by task or by world) may run
+"""Lowering's parallel verdicts: which launches of kernels proved splittable (by task or by world) or claimed by
+footprint may run
 split across threads in this loaded or live graph, judged from the arena's relocated argument bytes, and
 why the others may not (``parallel_report``)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from apic.record.splittable import graph_launch_refusal
+from apic.replay.footprint_launch import Guards, footprint_refusal
 from apic.record.world_launch import world_launch_refusal
 from apic.replay import split_planner
 from apic.replay.program import Split
@@ -41,14 +43,23 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
             found = first_equal[id(parts)] = id(by_value.setdefault(parts, parts))
         return found
 
+    evaluated: dict = {}  # footprint evaluations by what they read
     splits, refusals = [], []
     for (_row, op), start, end in zip(launch_rows.items(), starts, ends):
         kernel = recording.kernels[op.kernel]
         args = op.args
-        key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None,
-               same(args.relocs), same(args.arrays),
-               b"".join(args.data[a.at : a.at + (INDEXEDARRAY_T_SIZE if a.indexed else ARRAY_T_SIZE)]
-                        for a in args.arrays))
+        footprint = kernel.split_footprint if kernel.split_writes is None else None
+        if footprint is not None:
+            # judged on the launch's whole arguments (scalars too) and the index data they reach: once per
+            # distinct content (a step's substeps launch alike), the guards made per launch
+            at = arena.address(args) - arena.base
+            data = arena.buffer[at : at + len(args.data)].tobytes()
+            key = (op.kernel, op.dim, data, op.adj_args is None, same(args.relocs), same(args.arrays))
+        else:
+            key = (op.kernel, op.adj_args is None, op.dim if kernel.split_world is not None else None,
+                   same(args.relocs), same(args.arrays),
+                   b"".join(args.data[a.at : a.at + (INDEXEDARRAY_T_SIZE if a.indexed else ARRAY_T_SIZE)]
+                            for a in args.arrays))
         verdict = judged.get(key)
         if verdict is None:
             at = arena.address(args) - arena.base
@@ -56,21 +67,33 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
             why = "backward launch" if op.adj_args is not None else None
             if why is None and kernel.cpu_blocks:
                 why = "runs as cooperative CPU blocks"
-            if kernel.split_world is not None:  # its launch check reads the launch's dim
+            index_spans = ()
+            if footprint is not None:  # its launch check reads the launch's dim and index data
+                if why is None:
+                    why, index_spans = footprint_refusal(footprint, data, args, op.dim, region_span, evaluated)
+                    # what the rules proved at capture said, then what the launch's footprint says
+                    why = why and f"{kernel.split_refused}; by footprint, {why}"
+            elif kernel.split_world is not None:  # its launch check reads the launch's dim
                 why = why or world_launch_refusal(data, args, kernel.split_writes, kernel.split_world, op.dim,
                                                   region_span)
             else:
                 why = why or graph_launch_refusal(data, args, kernel.split_writes, region_span)
-            spans = None if why is not None else split_planner.launch_spans(args, kernel.split_writes, region_span)
-            verdict = judged[key] = (why, spans)
-        why, spans = verdict
+            writes = kernel.split_writes if footprint is None else footprint.writes
+            spans = None if why is not None else split_planner.launch_spans(args, writes, region_span)
+            verdict = judged[key] = (why, spans, index_spans)
+        why, spans, index_spans = verdict
         if why is not None:
             refusals.append((op.kernel, why))
             continue
+        guards = None
+        if footprint is not None:
+            guards = Guards([(arena.address(args), len(args.data)), (arena.address(op.bounds), len(op.bounds.data)),
+                             *index_spans])
         writes, reach = spans
         tasks = tasks_of.get(op.dim)
         if tasks is None:
             tasks = tasks_of[op.dim] = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
         rows = order[start:end]
-        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach))
+        splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach,
+                            guards))
     return tuple(splits), tuple(refusals)

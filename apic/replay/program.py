@@ -88,6 +88,8 @@ class Split:
     tasks: int
     writes: tuple  # (address, nbytes) of the regions it writes (split_planner.launch_spans)
     reach: tuple  # (address, nbytes) of every region its arguments point into
+    # a launch split by footprint: the bytes its verdict rests on (footprint_launch.Guards), checked before it splits
+    guards: object = None
 
 
 @dataclass

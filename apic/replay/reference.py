@@ -161,14 +161,18 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 # the tasks of a split launch, and the launches of a row, must not depend on their
                 # order, and this order is not Warp's. An item with per-thread entries runs chunk c
                 # through slot c % slots's, so every loaded copy runs some.
-                _control, items, count, _chunks, slots = args[:5]
+                _control, items, count, _chunks, slots, guards, guard_count = args[:7]
                 words = (_I64 * (count * tbl.ITEM_WORDS)).from_address(items)[:]
+                held = (_I64 * (3 * guard_count)).from_address(guards)[:] if guard_count else []
+                # a footprint launch whose index data or arguments changed runs serially: in order, in task order
+                serial = any(ctypes.string_at(held[g], held[g + 2]) != ctypes.string_at(held[g + 1], held[g + 2])
+                             for g in range(0, len(held), 3))
                 with _split_lock:  # the copies' tile memory is one thread's at a time
-                    for k in reversed(range(count)):
+                    for k in (range(count) if serial else reversed(range(count))):
                         entry, bounds, args_ptr, tasks, chunks, _first, per_thread = (
                             words[k * tbl.ITEM_WORDS : (k + 1) * tbl.ITEM_WORDS])
                         entries = (_I64 * slots).from_address(per_thread)[:] if per_thread else [entry]
-                        for c in reversed(range(chunks)):
+                        for c in (range(chunks) if serial else reversed(range(chunks))):
                             run_range = function(opcode, entries[c % len(entries)], _RANGE)
                             run_range(bounds, args_ptr, tasks * c // chunks, tasks * (c + 1) // chunks)
             elif tbl.OP_CUDA_LAUNCH <= opcode <= tbl.OP_CUDA_LEAVE:

@@ -118,6 +118,7 @@ class Plan:
     table: np.ndarray
     items: np.ndarray
     per_thread: np.ndarray  # the per-thread range entries of items that have them, one row each
+    guards: list  # per OP_SPLIT row with footprint launches: its guards' (address, copy, nbytes) rows
     chunks: dict  # table row of a launch that runs on several threads -> chunks it is cut into
     together: dict  # that row -> launches its OP_SPLIT row runs (1: split alone)
 
@@ -177,6 +178,7 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
     per_thread = np.array([candidates[row][1] for group, _ in chosen for row in group
                            if isinstance(candidates[row][1], tuple)], dtype=np.int64).reshape(-1, slots)
     parallel = table.copy()
+    guards = []
     chunks, together = {}, {}
     k = n_per_thread = 0
     for group, cuts in chosen:
@@ -193,6 +195,11 @@ def plan(table: np.ndarray, splits, threads: int, min_tasks: int, range_entry_of
             parallel[row] = 0  # OP_NOP: the group's first row runs it
             k += 1
         address = items.ctypes.data + first_item * tbl.ITEM_WORDS * 8
-        parallel[group[0], : tbl.COL_ARG0 + 5] = (tbl.OP_SPLIT, splitter, control, address, len(group), first_chunk,
-                                                  row_slots)
-    return Plan(parallel, items, per_thread, chunks, together)
+        # footprint launches split only while the bytes their verdicts read are as they were (else serially)
+        held = [candidates[row][0].guards.table for row in group if candidates[row][0].guards is not None]
+        guard_rows = np.concatenate(held) if held else np.zeros((0, 3), dtype=np.int64)
+        if held:
+            guards.append(guard_rows)
+        parallel[group[0], : tbl.COL_ARG0 + 7] = (tbl.OP_SPLIT, splitter, control, address, len(group), first_chunk,
+                                                  row_slots, guard_rows.ctypes.data if held else 0, len(guard_rows))
+    return Plan(parallel, items, per_thread, guards, chunks, together)

@@ -4,7 +4,7 @@ worker threads.
 ``splitter_address()`` is the address of a C function (a Numba ``cfunc``) that an ``OP_SPLIT`` row
 calls from the interpreter, with the GIL released::
 
-    split(control, items, count, chunks, slots)
+    split(control, items, count, chunks, slots, guards, guard count)
 
 The row's ``count`` work items (``table.ITEM_*``) are launches that may run at the same time: one
 large launch, or several independent ones (``apic.replay.split_planner``). Item ``k`` owns chunks
@@ -12,7 +12,9 @@ large launch, or several independent ones (``apic.replay.split_planner``). Item 
 (c + 1) // n)`` through the kernel's range entry (the cut the reference interpreter makes), or, for an
 item with per-thread entries (a kernel using tiles), through the entry of the thread running it: the
 replaying thread is slot 0, worker ``k`` slot ``k + 1``, and a worker whose slot has no entry
-(``slots`` and above, when ``slots`` is not 0) runs no chunk of the row. The
+(``slots`` and above, when ``slots`` is not 0) runs no chunk of the row. A row with guards (launches
+split by footprint, docs/PARALLEL.md) first compares each guarded span with its copy, and runs serially
+on the caller where one differs. The
 splitter publishes the row in the control block, wakes the workers and runs chunks itself. Every
 thread, the caller included, claims the next chunk with a compare-and-swap until none is left; the
 caller returns once every chunk has run. A worker that the OS does not schedule in time therefore
@@ -45,8 +47,8 @@ from numba import cfunc, njit, types
 
 from apic.replay import table as _table
 from apic.replay import thread_count
-from apic.replay._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call10,
-                                     load_i64_at)
+from apic.replay._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call4_i32,
+                                     call10, load_i64_at)
 from apic.replay.jit_cache import CACHE
 
 # The control block: int64 slots, the contended ones on cache lines of their own.
@@ -56,7 +58,7 @@ _SEQ = 16  # futex word (its low 32 bits): incremented at every launch
 _SLEEPERS = 24  # workers asleep (or about to be) on the futex
 _HELPED = 25  # chunks run by workers since the pool started (what tests and benchmarks read)
 _ITEMS, _COUNT, _CHUNKS, _ROW_SLOTS, _ACTIVE = 32, 33, 34, 35, 37  # the row; workers allowed to help
-_SYSCALL, _YIELD, _FUTEX_NR = 40, 41, 42  # libc's syscall and sched_yield, the futex system call number
+_SYSCALL, _YIELD, _FUTEX_NR, _MEMCMP = 40, 41, 42, 43  # libc's syscall, sched_yield, memcmp; the futex call number
 _SLOTS = 48
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT / FUTEX_WAKE | FUTEX_PRIVATE_FLAG
 _SPINS = 20_000  # idle polls before a worker sleeps (a few tens of microseconds)
@@ -139,8 +141,25 @@ def _worker(base, index):
         atomic_add(base + 8 * _SLEEPERS, -1)
 
 
+@njit(nogil=True, cache=CACHE)
+def _guards_hold(base, guards, count):
+    """Whether each of a row's ``count`` guards (``(address, copy, nbytes)`` int64 rows) holds its copy."""
+    memcmp = atomic_load(base + 8 * _MEMCMP)
+    for g in range(count):
+        if call4_i32(memcmp, load_i64_at(guards, 3 * g), load_i64_at(guards, 3 * g + 1),
+                     load_i64_at(guards, 3 * g + 2), 0) != 0:
+            return False
+    return True
+
+
 @cfunc(types.void(*[types.int64] * 10), nogil=True, cache=CACHE)
-def _splitter(base, items, count, chunks, slots, _a5, _a6, _a7, _a8, _a9):
+def _splitter(base, items, count, chunks, slots, guards, guard_count, _a7, _a8, _a9):
+    if guard_count != 0 and not _guards_hold(base, guards, guard_count):
+        # a footprint launch's index data or arguments changed: its verdict no longer holds, so the row
+        # runs serially on this thread, its launches in order and each one's chunks in task order
+        for chunk in range(chunks):
+            _run_chunk(items, count, chunk, 0)
+        return
     claim = base + 8 * _CLAIM
     generation = ((atomic_load(claim) >> 32) + 1) & 0x7FFFFFFF
     atomic_store(base + 8 * _ITEMS, items)
@@ -181,6 +200,7 @@ class _Pool:
         libc = ctypes.CDLL(None)
         self.block[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
         self.block[_YIELD] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
+        self.block[_MEMCMP] = ctypes.cast(libc.memcmp, ctypes.c_void_p).value
         self.block[_FUTEX_NR] = _FUTEX_NUMBERS[platform.machine()]
         self.started = 0
         self.pid = os.getpid()

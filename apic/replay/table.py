@@ -11,15 +11,18 @@ move the program counter instead (their targets are row numbers; the table's len
 ``OP_CALL5_D2`` calls a function of five arguments whose third is a C ``double`` (held as its bits).
 
 ``OP_SPLIT`` runs one or more independent kernel launches, each cut into contiguous task chunks (parallel
-replay, docs/PARALLEL.md): ``[OP_SPLIT, splitter, control block, items, count, chunks, slots]``. ``items``
+replay, docs/PARALLEL.md): ``[OP_SPLIT, splitter, control block, items, count, chunks, slots, guards,
+guard count]``. ``items``
 is the address of ``count`` work items of ``ITEM_WORDS`` int64 each (``ITEM_*`` below): a launch's range
 entry, bounds, arguments, tasks, its number of chunks, the index of its first chunk in the row's
 ``chunks``, and 0 or the address of ``slots`` range entries, one per thread slot (a kernel using tiles:
 each thread runs it in its own loaded copy, ``range_entry.per_thread_entries``). Thread slot 0 is the
 replaying thread, slot ``k`` pooled worker ``k - 1``; ``slots`` is 0 when no item has such entries, and
 otherwise no thread of slot ``slots`` or above runs a chunk of the row. The Numba interpreter calls
-``splitter(control block, items, count, chunks, slots)`` (``apic.replay.split_pool``: the chunks shared with
-worker threads); the reference interpreter runs each chunk in turn, itself.
+``splitter(control block, items, count, chunks, slots, guards, guard count)`` (``apic.replay.split_pool``: the
+chunks shared with worker threads); the reference interpreter runs each chunk in turn, itself. ``guards``
+is 0 or the address of ``guard count`` rows ``(address, copy, nbytes)`` of int64: the bytes the verdicts
+of the row's footprint launches read, and a copy of them; where one differs, the row runs serially.
 
 ``OP_SEGMENTED_SORT`` is Warp's segmented sort ``[OP_SEGMENTED_SORT, fn, keys, values, count, starts,
 ends, segments]``: it first checks every segment range ``0 <= start <= end <= count`` in graph memory,
@@ -92,7 +95,8 @@ OP_JUMP = 16
 OP_BRANCH_IF_ZERO = 17
 OP_CALL5_D2 = 19  # five arguments, the third a C double (its bits in the row): a hash grid build
 OP_CALL_ARGV = 18
-OP_SPLIT = 20  # launches run on several threads: [OP_SPLIT, splitter, control, items, count, chunks, slots]
+OP_SPLIT = 20  # launches run on several threads: [OP_SPLIT, splitter, control, items, count, chunks, slots, guards,
+#                guard count]
 ARGV_ARGS = 20
 OP_SEGMENTED_SORT = 21  # a row like OP_CALL10's (keys, values, count, starts, ends, segments, then zeros)
 OP_PADDED_TRANSPOSE = 22
@@ -219,7 +223,7 @@ OPCODES: dict[int, Opcode] = {spec.number: spec for spec in (
     Opcode(OP_BRANCH_IF_ZERO, "branch_if_zero", ("address", "target", "loop"), jump="target"),
     Opcode(OP_CALL_ARGV, "call_argv", ("argv",)),
     Opcode(OP_CALL5_D2, "call5_d2", _args(5)),
-    Opcode(OP_SPLIT, "split", ("control", "items", "count", "chunks", "slots")),
+    Opcode(OP_SPLIT, "split", ("control", "items", "count", "chunks", "slots", "guards", "guard_count")),
     Opcode(OP_SEGMENTED_SORT, "segmented_sort", ("keys", "values", "count", "starts", "ends", "segments"),
            stops=_segment_stop, calls=OP_CALL10,
            natives=(("segmented_sort_pairs_int_host", 6), ("segmented_sort_pairs_float_host", 6))),

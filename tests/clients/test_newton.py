@@ -174,3 +174,34 @@ def test_newton_example_eager_vs_replay(name):
         replayed.step()
     assert_same_arrays(example_arrays(eager), example_arrays(replayed), f"{name} after {FRAMES} frames")
     assert not np.array_equal(raw(eager.state_0.body_q), start), f"{name} did not move"
+
+
+# The Featherstone launches of newton's articulated scenes write flat arrays through index data: split by
+# footprint (docs/PARALLEL.md), per launch, on the index data the launch holds.
+FEATHERSTONE_KERNELS = {"eval_rigid_fk", "eval_rigid_id", "eval_rigid_tau", "eval_rigid_jacobian", "eval_rigid_mass",
+                        "eval_dense_gemm_batched", "eval_dense_cholesky_batched", "eval_dense_solve_batched",
+                        "integrate_generalized_joints"}
+
+
+@pytest.mark.parametrize("interpreter", ["numba", "reference"])
+def test_featherstone_chains_split_by_footprint_as_eager(interpreter):
+    """newton's ``basic_multi_solver_overlay`` pendulum chain with its Featherstone solver, 16 worlds
+    (``benchmarks.parallel_featherstone``): every Featherstone launch splits over 2 threads (threshold 4
+    tasks per thread) and every state array equals eager's after each of three frames, bit for bit."""
+    from benchmarks.parallel_featherstone import Scene
+    from world_kernels import replay
+
+    eager, replayed = Scene(16), Scene(16)
+    eager.simulate()  # compilation is not captured; both start from the same frame
+    replayed.simulate()
+    graph = replayed.capture()
+    graph.min_tasks_per_thread = 4
+    report = graph.parallel_report(2)
+    split = {e["kernel"] for e in report if e["chunks"] > 1}
+    assert FEATHERSTONE_KERNELS <= split, [e for e in report if e["kernel"] in FEATHERSTONE_KERNELS - split]
+    start = raw(eager.states[0].body_q).copy()
+    for frame in range(3):
+        eager.simulate()
+        replay(graph, 2, interpreter)
+        assert_same_arrays(warp_arrays(eager.states[0]), warp_arrays(replayed.states[0]), f"frame {frame + 1}")
+    assert not np.array_equal(raw(eager.states[0].body_q), start), "the chains did not move"

@@ -1,0 +1,124 @@
+"""Lowering's check of one launch of a kernel with a footprint claim (:mod:`apic.record.footprint`): run the
+footprint evaluator on the launch's arguments and index arrays as they are now, refuse the launch unless no
+two tasks touch an element one of them writes, and name the bytes that verdict rests on (the row's
+guards: a split replay compares them with :class:`Guards`' copy before it splits, and runs the launch
+serially where they differ).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import warp as wp
+
+from apic import _compat
+from apic.record.footprint_eval import UNKNOWN, Array, Evaluation, Refused, View
+from apic.record.layout import extent
+from apic.record.splittable import graph_launch_refusal
+from apic.targets import cpu as _cpu
+
+# Statements the evaluator may run for one launch (all its tasks): about a second of Python. A launch
+# needing more stays serial, saying so.
+STEP_BUDGET = 2_000_000
+
+_SCALARS = {wp.int32: "<i", wp.uint32: "<I", wp.int16: "<h", wp.uint16: "<H", wp.int8: "<b", wp.uint8: "<B",
+            wp.bool: "<?", int: "<i", bool: "<?"}
+
+
+class Guards:
+    """The bytes a footprint verdict rests on: ``spans`` of ``(address, nbytes)``, and a copy of each taken
+    when the verdict was made (``table``: ``(address, copy address, nbytes)`` rows for the splitter)."""
+
+    def __init__(self, spans) -> None:
+        spans = [(int(a), int(n)) for a, n in spans if n]
+        self.copy = np.empty(sum(n for _, n in spans), dtype=np.uint8)
+        self.table = np.zeros((len(spans), 3), dtype=np.int64)
+        at = 0
+        for k, (address, nbytes) in enumerate(spans):
+            ctypes.memmove(self.copy.ctypes.data + at, address, nbytes)
+            self.table[k] = (address, self.copy.ctypes.data + at, nbytes)
+            at += nbytes
+
+    def hold(self) -> bool:
+        """Whether every guarded byte is still what it was (the check the splitter makes natively)."""
+        return all(ctypes.string_at(a, n) == ctypes.string_at(c, n) for a, c, n in self.table.tolist())
+
+
+def footprint_refusal(claim, data: bytes, blob, dim: tuple, region_span, evaluated: dict) -> tuple[str | None, tuple]:
+    """``(why, index spans)`` of one launch: why it must stay serial, or None and the ``(address, nbytes)``
+    of every index array whose contents decided the verdict (the launch's guards add its packed
+    arguments and bounds). ``evaluated`` keeps evaluations by what they read: launches that differ only in
+    where the written arrays are (a step's substeps swap their states) are evaluated once."""
+    why = graph_launch_refusal(data, blob, claim.writes, region_span)
+    if why is not None:
+        return why, ()
+    key = bytearray(data)
+    for at in claim.writes:  # where a written array is changes no element index: only whether it is null
+        key[at : at + 16] = (bytes([1]) if any(key[at : at + 8]) else bytes(1)) + bytes(15)
+    key = (id(claim.kernel), tuple(dim), bytes(key))
+    found = evaluated.get(key)
+    if found is None:
+        found = evaluated[key] = _evaluate(claim, data, blob, dim)
+    return found
+
+
+def _evaluate(claim, data: bytes, blob, dim: tuple) -> tuple[str | None, tuple]:
+    slots = {slot.at: slot for slot in blob.arrays}
+    written = set(claim.writes)
+    args, arrays = {}, {}
+    for label, at, arg_type in claim.args:
+        slot = slots.get(at)
+        if slot is not None:
+            ptr, _, *dims, ndim = _cpu.ARRAY_T.unpack_from(data, at)
+            shape, strides = tuple(dims[:4][:ndim]), tuple(dims[4:][:ndim])
+            # an indexed array's elements are not where its descriptor's strides say: never read concretely
+            dtype = (np.dtype((np.void, slot.elem_size)) if slot.indexed
+                     else _element_dtype(getattr(arg_type, "dtype", None), slot.elem_size))
+            arrays[label] = Array(label, ptr, shape, strides, dtype, at in written)
+            args[label] = View(arrays[label])
+        else:
+            code = _SCALARS.get(arg_type)
+            args[label] = struct.unpack_from(code, data, at)[0] if code else UNKNOWN
+    evaluation = Evaluation(claim.kernel, args, dim, STEP_BUDGET)
+    try:
+        evaluation.run()
+    except Refused as refused:
+        return str(refused), ()
+    except RecursionError:
+        return "nested too deeply to evaluate", ()
+    why = _conflict(evaluation)
+    if why is not None:
+        return why, ()
+    spans = []
+    for label in sorted(evaluation.concrete):
+        array = arrays[label]
+        lo, hi = extent(array.ptr, array.dtype.itemsize, array.shape, array.strides)
+        spans.append((lo, hi - lo))
+    return None, tuple(spans)
+
+
+def _element_dtype(dtype, elem_size: int) -> np.dtype:
+    found = _compat.wp_types.warp_type_to_np_dtype.get(dtype) if dtype is not None else None
+    if found is None or np.dtype(found).itemsize != elem_size:
+        return np.dtype((np.void, elem_size))
+    return np.dtype(found)
+
+
+def _conflict(evaluation: Evaluation) -> str | None:
+    """Why two tasks may touch one element of an array that one of them writes, or None."""
+    for label, (elements, tasks) in evaluation.writes.items():
+        read_elements, read_tasks = evaluation.reads.get(label, ([], []))
+        every = np.array(elements + read_elements, dtype=np.int64)
+        by = np.array(tasks + read_tasks, dtype=np.int64)
+        order = np.lexsort((by, every))
+        every, by = every[order], by[order]
+        starts = np.flatnonzero(np.r_[True, every[1:] != every[:-1]])
+        first, last = by[starts], np.maximum.reduceat(by, starts)
+        shared = every[starts][first != last]
+        clash = shared[np.isin(shared, np.asarray(elements, dtype=np.int64))]
+        if clash.size:
+            return (f"two tasks touch element {int(clash[0])} of {label}, which one of them writes "
+                    "(for the index data the launch holds now)")
+    return None
