@@ -27,6 +27,8 @@ import time
 import numpy as np
 import warp as wp
 
+import apic
+
 from apic._compat import quiet_warp
 from apic.replay.plan_costs import TIMED_REPLAYS
 
@@ -119,8 +121,12 @@ def main(argv=None) -> int:
           f"{p_min / s_min:.2f} (medians {p_med / s_med:.2f}); bit-identical to serial")
     print(f"{sum(ran.values())} of {launches} launches on several threads: "
           f"{', '.join(f'{k} x{n}' for k, n in ran.items()) or 'none'}")
+    shares = {row.name: row.share for row in apic.profile(serial, replays=args.steps).rows if row.kind == "launch"}
+    coverage = sum(shares.get(kernel, 0.0) for kernel in ran)
+    print(f"split coverage: {coverage:.1%} of a serial frame's time in kernels whose launches ran split (ideal "
+          f"ratio on {args.threads} threads: {1 - coverage + coverage / args.threads:.2f})")
     kept = {e["kernel"]: e["why"] for e in report if not e["chunks"]}
-    print("serial: " + "; ".join(f"{k} ({why[:100]})" for k, why in kept.items()))
+    print("serial: " + "; ".join(f"{k} {shares.get(k, 0.0):.1%} ({why[:100]})" for k, why in kept.items()))
     print(f"lowering (footprint evaluation and range entries) {lowered:.1f} s")
     return 0
 

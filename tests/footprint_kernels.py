@@ -100,6 +100,31 @@ def prints(start: wp.array(dtype=int), end: wp.array(dtype=int), out: wp.array(d
         wp.printf("%d\n", i)
 
 
+@wp.struct
+class Box:
+    values: wp.array(dtype=float)
+
+
+@wp.kernel
+def through_local_struct(start: wp.array(dtype=int), end: wp.array(dtype=int), out: wp.array(dtype=float)):
+    t = wp.tid()
+    box = Box()
+    box.values = out  # every task adds into out[0] through a struct of its own
+    box.values[0] = box.values[0] + float(t)
+    for i in range(start[t] + 1, end[t]):
+        out[i] = float(i)
+
+
+@wp.kernel
+def searches_written(start: wp.array(dtype=int), end: wp.array(dtype=int), out: wp.array(dtype=float)):
+    t = wp.tid()
+    found = int(0)
+    for k in range(3):  # a loop with no store into memory, reading out through a builtin
+        found += wp.lower_bound(out, float(k))
+    for i in range(start[t], end[t]):
+        out[i] = float(found + i)
+
+
 def segments(rng, layout: str):
     """``(start, end, parent, child)`` of ``TASKS`` segments; ``child`` a permutation (``"shared_child"``:
     two segments share one child), ``parent`` the previous element of the segment or -1; ``"overlapping"``:
@@ -182,6 +207,9 @@ CASES = {
     "either_branch_meets": (either_branch, TASKS, _make_either, "overlapping", "two tasks touch element"),
     "float_index": (float_index, TASKS, _make_float_index, "segments", "not known from the launch's index data"),
     "prints": (prints, TASKS, _make_prints, "segments", "calls printf"),
+    "through_local_struct": (through_local_struct, TASKS, _make_prints, "segments",
+                             "stores an array into a field or an element"),
+    "searches_written": (searches_written, TASKS, _make_prints, "segments", "passes an array to lower_bound"),
 }
 
 

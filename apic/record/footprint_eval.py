@@ -30,6 +30,7 @@ import numpy as np
 import warp as wp
 
 from apic.record import splittable as _task
+from apic.record.world_proof import _ARRAY_CONSTRUCTORS
 
 
 class Refused(Exception):
@@ -83,6 +84,17 @@ class View:
     __hash__ = None
 
 
+def _writable(value) -> bool:
+    """Whether a value is, or holds, a view of an array the kernel may write."""
+    if isinstance(value, View):
+        return value.array.may_write
+    return isinstance(value, tuple) and any(_writable(v) for v in value)
+
+
+def _holds_view(value) -> bool:
+    return isinstance(value, View) or (isinstance(value, tuple) and any(_holds_view(v) for v in value))
+
+
 def _known(value) -> bool:
     return type(value) in (int, bool)
 
@@ -100,8 +112,9 @@ def _join(a: dict | None, b: dict | None) -> dict | None:
         return b
     if b is None:
         return a
-    return {name: value if _same(value, b.get(name, UNKNOWN)) else UNKNOWN for name, value in a.items()
-            if name in b} | {name: UNKNOWN for name in b.keys() - a.keys()}
+    # a name one way left unbound is unknown (not the module global of that name)
+    return {name: value if _same(value, b.get(name, UNKNOWN)) else UNKNOWN for name, value in a.items()} | {
+        name: UNKNOWN for name in b.keys() - a.keys()}
 
 
 def _join_all(envs) -> dict | None:
@@ -295,7 +308,7 @@ class _Body:
         bounds = [self.value(arg, env) for arg in call.args]
         if self.inert(node, env):
             return self.skip(node, env)
-        if not all(type(b) is int for b in bounds):
+        if not all(type(b) is int for b in bounds) or (len(bounds) == 3 and bounds[2] == 0):
             self.refuse(node, "a loop whose range is not known from the launch's index data")
         if not isinstance(node.target, ast.Name):
             self.refuse(node, "a loop target other than a name")
@@ -305,9 +318,6 @@ class _Body:
     def while_loop(self, node: ast.While, env: dict) -> dict | None:
         if node.orelse:
             self.refuse(node, "while ... else not evaluated")
-        if self.inert(node, env):
-            self.value(node.test, env)
-            return self.skip(node, env)
 
         def bind(scope: dict, _) -> None:
             test = self.truth(self.value(node.test, scope))
@@ -329,7 +339,7 @@ class _Body:
         assigned, roots = found
         for root in roots:
             held = env.get(root)
-            if root in assigned or (isinstance(held, View) and held.array.may_write):
+            if _holds_view(held) and (root in assigned or _writable(held)):
                 return False
         return True
 
@@ -347,6 +357,8 @@ class _Body:
             for k, element in enumerate(target.elts):
                 self.assign(element, UNKNOWN if parts is None else parts[k], env, node)
         elif isinstance(target, (ast.Subscript, ast.Attribute)):
+            if _holds_view(value):  # a struct or local holding an array: its later writes would not be followed
+                self.refuse(node, "stores an array into a field or an element")
             self.store(target, env, node, update=False)
         else:
             self.refuse(node, f"assigns to {type(target).__name__}")
@@ -530,7 +542,7 @@ class _Body:
         names = self.ev._opaque.get(id(node))
         if names is None:
             names = self.ev._opaque[id(node)] = _opaque_call(node, self.scope)
-        if names is not False and not any(isinstance(env.get(n), View) for n in names):
+        if names is not False and not any(_holds_view(env.get(n)) for n in names):
             return UNKNOWN  # a builtin of builtins over local values: nothing to record, nothing known
         args = [self.value(a, env) for a in node.args]
         keywords = {k.arg: self.value(k.value, env) for k in node.keywords}
@@ -546,11 +558,11 @@ class _Body:
             self.ev.access(view, tuple(args[1 : 1 + rank]), node, write=False)
             self.ev.access(view, tuple(args[1 : 1 + rank]), node, write=True)
             return UNKNOWN
-        if name in _UNSAFE or name.startswith(_UNSAFE_PREFIXES):
+        if name in _UNSAFE or name.startswith(_UNSAFE_PREFIXES) or name in _ARRAY_CONSTRUCTORS:
             self.refuse(node, f"calls {name}")
         if name == "len" and len(args) == 1 and isinstance(args[0], View):
             return args[0].array.shape[len(args[0].prefix)]
-        if any(isinstance(v, View) for v in (*args, *keywords.values())):
+        if any(_holds_view(v) for v in (*args, *keywords.values())):
             self.refuse(node, f"passes an array to {name}")
         if name in _SAFE_BUILTINS and args and all(type(v) is int for v in args) and not keywords:
             return _int(_SAFE_BUILTINS[name](*args))
@@ -579,8 +591,7 @@ class _Body:
             self.refuse(node, f"calls {name} without all its arguments")
         # Kernel arrays reach a function only through its arguments: one given none touches no array, and
         # its value depends on its arguments alone (``dense_index(stride, i, j)``, called per element)
-        pure = not any(isinstance(v, View) or (isinstance(v, tuple) and any(isinstance(e, View) for e in v))
-                       for v in bound.values())
+        pure = not any(_holds_view(v) for v in bound.values())
         if pure:
             key = (id(function), tuple((k, type(v), v) for k, v in bound.items()))
             if key in self.ev._pure:
@@ -633,7 +644,7 @@ def _opaque_call(node: ast.Call, scope):
         if isinstance(part, ast.Call):
             name = _task._call_name(part.func)
             if (name is None or name in _FOLLOWED or name.startswith("atomic_") or name in _UNSAFE
-                    or name.startswith(_UNSAFE_PREFIXES)):
+                    or name.startswith(_UNSAFE_PREFIXES) or name in _ARRAY_CONSTRUCTORS):
                 return False
             target = _task._resolve(part.func, scope)
             if target is None:
@@ -662,7 +673,7 @@ def _inert_shape(node, scope):
     assigned: set[str] = set()
     roots: set[str] = set()
     for part in ast.walk(node):
-        if isinstance(part, (ast.Break, ast.Continue, ast.Return, ast.While)):
+        if isinstance(part, (ast.Break, ast.Continue, ast.Return, ast.While)):  # a while loop is never skipped
             return False
         if isinstance(part, ast.Call):
             name = _task._call_name(part.func)
@@ -675,15 +686,14 @@ def _inert_shape(node, scope):
             if target is None and getattr(wp, name, None) is None and name not in ("range", "int", "float", "bool",
                                                                                   "len", "abs", "min", "max"):
                 return False
-        if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Store):
-            assigned.add(part.id)
-        if isinstance(part, (ast.Subscript, ast.Attribute)):
+        if isinstance(part, ast.Name):
+            # a name read may hold an array the kernel writes, indexed or passed to a builtin
+            (assigned if isinstance(part.ctx, ast.Store) else roots).add(part.id)
+        if isinstance(part, (ast.Subscript, ast.Attribute)) and isinstance(part.ctx, ast.Store):
             base = part
             while isinstance(base, (ast.Subscript, ast.Attribute)):
                 base = base.value
-            if isinstance(base, ast.Name):
-                if isinstance(part.ctx, ast.Store):
-                    assigned.add(base.id)
-                if isinstance(part, ast.Subscript):
-                    roots.add(base.id)
+            if not isinstance(base, ast.Name):
+                return False
+            assigned.add(base.id)
     return frozenset(assigned), frozenset(roots)

@@ -88,6 +88,8 @@ def _evaluate(claim, data: bytes, blob, dim: tuple) -> tuple[str | None, tuple]:
         return str(refused), ()
     except RecursionError:
         return "nested too deeply to evaluate", ()
+    except Exception as error:  # noqa: BLE001 - an evaluator that fails on an unforeseen kernel: serial
+        return f"the footprint evaluation failed: {error!r}", ()
     why = _conflict(evaluation)
     if why is not None:
         return why, ()

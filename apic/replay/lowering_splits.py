@@ -1,7 +1,7 @@
-"""Lowering's parallel verdicts: which launches of kernels proved splittable (by task or by world) or claimed by
-footprint may run
-split across threads in this loaded or live graph, judged from the arena's relocated argument bytes, and
-why the others may not (``parallel_report``)."""
+"""Lowering's parallel verdicts: which launches of kernels proved splittable (by task or by world), or claimed
+by footprint, may run split across threads in this loaded or live graph, judged from the arena's relocated
+argument bytes (and, for footprint claims, the index data they reach), and why the others may not
+(``parallel_report``)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
         kernel = recording.kernels[op.kernel]
         args = op.args
         footprint = kernel.split_footprint if kernel.split_writes is None else None
+        data = None
         if footprint is not None:
             # judged on the launch's whole arguments (scalars too) and the index data they reach: once per
             # distinct content (a step's substeps launch alike), the guards made per launch
@@ -62,8 +63,9 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
                             for a in args.arrays))
         verdict = judged.get(key)
         if verdict is None:
-            at = arena.address(args) - arena.base
-            data = arena.buffer[at : at + len(args.data)].tobytes()
+            if data is None:
+                at = arena.address(args) - arena.base
+                data = arena.buffer[at : at + len(args.data)].tobytes()
             why = "backward launch" if op.adj_args is not None else None
             if why is None and kernel.cpu_blocks:
                 why = "runs as cooperative CPU blocks"

@@ -147,3 +147,59 @@ def test_saved_graph_replays_footprint_launches_serially(tmp_path):
     split.get_param("q", got[0])
     serial.get_param("q", got[1])
     assert np.array_equal(got[0].view(np.uint8), got[1].view(np.uint8))
+
+
+# The evaluator on kernels it must not accept (never compiled: it reads their AST only).
+STRIDE = 2
+
+
+@wp.kernel
+def binds_in_one_branch(x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    t = wp.tid()
+    if x[t] > 0.5:
+        STRIDE = 1  # noqa: N806 - shadows the module's STRIDE one way only
+    out[t * STRIDE] = 1.0
+
+
+@wp.kernel
+def zero_step(n: int, out: wp.array(dtype=float)):
+    t = wp.tid()
+    for i in range(0, n, 0):
+        out[t + i] = 1.0
+
+
+@wp.kernel
+def breaks_early(limit: wp.array(dtype=int), x: wp.array(dtype=float), out: wp.array(dtype=float)):
+    t = wp.tid()
+    k = int(0)
+    for i in range(4):
+        if x[t] > 0.5:  # unknown: k may stop at any iteration
+            break
+        k = i
+    out[t * 4 + k] = 1.0  # k is unknown after the loop
+
+
+def _evaluate(kernel, values: dict, tasks: int):
+    from apic.record.footprint_eval import Array, Evaluation, View
+
+    written = written_params(kernel)
+    args = {label: View(Array(label, v.ctypes.data, v.shape, v.strides, v.dtype, label in written))
+            if isinstance(v, np.ndarray) else v for label, v in values.items()}
+    evaluation = Evaluation(kernel, args, (tasks,), 100_000)
+    evaluation.run()
+    return evaluation
+
+
+@pytest.mark.parametrize(("kernel", "values", "reason"), [
+    (binds_in_one_branch, {"x": np.ones(4, np.float32), "out": np.zeros(8, np.float32)}, "not known"),
+    (zero_step, {"n": 3, "out": np.zeros(8, np.float32)}, "range is not known"),
+    (breaks_early, {"limit": np.zeros(4, np.int32), "x": np.ones(4, np.float32), "out": np.zeros(16, np.float32)},
+     "not known"),
+])
+def test_evaluator_refuses_what_it_cannot_follow(kernel, values, reason):
+    """A name bound one way only is unknown (not the module global it shadows), a zero step is no known
+    range, and a name a loop may leave at any iteration is unknown after it."""
+    from apic.record.footprint_eval import Refused
+
+    with pytest.raises(Refused, match=reason):
+        _evaluate(kernel, values, 4)
