@@ -89,6 +89,19 @@ def differing(serial_data, again_data, split_data) -> tuple[list[str], list[str]
     return unset, [name for name in a if name not in unset and not np.array_equal(raw(a[name]), raw(c[name]))]
 
 
+def interleaved(graph, thread_counts: list[int], rounds: int, steps: int) -> dict[int, list[float]]:
+    """ms per replay of ``graph`` on each thread count: ``rounds`` samples of ``steps`` replays each, the
+    counts interleaved and their order reversed every other round (a noisy machine slows them alike)."""
+    times = {threads: [] for threads in thread_counts}
+    for r in range(rounds):
+        for threads in (thread_counts if r % 2 == 0 else thread_counts[::-1]):
+            start = time.perf_counter()
+            for _ in range(steps):
+                wp.capture_launch(graph, threads=threads)
+            times[threads].append((time.perf_counter() - start) / steps * 1e3)
+    return times
+
+
 def _capture(step, model, data):
     with wp.ScopedCapture(device="cpu") as capture:
         step(model, data)
@@ -127,13 +140,7 @@ def main(argv=None) -> int:
         if differ:
             print(f"split replay differs from serial replay in {differ}")
             return 1
-        times = {1: [], args.threads: []}
-        for r in range(args.rounds):
-            for threads in (list(times) if r % 2 == 0 else list(times)[::-1]):
-                start = time.perf_counter()
-                for _ in range(args.steps):
-                    wp.capture_launch(split, threads=threads)
-                times[threads].append((time.perf_counter() - start) / args.steps * 1e3)
+        times = interleaved(split, [1, args.threads], args.rounds, args.steps)
         report = split.parallel_report(args.threads)
         ran = collections.Counter(e["kernel"] for e in report for _ in range(e["count"]) if e["chunks"])
         proved_keys = {k.key for k in split.recording.kernels if k.split_writes is not None}

@@ -32,6 +32,8 @@ import apic
 from apic._compat import quiet_warp
 from apic.replay.plan_costs import TIMED_REPLAYS
 
+from benchmarks.parallel import interleaved
+
 FPS, SUBSTEPS = 100, 10  # the example's
 
 
@@ -103,13 +105,7 @@ def main(argv=None) -> int:
     if differ:
         print(f"split replay differs from serial replay in {differ}")
         return 1
-    times = {1: [], args.threads: []}
-    for r in range(args.rounds):
-        for threads in (list(times) if r % 2 == 0 else list(times)[::-1]):
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                wp.capture_launch(split, threads=threads)
-            times[threads].append((time.perf_counter() - start) / args.steps * 1e3)
+    times = interleaved(split, [1, args.threads], args.rounds, args.steps)
     report = split.parallel_report(args.threads)
     ran = collections.Counter(e["kernel"] for e in report for _ in range(e["count"]) if e["chunks"])
     launches = sum(1 for op in split.recording.ops if type(op).__name__ == "Launch")

@@ -19,14 +19,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import warp as wp
 
 from apic._compat import quiet_warp
 from apic.replay.plan_costs import TIMED_REPLAYS
 
-from benchmarks.parallel import _capture, _scene, differing
+from benchmarks.parallel import _capture, _scene, differing, interleaved
 
 
 def main(argv=None) -> int:
@@ -60,13 +59,7 @@ def main(argv=None) -> int:
           f"CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of {args.steps} steps")
     print(f"after {replays} replays over threads {args.threads}: "
           + (f"differ from serial in {differ}" if differ else "every Data array equals the serial replay's"))
-    times = {threads: [] for threads in args.threads}
-    for r in range(args.rounds):
-        for threads in (args.threads if r % 2 == 0 else args.threads[::-1]):
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                wp.capture_launch(split, threads=threads)
-            times[threads].append((time.perf_counter() - start) / args.steps * 1e3)
+    times = interleaved(split, args.threads, args.rounds, args.steps)
     base = min(times[args.threads[0]])
     rows = []
     for threads, samples in times.items():

@@ -203,3 +203,9 @@ def test_evaluator_refuses_what_it_cannot_follow(kernel, values, reason):
 
     with pytest.raises(Refused, match=reason):
         _evaluate(kernel, values, 4)
+
+
+def test_report_says_a_footprint_split_holds_only_for_its_index_data():
+    _, _, graph = fk.run("running_sum", 2, "numba", replays=1)
+    (entry,) = graph.parallel_report(2)
+    assert entry["chunks"] > 1 and "judged by footprint" in entry["basis"], entry
