@@ -201,8 +201,8 @@ class Graph(NamedParams):
         its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
         serially; ``basis`` what decided either way (its tasks, or its measured time against the plan's
         boundary: ``apic.replay.plan_costs``; for a launch split by footprint, also that it runs serially at
-        a replay whose index data differ from what it was judged on). Then one entry per other kernel launched (``tasks`` 0,
-        ``count`` its launches), with why it was not proved splittable.
+        a replay whose index data differ from what it was judged on). Then one entry per other kernel
+        launched (``tasks`` 0, ``count`` its launches), with why it was not proved splittable.
 
         ``threads`` is checked and bounded as in :meth:`launch`: the report is that of the replay that runs."""
         threads = self._threads if threads is None else _check_threads(threads)

@@ -5,7 +5,8 @@ itself; the per-task function ``<name>_cpu_kernel_forward`` is ``static`` (a tem
 and so is not in the object's symbol table. Changing the bounds cannot select a slice either: the task
 index always starts at 0 and the thread id is computed from it and the bounds' shape. So this module
 appends one ``extern "C"`` entry per kernel to Warp's own generated module source (kept in the kernel
-cache next to the ``.o``) and compiles it with Warp's own CPU compiler and the module's options:
+cache next to the ``.o``) and compiles it with Warp's own CPU compiler and the module's options (once; later
+processes load it from :mod:`apic.replay.range_cache`):
 
     <name>_cpu_forward_range(bounds*, args*, size_t begin, size_t end)
 
@@ -26,7 +27,7 @@ import threading
 
 from apic import _compat
 from apic.record.recording import module_source
-from apic.replay import thread_count
+from apic.replay import range_cache, thread_count
 from apic.targets.cpu import CPU_LEVELS
 
 _ENTRY_RE = re.compile(r"WP_API void (\w+)_cpu_forward\(\s*(wp::launch_bounds_t(?:<\d+>)?)\s*\*?\s*dim")
@@ -118,7 +119,11 @@ def _range_object(module_name: str, module_exec) -> str:
         except UnicodeDecodeError:  # (a load refuses such a source; a live module's is Warp's own)
             raise LookupError(f"the generated source of module '{module_name}' is not UTF-8 text") from None
         text, _ = range_source(text)
-        image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
+        kept = range_cache.key(text.encode("utf-8"), options, level)
+        image = range_cache.load(kept)  # built by an earlier process
+        if image is None:
+            image = _compat.compile_cpu_source(text.encode("utf-8"), options, level)
+            range_cache.store(kept, image)
         handle = f"apic_range_{len(_loaded)}_{os.getpid()}"
         _compat.load_object(image, handle)
         _images[key], _loaded[key] = image, handle

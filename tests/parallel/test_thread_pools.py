@@ -28,7 +28,7 @@ import warp as wp
 
 import apic  # noqa: F401  (installs the shims)
 import persist_kernels as P
-from apic.replay import thread_count, threaded_launch
+from apic.replay import range_cache, thread_count, threaded_launch
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import TESTS, child_env, run_cli, same_bits
 
@@ -201,7 +201,9 @@ def test_nonsense_thread_counts_refused_on_the_command_line(tmp_path, bad, messa
 
 
 def _fork_child(*args: str) -> list:
-    done = subprocess.run([sys.executable, os.path.join(HERE, "fork_child.py"), *args], cwd=HERE, env=child_env(),
+    # a range object kept by an earlier process would load too fast to fork while it is built
+    env = {**child_env(), range_cache.VARIABLE: "0"}
+    done = subprocess.run([sys.executable, os.path.join(HERE, "fork_child.py"), *args], cwd=HERE, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
