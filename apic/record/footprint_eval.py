@@ -9,9 +9,9 @@ those contents:
 * a branch whose condition is known runs as the kernel runs it; one whose condition is unknown runs both
   ways, and a name the two ways leave different is unknown after it (``break``, ``continue`` and
   ``return`` under an unknown condition are joined the same way);
-* a loop runs its known iterations; a ``for`` whose range is unknown, or a ``while`` whose condition is,
-  is refused unless its body touches no array the kernel may write and calls no user function (it is
-  then skipped, and every name it assigns is unknown after it);
+* a loop runs its known iterations; a ``for`` whose range is unknown is refused unless its body touches
+  no array the kernel may write and calls no user function (it is then skipped, and every name it
+  assigns is unknown after it); a ``while`` whose condition is unknown is refused;
 * an access of an array the kernel may write must have known indices, inside the array;
 * arrays may only be indexed, measured (``len``, ``.shape``), passed to a user ``@wp.func`` or to an
   atomic; tiles, printing, ``store``/``address`` and calls through an expression are refused.
