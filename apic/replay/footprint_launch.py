@@ -19,7 +19,7 @@ from apic.record.layout import extent
 from apic.record.splittable import graph_launch_refusal
 from apic.targets import cpu as _cpu
 
-# Statements the evaluator may run for one launch (all its tasks): about a second of Python. A launch
+# Statements the evaluator may run for one launch (all its tasks): a few seconds of Python. A launch
 # needing more stays serial, saying so.
 STEP_BUDGET = 2_000_000
 
