@@ -1,7 +1,7 @@
 """Parallel CPU replay of newton's Featherstone solver: launches split by footprint, against serial.
 
-    python -m benchmarks.parallel_featherstone [--worlds 256] [--links 4] [--threads 2] [--rounds 7]
-                                               [--steps 3] [--min-tasks 4096]
+    python -m benchmarks.parallel_featherstone [--worlds 256] [--links 4] [--threads 2 [4 8 16]] [--rounds 7]
+                                               [--steps 3] [--min-tasks 4096] [--json PATH]
 
 The scene is the Featherstone layer of newton's own ``basic_multi_solver_overlay`` example: the example's
 ``num_links``-link pendulum chain, built by the example's own ``_build_pendulum_model``, replicated over
@@ -10,15 +10,17 @@ and 10 substeps, contacts off. Every Featherstone launch runs one task per artic
 writes flat arrays through index data (``articulation_start``, ``joint_child``, ``articulation_M_start``...),
 which only the footprint rule splits (docs/PARALLEL.md, "Splitting by footprint").
 
-Two graphs are captured from identical states; both replay the timed replays and a few more, one serially
-and one on ``--threads`` threads, and every state array must then be the same bit for bit. Then
-interleaved rounds time both; the ratio of minimums is the figure. Needs newton; no GPU.
+Two graphs are captured from identical states; one replays on each ``--threads`` count in turn (its timed
+replays and a few more), the other serially as often, and every state array must then be the same bit for
+bit. Then interleaved rounds time serial and every count; the ratio of minimums is the figure. Needs
+newton; no GPU: the 16-core machine of the GPU check runs it as its ``featherstone-scaling (optional)`` job.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import statistics
 import sys
@@ -81,10 +83,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", type=int, default=256)
     parser.add_argument("--links", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, nargs="+", default=[2], help="thread counts, each against serial")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3, help="frames per timed sample")
     parser.add_argument("--min-tasks", type=int, default=4096, help="min_tasks_per_thread (4096: the default)")
+    parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     quiet_warp()
     wp.init()
@@ -95,35 +98,49 @@ def main(argv=None) -> int:
     split_scene.simulate()
     serial, split = serial_scene.capture(), split_scene.capture()
     split.min_tasks_per_thread = args.min_tasks
+    counts = [t for t in dict.fromkeys(args.threads) if t > 1]
     started = time.perf_counter()
-    split.parallel_report(args.threads)  # lowering: the footprint evaluation, and the range entries' build
+    split.parallel_report(counts[0])  # lowering: the footprint evaluation, and the range entries' build
     lowered = time.perf_counter() - started
-    for _ in range(TIMED_REPLAYS + 2):
+    replays = 0
+    for threads in counts:  # each count's timed replays, then some on its plan
+        for _ in range(TIMED_REPLAYS + 2):
+            wp.capture_launch(split, threads=threads)
+            replays += 1
+    for _ in range(replays):
         wp.capture_launch(serial)
-        wp.capture_launch(split, threads=args.threads)
     differ = differing(serial_scene, split_scene)
     if differ:
         print(f"split replay differs from serial replay in {differ}")
         return 1
-    times = interleaved(split, [1, args.threads], args.rounds, args.steps)
-    report = split.parallel_report(args.threads)
-    ran = collections.Counter(e["kernel"] for e in report for _ in range(e["count"]) if e["chunks"])
+    times = interleaved(split, [1, *counts], args.rounds, args.steps)
     launches = sum(1 for op in split.recording.ops if type(op).__name__ == "Launch")
-    (s_min, s_med), (p_min, p_med) = ((min(t), statistics.median(t)) for t in times.values())
+    shares = {row.name: row.share for row in apic.profile(serial, replays=args.steps).rows if row.kind == "launch"}
+    s_min, s_med = min(times[1]), statistics.median(times[1])
     print(f"newton Featherstone ({args.links}-link chains), {args.worlds} worlds, warp-lang {wp.config.version}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of "
-          f"{args.steps} frames, ms per frame (min / median)")
-    print(f"serial {s_min:.2f} / {s_med:.2f}, threads={args.threads} {p_min:.2f} / {p_med:.2f}: ratio "
-          f"{p_min / s_min:.2f} (medians {p_med / s_med:.2f}); bit-identical to serial")
-    print(f"{sum(ran.values())} of {launches} launches on several threads: "
-          f"{', '.join(f'{k} x{n}' for k, n in ran.items()) or 'none'}")
-    shares = {row.name: row.share for row in apic.profile(serial, replays=args.steps).rows if row.kind == "launch"}
-    coverage = sum(shares.get(kernel, 0.0) for kernel in ran)
-    print(f"split coverage: {coverage:.1%} of a serial frame's time in kernels whose launches ran split (ideal "
-          f"ratio on {args.threads} threads: {1 - coverage + coverage / args.threads:.2f})")
-    kept = {e["kernel"]: e["why"] for e in report if not e["chunks"]}
-    print("serial: " + "; ".join(f"{k} {shares.get(k, 0.0):.1%} ({why[:100]})" for k, why in kept.items()))
+          f"{args.steps} frames, ms per frame (min / median); after {replays} replays on each side, every state "
+          f"array equals the serial replay's\nserial {s_min:.2f} / {s_med:.2f}")
+    rows = []
+    for threads in counts:
+        report = split.parallel_report(threads)
+        ran = collections.Counter(e["kernel"] for e in report for _ in range(e["count"]) if e["chunks"])
+        coverage = sum(shares.get(kernel, 0.0) for kernel in ran)
+        p_min, p_med = min(times[threads]), statistics.median(times[threads])
+        rows.append({"threads": threads, "min_ms": p_min, "median_ms": p_med, "ratio": p_min / s_min,
+                     "efficiency": s_min / p_min / threads, "split_launches": sum(ran.values()),
+                     "coverage": coverage, "ideal_ratio": 1 - coverage + coverage / threads})
+        print(f"threads={threads} {p_min:.2f} / {p_med:.2f}: ratio {p_min / s_min:.2f} (medians {p_med / s_med:.2f}), "
+              f"efficiency {rows[-1]['efficiency']:.0%}; {sum(ran.values())} of {launches} launches on several "
+              f"threads, {coverage:.1%} of a serial frame (ideal ratio {rows[-1]['ideal_ratio']:.2f})")
+    kept = {e["kernel"]: e["why"] for e in split.parallel_report(counts[0]) if not e["chunks"]}
+    print(f"serial at threads={counts[0]}: "
+          + "; ".join(f"{k} {shares.get(k, 0.0):.1%} ({why[:100]})" for k, why in kept.items()))
     print(f"lowering (footprint evaluation and range entries) {lowered:.1f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"worlds": args.worlds, "links": args.links, "cpus": os.cpu_count(), "serial_min_ms": s_min,
+                       "serial_median_ms": s_med, "lowering_s": lowered, "rows": rows}, f, indent=1)
     return 0
 
 

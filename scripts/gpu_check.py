@@ -99,6 +99,11 @@ def build_jobs(out: str, python: str = sys.executable, second_python: str | None
         Job("cpu-scaling (optional)", (python, "-m", "benchmarks.parallel_scaling", "--worlds", "1024", "--json",
                                        os.path.join(out, "parallel_scaling.json")), 300,
             optional=True, requires="mujoco_warp"),
+        # the same for newton's Featherstone step, split by footprint
+        Job("featherstone-scaling (optional)", (python, "-m", "benchmarks.parallel_featherstone", "--worlds", "1024",
+                                                "--threads", "2", "4", "8", "16", "--json",
+                                                os.path.join(out, "parallel_featherstone.json")), 300,
+            optional=True, requires="newton"),
     ]
 
 
@@ -384,7 +389,9 @@ def check(args: argparse.Namespace, results: dict, log) -> None:
         results["jobs"].append(run_job(job, min(job.timeout, left), log))
         for name, file, key in (("benchmark", "cuda_replay.json", "benchmark"),
                                 ("mujoco-warp benchmark (optional)", "cuda_mujoco.json", "client_benchmark"),
-                                ("cpu-scaling (optional)", "parallel_scaling.json", "cpu_scaling")):
+                                ("cpu-scaling (optional)", "parallel_scaling.json", "cpu_scaling"),
+                                ("featherstone-scaling (optional)", "parallel_featherstone.json",
+                                 "featherstone_scaling")):
             path = os.path.join(args.out, file)
             if job.name == name and os.path.exists(path):
                 with open(path) as f:

@@ -80,7 +80,7 @@ def test_every_job_names_what_exists(tmp_path, monkeypatch):
     jobs = {job.name: job for job in check.build_jobs(str(tmp_path), python="PY")}
     assert list(jobs) == ["cuda-gpu-tests", "cuda-conditional-tests", "benchmark", "mujoco-warp (optional)",
                           "mujoco-warp benchmark (optional)", "newton (optional)", "second-warp (optional)",
-                          "cuda-device-tests", "cpu-scaling (optional)"]
+                          "cuda-device-tests", "cpu-scaling (optional)", "featherstone-scaling (optional)"]
     assert jobs["cuda-gpu-tests"].argv[-1] == "tests/cuda/test_cuda_gpu.py"
     assert jobs["cuda-conditional-tests"].argv[-2:] == check.CONDITIONAL_TESTS
     assert jobs["benchmark"].argv[:3] == ("PY", "-m", "benchmarks.cuda_replay")
@@ -90,6 +90,9 @@ def test_every_job_names_what_exists(tmp_path, monkeypatch):
     assert "APIC_SECOND_PYTHON" in jobs["second-warp (optional)"].unavailable
     scaling = jobs["cpu-scaling (optional)"]
     assert scaling.argv[:3] == ("PY", "-m", "benchmarks.parallel_scaling") and scaling.requires == "mujoco_warp"
+    newton_scaling = jobs["featherstone-scaling (optional)"]
+    assert newton_scaling.argv[:3] == ("PY", "-m", "benchmarks.parallel_featherstone")
+    assert newton_scaling.requires == "newton" and newton_scaling.optional
     # a budget under the 10 minutes one device command may run, and no job longer than it
     assert check.DEFAULT_BUDGET <= 9 * 60 and all(job.timeout <= check.DEFAULT_BUDGET for job in jobs.values())
     for job in jobs.values():
