@@ -14,7 +14,8 @@ import numpy as np
 import warp as wp
 
 from apic import _compat
-from apic.record.footprint_eval import UNKNOWN, Array, Evaluation, Refused, View
+from apic.record.footprint_eval import Evaluation
+from apic.record.footprint_values import UNKNOWN, Array, Refused, View
 from apic.record.layout import extent
 from apic.record.splittable import graph_launch_refusal
 from apic.targets import cpu as _cpu

@@ -179,6 +179,15 @@ def breaks_early(limit: wp.array(dtype=int), x: wp.array(dtype=float), out: wp.a
     out[t * 4 + k] = 1.0  # k is unknown after the loop
 
 
+@wp.kernel
+def writes_through_made_array(address: wp.uint64, out: wp.array(dtype=float)):
+    t = wp.tid()
+    out[t] = 1.0
+    for k in range(4):  # stores into no kernel array by name: the array made from a pointer is the memory
+        made = wp.array(ptr=address, shape=(4,), dtype=float)
+        made[k] = float(t)
+
+
 def _evaluate(kernel, values: dict, tasks: int):
     from apic.record.footprint_eval import Array, Evaluation, View
 
@@ -195,10 +204,12 @@ def _evaluate(kernel, values: dict, tasks: int):
     (zero_step, {"n": 3, "out": np.zeros(8, np.float32)}, "range is not known"),
     (breaks_early, {"limit": np.zeros(4, np.int32), "x": np.ones(4, np.float32), "out": np.zeros(16, np.float32)},
      "not known"),
+    (writes_through_made_array, {"address": 0, "out": np.zeros(4, np.float32)}, "calls array"),
 ])
 def test_evaluator_refuses_what_it_cannot_follow(kernel, values, reason):
     """A name bound one way only is unknown (not the module global it shadows), a zero step is no known
-    range, and a name a loop may leave at any iteration is unknown after it."""
+    range, a name a loop may leave at any iteration is unknown after it, and a loop that makes an array from
+    a pointer is evaluated (not skipped as storing into locals only) and refused."""
     from apic.record.footprint_eval import Refused
 
     with pytest.raises(Refused, match=reason):
