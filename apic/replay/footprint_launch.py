@@ -44,7 +44,12 @@ class Guards:
 
     def hold(self) -> bool:
         """Whether every guarded byte is still what it was (the check the splitter makes natively)."""
-        return all(ctypes.string_at(a, n) == ctypes.string_at(c, n) for a, c, n in self.table.tolist())
+        return guards_hold(self.table.tolist())
+
+
+def guards_hold(rows) -> bool:
+    """Whether each ``(address, copy address, nbytes)`` of ``rows`` still holds its copy's bytes."""
+    return all(ctypes.string_at(a, n) == ctypes.string_at(c, n) for a, c, n in rows)
 
 
 def footprint_refusal(claim, data: bytes, blob, dim: tuple, region_span, evaluated: dict) -> tuple[str | None, tuple]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from apic.record import natives
 from apic.replay import table as tbl
+from apic.replay.footprint_launch import guards_hold
 
 _I64 = ctypes.c_int64
 # Every argument is a 64-bit integer and the result is ignored, as in the Numba intrinsics
@@ -165,8 +166,7 @@ def run_table(table: np.ndarray, repeats: int, limits=None, loops: int = 0) -> i
                 words = (_I64 * (count * tbl.ITEM_WORDS)).from_address(items)[:]
                 held = (_I64 * (3 * guard_count)).from_address(guards)[:] if guard_count else []
                 # a footprint launch whose index data or arguments changed runs serially: in order, in task order
-                serial = any(ctypes.string_at(held[g], held[g + 2]) != ctypes.string_at(held[g + 1], held[g + 2])
-                             for g in range(0, len(held), 3))
+                serial = not guards_hold(zip(held[0::3], held[1::3], held[2::3]))
                 with _split_lock:  # the copies' tile memory is one thread's at a time
                     for k in (range(count) if serial else reversed(range(count))):
                         entry, bounds, args_ptr, tasks, chunks, _first, per_thread = (
