@@ -4,6 +4,7 @@ process that replays a saved graph and cannot import the client's packages.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -58,10 +59,34 @@ def assert_same_arrays(eager: dict, replayed: dict, what: str) -> int:
     return len(eager)
 
 
+@contextlib.contextmanager
+def _empty_filled_with(byte: int):
+    """``wp.empty`` (as the client calls it, ``warp.empty``) returns arrays whose bytes are all ``byte``."""
+    original = wp.empty
+
+    def filled(*args, **kwargs):
+        arr = original(*args, **kwargs)
+        if arr.ptr and arr.capacity:
+            wp.array(ptr=arr.ptr, shape=(arr.capacity,), dtype=wp.uint8, device=arr.device).fill_(byte)
+        return arr
+
+    wp.empty = filled
+    try:
+        yield
+    finally:
+        wp.empty = original
+
+
 def zeroed_where_uninitialised(made):
     """A ``fresh()`` that calls ``made()`` (a client's state factory) and zeroes the arrays it leaves uninitialised
-    (``wp.empty``: they differ between two fresh objects), so that every fresh state is equal."""
-    first, second = warp_arrays(made()), warp_arrays(made())
+    (``wp.empty``: they differ between two fresh objects), so that every fresh state is equal.
+
+    The arrays are found by making the state twice with ``wp.empty`` filling two different byte patterns: two
+    plain calls may find the same bytes in fresh memory (both zero) and miss an array."""
+    with _empty_filled_with(0x5A):
+        first = warp_arrays(made())
+    with _empty_filled_with(0xA5):
+        second = warp_arrays(made())
     uninitialised = [name for name in first if not np.array_equal(raw(first[name]), raw(second[name]))]
 
     def fresh():
