@@ -18,6 +18,7 @@ from apic.record.footprint_eval import Evaluation
 from apic.record.footprint_values import UNKNOWN, Array, Refused, View
 from apic.record.layout import extent
 from apic.record.splittable import graph_launch_refusal
+from apic.replay import footprint_cache
 from apic.targets import cpu as _cpu
 
 # Statements the evaluator may run for one launch (all its tasks): a few seconds of Python. A launch
@@ -52,11 +53,14 @@ def guards_hold(rows) -> bool:
     return all(ctypes.string_at(a, n) == ctypes.string_at(c, n) for a, c, n in rows)
 
 
-def footprint_refusal(claim, data: bytes, blob, dim: tuple, region_span, evaluated: dict) -> tuple[str | None, tuple]:
+def footprint_refusal(claim, data: bytes, blob, dim: tuple, region_span, evaluated: dict,
+                      identity: bytes | None = None) -> tuple[str | None, tuple]:
     """``(why, index spans)`` of one launch: why it must stay serial, or None and the ``(address, nbytes)``
     of every index array whose contents decided the verdict (the launch's guards add its packed
     arguments and bounds). ``evaluated`` keeps evaluations by what they read: launches that differ only in
-    where the written arrays are (a step's substeps swap their states) are evaluated once."""
+    where the written arrays are (a step's substeps swap their states) are evaluated once. ``identity``
+    (the kernel's module hash and symbol) lets a verdict be kept for later processes
+    (:mod:`apic.replay.footprint_cache`); None keeps it in this process only."""
     why = graph_launch_refusal(data, blob, claim.writes, region_span)
     if why is not None:
         return why, ()
@@ -66,11 +70,32 @@ def footprint_refusal(claim, data: bytes, blob, dim: tuple, region_span, evaluat
     key = (id(claim.kernel), tuple(dim), bytes(key))
     found = evaluated.get(key)
     if found is None:
-        found = evaluated[key] = _evaluate(claim, data, blob, dim)
+        found = evaluated[key] = _evaluate(claim, data, blob, dim, identity)
     return found
 
 
-def _evaluate(claim, data: bytes, blob, dim: tuple) -> tuple[str | None, tuple]:
+def _evaluate(claim, data: bytes, blob, dim: tuple, identity: bytes | None) -> tuple[str | None, tuple]:
+    args, arrays = _launch_values(claim, data, blob)
+    kept = identity and footprint_cache.key(identity, dim, STEP_BUDGET, data, [slot.at for slot in blob.arrays],
+                                            arrays)
+    verdict = footprint_cache.load(kept) if kept else None
+    if verdict is None or not set(verdict[1]) <= arrays.keys():
+        verdict, keep = _judge(claim, args, dim)
+        if kept and keep:
+            footprint_cache.store(kept, *verdict)
+    why, labels = verdict
+    if why is not None:
+        return why, ()
+    spans = []
+    for label in sorted(labels):
+        array = arrays[label]
+        lo, hi = extent(array.ptr, array.dtype.itemsize, array.shape, array.strides)
+        spans.append((lo, hi - lo))
+    return None, tuple(spans)
+
+
+def _launch_values(claim, data: bytes, blob) -> tuple[dict, dict]:
+    """The evaluation's arguments (label -> value) and the launch's arrays (label -> ``Array``)."""
     slots = {slot.at: slot for slot in blob.arrays}
     written = set(claim.writes)
     args, arrays = {}, {}
@@ -87,24 +112,23 @@ def _evaluate(claim, data: bytes, blob, dim: tuple) -> tuple[str | None, tuple]:
         else:
             code = _SCALARS.get(arg_type)
             args[label] = struct.unpack_from(code, data, at)[0] if code else UNKNOWN
+    return args, arrays
+
+
+def _judge(claim, args: dict, dim: tuple) -> tuple[tuple[str | None, tuple], bool]:
+    """``((why, labels of the arrays the verdict rests on), whether it may be kept)``: an evaluator failure
+    on an unforeseen kernel, or Python's recursion limit, is this process's, not the launch's."""
     evaluation = Evaluation(claim.kernel, args, dim, STEP_BUDGET)
     try:
         evaluation.run()
     except Refused as refused:
-        return str(refused), ()
+        return (str(refused), ()), True
     except RecursionError:
-        return "nested too deeply to evaluate", ()
+        return ("nested too deeply to evaluate", ()), False
     except Exception as error:  # noqa: BLE001 - an evaluator that fails on an unforeseen kernel: serial
-        return f"the footprint evaluation failed: {error!r}", ()
+        return (f"the footprint evaluation failed: {error!r}", ()), False
     why = _conflict(evaluation)
-    if why is not None:
-        return why, ()
-    spans = []
-    for label in sorted(evaluation.concrete):
-        array = arrays[label]
-        lo, hi = extent(array.ptr, array.dtype.itemsize, array.shape, array.strides)
-        spans.append((lo, hi - lo))
-    return None, tuple(spans)
+    return ((why, ()) if why is not None else (None, tuple(sorted(evaluation.concrete)))), True
 
 
 def _element_dtype(dtype, elem_size: int) -> np.dtype:

@@ -72,7 +72,8 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
             index_spans = ()
             if footprint is not None:  # its launch check reads the launch's dim and index data
                 if why is None:
-                    why, index_spans = footprint_refusal(footprint, data, args, op.dim, region_span, evaluated)
+                    why, index_spans = footprint_refusal(footprint, data, args, op.dim, region_span, evaluated,
+                                                         _identity(recording, kernel))
                     # what the rules proved at capture said, then what the launch's footprint says
                     why = why and f"{kernel.split_refused}; by footprint, {why}"
             elif kernel.split_world is not None:  # its launch check reads the launch's dim
@@ -99,3 +100,11 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach,
                             guards))
     return tuple(splits), tuple(refusals)
+
+
+def _identity(recording, kernel) -> bytes | None:
+    """What names a kernel's code across processes: its module's content hash and its symbol (None: unknown)."""
+    module_hash = getattr(recording.modules[kernel.module].module_exec, "module_hash", None)
+    if not isinstance(module_hash, (bytes, str)) or not module_hash:
+        return None
+    return (module_hash if isinstance(module_hash, bytes) else module_hash.encode()) + b"/" + kernel.symbol.encode()

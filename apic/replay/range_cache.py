@@ -8,24 +8,22 @@ process loads it instead. The key is the SHA-256 of everything the object depend
 CPU and its features (Warp builds for the host, ``-march=native``: a cache folder shared by other machines
 must not hand one of them code for another CPU).
 
-Each file is the object followed by its own SHA-256: a truncated or damaged file (a process killed while
-writing, a full disk) fails that check and is built again, never loaded. Files are written to a temporary
-name and renamed into place. A folder that cannot be written, or ``APIC_RANGE_CACHE=0``, leaves every
-build in memory, once per process, as before.
+Files are kept by :mod:`apic.replay.kept_files` (a damaged one is built again, never loaded; a folder that
+cannot be written keeps nothing). ``APIC_RANGE_CACHE=0`` leaves every build in memory, once per process,
+as before.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 
 import warp as wp
 
 from apic import _compat
+from apic.replay import kept_files
 
 VARIABLE = "APIC_RANGE_CACHE"  # "0": neither read nor write the folder
-_DIGEST = hashlib.sha256().digest_size
+_KIND = "apic-range"
 
 
 def key(source: bytes, options: dict, level: str | None) -> str:
@@ -35,43 +33,11 @@ def key(source: bytes, options: dict, level: str | None) -> str:
     return hashlib.sha256(source + repr(facts).encode()).hexdigest()
 
 
-def _folder() -> str | None:
-    if os.environ.get(VARIABLE) == "0":
-        return None
-    cache = getattr(wp.config, "kernel_cache_dir", None)
-    return os.path.join(cache, "apic-range") if cache else None
-
-
 def load(name: str) -> bytes | None:
     """The object kept under ``name``, or None (none kept, a damaged file, no cache folder)."""
-    folder = _folder()
-    if folder is None:
-        return None
-    try:
-        with open(os.path.join(folder, name + ".o"), "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    image, digest = data[:-_DIGEST], data[-_DIGEST:]
-    if len(data) <= _DIGEST or hashlib.sha256(image).digest() != digest:
-        return None
-    return image
+    return kept_files.load(_KIND, VARIABLE, name + ".o")
 
 
 def store(name: str, image: bytes) -> None:
     """Keep ``image`` under ``name`` for later processes; a folder that cannot be written keeps nothing."""
-    folder = _folder()
-    if folder is None:
-        return
-    try:
-        os.makedirs(folder, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-        try:
-            with os.fdopen(handle, "wb") as f:
-                f.write(image + hashlib.sha256(image).digest())
-            os.replace(temporary, os.path.join(folder, name + ".o"))
-        except BaseException:
-            os.unlink(temporary)
-            raise
-    except OSError:  # a read-only or full cache folder: the object stays this process's
-        pass
+    kept_files.store(_KIND, VARIABLE, name + ".o", image)
