@@ -313,6 +313,11 @@ def arrays(inputs) -> list[np.ndarray]:
     return found
 
 
+def same_bits(eager, replayed) -> bool:
+    """Whether each array of ``replayed`` equals its counterpart in ``eager`` bit for bit."""
+    return all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
+
+
 def replay(graph, threads: int, interpreter: str) -> None:
     """One replay of ``graph`` on ``threads`` threads: ``wp.capture_launch`` (``interpreter`` "numba") or the
     reference interpreter running the parallel table itself ("reference")."""

@@ -24,15 +24,12 @@ import footprint_kernels as fk
 from apic.record.footprint import written_params
 from apic.replay import table as tbl
 from persist_helpers import child_env
+from world_kernels import same_bits
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 SPLIT = [name for name, case in fk.CASES.items() if case[4] == "split"]
 REFUSED = [name for name, case in fk.CASES.items() if case[4] != "split"]
-
-
-def _same(eager, replayed) -> bool:
-    return all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
 
 
 @pytest.mark.parametrize("interpreter", ["numba", "reference"])
@@ -45,7 +42,7 @@ def test_accepted_form_splits_by_footprint_as_eager(name, threads, interpreter):
     info = graph.recording.kernels[0]
     assert info.split_writes is None and info.split_footprint is not None, info
     assert (graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT).sum() == 1
-    assert _same(eager, replayed), name
+    assert same_bits(eager, replayed), name
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -54,7 +51,7 @@ def test_refused_form_stays_serial_with_its_reason(name):
     assert (graph.parallel_program(2).table[:, 0] != tbl.OP_SPLIT).all()
     (entry,) = graph.parallel_report(2)
     assert entry["chunks"] == 0 and fk.CASES[name][4] in entry["why"], entry
-    assert _same(eager, replayed), name
+    assert same_bits(eager, replayed), name
 
 
 def test_written_params_follow_functions_and_aliases():
@@ -77,7 +74,7 @@ def test_index_data_changed_after_planning_runs_serially(interpreter):
     launch runs serially, equal to eager on the new contents."""
     eager, replayed, graph = fk.run("running_sum", 2, interpreter, replays=4, mutate=_overlap)
     assert graph.parallel_report(2)[0]["chunks"] > 1  # still planned split: the guard decides at each replay
-    assert _same(eager, replayed)
+    assert same_bits(eager, replayed)
 
 
 def test_guards_cover_arguments_bounds_and_index_arrays():

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import world_kernels as wk
+from world_kernels import same_bits
 from apic.record.splittable import kernel_verdict
 from apic.record.world_split import world_verdict
 from apic.record.world_structs import is_struct
@@ -32,10 +33,6 @@ pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 SPLIT = [name for name, case in wk.CASES.items() if case[3] == "split"]
 REFUSED = [name for name, case in wk.CASES.items() if case[3] != "split"]
-
-
-def _same(eager, replayed) -> bool:
-    return all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
 
 
 @pytest.mark.parametrize("interpreter", ["numba", "reference"])
@@ -51,7 +48,7 @@ def test_accepted_form_splits_by_world_as_eager(name, threads, interpreter):
     by_task = kernel_verdict(kernel).splittable and not any(is_struct(a.type) for a in kernel.adj.args)
     assert info.split_writes and (info.split_world is None) == by_task, info
     assert (graph.parallel_program(threads).table[:, 0] == tbl.OP_SPLIT).sum() == 1
-    assert _same(eager, replayed), name
+    assert same_bits(eager, replayed), name
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -67,7 +64,7 @@ def test_refused_form_stays_serial_with_its_reason(name):
     else:
         assert world_verdict(kernel).splittable
         assert "rows" in entry["why"] or "overlaps" in entry["why"], entry
-    assert _same(eager, replayed), name
+    assert same_bits(eager, replayed), name
 
 
 @pytest.mark.parametrize(
@@ -189,7 +186,7 @@ def test_struct_with_a_64_bit_field_stays_serial():
         wp.capture_launch(graph, threads=2)
     (entry,) = graph.parallel_report(2)
     assert entry["chunks"] == 0 and "64-bit integer" in entry["why"], entry
-    assert _same(wk.arrays(eager), wk.arrays(replayed))
+    assert same_bits(wk.arrays(eager), wk.arrays(replayed))
 
 
 def test_launch_check_names_the_reason():

@@ -21,13 +21,13 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 import tile_kernels as tk
 from apic.record.world_split import world_verdict
 from apic.replay import table as tbl
 from persist_helpers import child_env
+from world_kernels import same_bits
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
@@ -35,10 +35,6 @@ SPLIT = [name for name, case in tk.CASES.items() if case[2] == "split"]
 REFUSED = [name for name, case in tk.CASES.items() if case[2] != "split"]
 SLOTS = tbl.OPCODES[tbl.OP_SPLIT].column("slots")
 ITEMS = tbl.OPCODES[tbl.OP_SPLIT].column("items")
-
-
-def _same(eager, replayed) -> bool:
-    return all(np.array_equal(a.view(np.uint8), b.view(np.uint8)) for a, b in zip(eager, replayed))
 
 
 @pytest.mark.parametrize("interpreter", ["numba", "reference"])
@@ -57,7 +53,7 @@ def test_accepted_tile_form_splits_by_world_as_eager(name, threads, interpreter)
     item = (ctypes.c_int64 * tbl.ITEM_WORDS).from_address(int(row[ITEMS]))[:]
     entries = (ctypes.c_int64 * slots).from_address(item[tbl.ITEM_PER_THREAD])[:]
     assert len(set(entries)) == slots, entries  # one loaded copy per thread slot
-    assert _same(eager, replayed), name
+    assert same_bits(eager, replayed), name
 
 
 @pytest.mark.parametrize("name", REFUSED)
@@ -67,7 +63,7 @@ def test_refused_tile_form_stays_serial_with_its_reason(name):
     (entry,) = graph.parallel_report(2)
     assert entry["chunks"] == 0 and "nor by world" in entry["why"], entry
     assert "other than the world" in world_verdict(tk.CASES[name][0]).reason
-    assert _same(eager, replayed), name
+    assert same_bits(eager, replayed), name
 
 
 def test_tile_print_is_refused():
