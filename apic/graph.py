@@ -201,7 +201,8 @@ class Graph(NamedParams):
         its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
         serially; ``basis`` what decided either way (its tasks, or its measured time against the plan's
         boundary: ``apic.replay.plan_costs``; for a launch split by footprint, also that it runs serially at
-        a replay whose index data differ from what it was judged on). Then one entry per other kernel
+        a replay whose index data differ from what it was judged on, and "(they differ now)" where the
+        memory holds such data now). Then one entry per other kernel
         launched (``tasks`` 0, ``count`` its launches), with why it was not proved splittable.
 
         ``threads`` is checked and bounded as in :meth:`launch`: the report is that of the replay that runs."""
@@ -217,6 +218,8 @@ class Graph(NamedParams):
             if chunks and split.guards is not None:
                 basis += ("; judged by footprint on the index data and arguments it held at lowering: a replay "
                           "where they differ runs it serially")
+                if not split.guards.hold():
+                    basis += " (they differ now)"
             if not chunks:
                 why = basis = (("threads=1" if threads == 1 else None) or _split_unavailable()
                                or self._range_missing.get(split.kernel) or basis + self._pending_why(threads))

@@ -73,7 +73,9 @@ def test_index_data_changed_after_planning_runs_serially(interpreter):
     """The plan split the launch on the first contents; after ``end`` changes, its guard sees it and the
     launch runs serially, equal to eager on the new contents."""
     eager, replayed, graph = fk.run("running_sum", 2, interpreter, replays=4, mutate=_overlap)
-    assert graph.parallel_report(2)[0]["chunks"] > 1  # still planned split: the guard decides at each replay
+    (entry,) = graph.parallel_report(2)
+    assert entry["chunks"] > 1, entry  # still planned split: the guard decides at each replay
+    assert entry["basis"].endswith("(they differ now)"), entry  # and the report says it differs now
     assert same_bits(eager, replayed)
 
 
@@ -217,3 +219,4 @@ def test_report_says_a_footprint_split_holds_only_for_its_index_data():
     _, _, graph = fk.run("running_sum", 2, "numba", replays=1)
     (entry,) = graph.parallel_report(2)
     assert entry["chunks"] > 1 and "judged by footprint" in entry["basis"], entry
+    assert "differ now" not in entry["basis"], entry
