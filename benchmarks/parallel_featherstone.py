@@ -1,7 +1,7 @@
 """Parallel CPU replay of newton's Featherstone solver: launches split by footprint, against serial.
 
     python -m benchmarks.parallel_featherstone [--worlds 256] [--links 4] [--threads 2 [4 8 16]] [--rounds 7]
-                                               [--steps 3] [--min-tasks 4096] [--json PATH]
+                                               [--steps 3] [--min-tasks 4096] [--loaded] [--json PATH]
 
 The scene is the Featherstone layer of newton's own ``basic_multi_solver_overlay`` example: the example's
 ``num_links``-link pendulum chain, built by the example's own ``_build_pendulum_model``, replicated over
@@ -12,7 +12,9 @@ which only the footprint rule splits (docs/PARALLEL.md, "Splitting by footprint"
 
 Two graphs are captured from identical states; one replays on each ``--threads`` count in turn (its timed
 replays and a few more), the other serially as often, and every state array must then be the same bit for
-bit. Then interleaved rounds time serial and every count; the ratio of minimums is the figure. Needs
+bit. Then interleaved rounds time serial and every count; the ratio of minimums is the figure. ``--loaded``:
+both graphs are saved with their generated source and loaded back first (the footprint verdicts sealed in
+the module manifests decide the split), and the state arrays are compared through bound outputs. Needs
 newton; no GPU: the 16-core machine of the GPU check runs it as its ``featherstone-scaling (optional)`` job.
 """
 
@@ -24,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -63,8 +66,8 @@ class Scene:
             self.solver.step(self.states[0], self.states[1], self.control, None, 1.0 / FPS / SUBSTEPS)
             self.states.reverse()
 
-    def capture(self):
-        with wp.ScopedCapture(device="cpu") as capture:
+    def capture(self, saveable: bool = False):
+        with wp.ScopedCapture(device="cpu", apic=saveable) as capture:
             self.simulate()
         return capture.graph
 
@@ -79,6 +82,17 @@ def differing(first: Scene, second: Scene) -> list[str]:
     return [name for name in a if not np.array_equal(a[name].view(np.uint8), b[name].view(np.uint8))]
 
 
+STATE = ("body_q", "body_qd", "joint_q", "joint_qd")  # what --loaded binds and compares
+
+
+def saved_and_loaded(graph, scene: Scene, folder: str, name: str):
+    """``graph`` saved with its generated source (``scene``'s first state bound as outputs) and loaded back."""
+    state = scene.states[0]
+    path = os.path.join(folder, name)
+    wp.capture_save(graph, path, outputs={n: getattr(state, n) for n in STATE}, source_fallback=True)
+    return wp.capture_load(path + ".wrp")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worlds", type=int, default=256)
@@ -87,6 +101,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3, help="frames per timed sample")
     parser.add_argument("--min-tasks", type=int, default=4096, help="min_tasks_per_thread (4096: the default)")
+    parser.add_argument("--loaded", action="store_true", help="replay the graphs saved and loaded back")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args(argv)
     quiet_warp()
@@ -96,7 +111,11 @@ def main(argv=None) -> int:
     serial_scene, split_scene = Scene(args.worlds, args.links), Scene(args.worlds, args.links)
     serial_scene.simulate()  # compile every module before capturing
     split_scene.simulate()
-    serial, split = serial_scene.capture(), split_scene.capture()
+    serial, split = serial_scene.capture(args.loaded), split_scene.capture(args.loaded)
+    if args.loaded:
+        folder = tempfile.mkdtemp(prefix="apic-featherstone-")
+        serial = saved_and_loaded(serial, serial_scene, folder, "serial")
+        split = saved_and_loaded(split, split_scene, folder, "split")
     split.min_tasks_per_thread = args.min_tasks
     counts = [t for t in dict.fromkeys(args.threads) if t > 1]
     started = time.perf_counter()
@@ -109,7 +128,11 @@ def main(argv=None) -> int:
             replays += 1
     for _ in range(replays):
         wp.capture_launch(serial)
-    differ = differing(serial_scene, split_scene)
+    if args.loaded:
+        differ = [n for n in STATE if not np.array_equal(serial.param_numpy(n).view(np.uint8),
+                                                         split.param_numpy(n).view(np.uint8))]
+    else:
+        differ = differing(serial_scene, split_scene)
     if differ:
         print(f"split replay differs from serial replay in {differ}")
         return 1
@@ -118,6 +141,7 @@ def main(argv=None) -> int:
     shares = {row.name: row.share for row in apic.profile(serial, replays=args.steps).rows if row.kind == "launch"}
     s_min, s_med = min(times[1]), statistics.median(times[1])
     print(f"newton Featherstone ({args.links}-link chains), {args.worlds} worlds, warp-lang {wp.config.version}, "
+          f"{'saved and loaded, ' if args.loaded else ''}"
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {args.rounds} interleaved rounds of "
           f"{args.steps} frames, ms per frame (min / median); after {replays} replays on each side, every state "
           f"array equals the serial replay's\nserial {s_min:.2f} / {s_med:.2f}")
@@ -140,7 +164,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"worlds": args.worlds, "links": args.links, "cpus": os.cpu_count(), "serial_min_ms": s_min,
-                       "serial_median_ms": s_med, "lowering_s": lowered, "rows": rows}, f, indent=1)
+                       "serial_median_ms": s_med, "lowering_s": lowered, "loaded": args.loaded, "rows": rows}, f,
+                      indent=1)
     return 0
 
 

@@ -80,10 +80,11 @@ def _blob_layout(blobs: list[rec.Blob], handles, meshes, slot_kinds: dict) -> di
 
 
 def build(recording, module: int, module_sha256: str, source_sha256: str | None = None,
-          slot_kinds: dict | None = None) -> bytes | None:
+          slot_kinds: dict | None = None, footprints: dict | None = None) -> bytes | None:
     """The canonical manifest bytes of module ``module`` of a recording (None if the graph launches none
     of its kernels on the CPU); ``source_sha256``: its saved generated C++ (``source_fallback=True``);
-    ``slot_kinds``: (region, offset) -> kind of each saved word that holds a handle's id."""
+    ``slot_kinds``: (region, offset) -> kind of each saved word that holds a handle's id; ``footprints``:
+    the graph's footprint verdicts to seal (``sealed_claims.seal_footprints``)."""
     slot_kinds = slot_kinds or {}
     meshes = mesh_indices(recording.handles)
     launches: dict[int, list] = {}
@@ -105,18 +106,24 @@ def build(recording, module: int, module_sha256: str, source_sha256: str | None 
            "kernels": [[symbol, *kernels[symbol]] for symbol in sorted(kernels)],
            # the kernels' parallel-replay claims, sealed with the code they describe (apic.format.sealed_claims)
            sealed_claims.FIELD: sealed_claims.seal(recording, sorted(launches))}
+    symbols = {recording.kernels[index].symbol for index in launches}
+    footprint = {symbol: verdicts for symbol, verdicts in sorted((footprints or {}).items()) if symbol in symbols}
+    if footprint:  # (only then: the manifests of graphs without any stay as they were)
+        doc[sealed_claims.FOOTPRINT_FIELD] = footprint
     return msgpack.packb(doc, use_bin_type=True)
 
 
-def add_manifests(recording, doc: dict, images: dict[str, bytes]) -> None:
+def add_manifests(recording, doc: dict, images: dict[str, bytes], footprints: dict | None = None) -> None:
     """Append to the object (and source) file of each CPU module of ``doc`` whose kernels the graph launches
-    its manifest; the files take new content-addressed names, and ``doc`` names them."""
+    its manifest (with ``footprints``' verdicts of its kernels); the files take new content-addressed names,
+    and ``doc`` names them."""
     slot_kinds = {(region, offset): recording.handles[handle].kind
                   for region, offset, handle in doc.get("handle_slots", [])}
     bare = dict(images)
     for index, entry in enumerate(doc["modules"]):
         source = entry.get("source")
-        data = build(recording, index, entry["sha256"], None if source is None else source["sha256"], slot_kinds)
+        data = build(recording, index, entry["sha256"], None if source is None else source["sha256"], slot_kinds,
+                     footprints)
         if data is None:
             continue
         for field, suffix in ((entry, cpu.MODULE_EXTENSION), (source, ".cpp")):

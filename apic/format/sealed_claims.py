@@ -12,6 +12,12 @@ save and a load takes them from there:
   lists ``symbol -> [writes, world rows or None, tiles]`` for each kernel proved splittable; a ``.wrp``
   whose claim for a kernel differs from it is refused. A manifest without the map (written before it, or a
   module whose file carries none) seals nothing: its kernels' claims are dropped and they replay serially.
+* a kernel's **footprint verdicts** (``footprint``: ``symbol -> [writes, [[digest, index offsets], ...]]``):
+  a kernel claimed by the footprint rule (``apic.record.footprint``) has no claim a load could check, since
+  its verdicts rest on the index data each launch held; a save made with the generated source (which a
+  threaded replay needs) seals the digest of each launch the parallel replay splits
+  (``apic.replay.footprint_launch.sealed_digest``), and a load splits a launch of that kernel only where it
+  has one of those digests. A manifest without the map seals none: those launches replay serially.
 * the module's **generated source** (``source_fallback=True``), which a threaded replay compiles to range
   entries: the manifest names its SHA-256 (``source_sha256``). A source whose SHA-256 is another is not
   kept for the loaded module (nor compiled, nor saved again with it), whatever the ``.wrp`` says of it.
@@ -25,8 +31,12 @@ import msgpack
 
 from apic.errors import FormatError
 from apic.format import schema
+from apic.record.footprint import SealedFootprint
+from apic.targets import files
 
 FIELD = "split"  # the manifest key of the sealed claims
+FOOTPRINT_FIELD = "footprint"  # ... and of the sealed footprint verdicts
+MAX_VERDICTS = 4096  # footprint verdicts sealed for one kernel (distinct arguments and index data)
 UNSEALED = ("its module's kernel manifest seals no parallel-safety claims (a file saved before they were "
             "sealed there, or a module file without a manifest): its launches replay serially")
 
@@ -41,6 +51,26 @@ def seal(recording, kernels) -> dict:
             sealed[info.symbol] = [list(info.split_writes),
                                    None if info.split_world is None else list(info.split_world),
                                    bool(info.split_tiles)]
+    return sealed
+
+
+def seal_footprints(graph) -> dict:
+    """``symbol -> [writes, [[digest, index offsets], ...]]`` of each kernel of ``graph`` (a CPU graph) whose
+    launches the parallel replay splits by footprint, from the launches whose index data are still those
+    they were judged on (for the manifest's ``footprint`` map). Judges the graph's launches where nothing
+    had yet (their footprint evaluation, as a first parallel replay does); nothing for a graph without
+    footprint claims."""
+    if not any(info.split_footprint is not None for info in graph.recording.kernels):
+        return {}
+    sealed = {}
+    for split in graph.program.splits:
+        if split.sealed is None or not split.guards.hold():
+            continue
+        info = graph.recording.kernels[split.kernel]
+        verdicts = sealed.setdefault(info.symbol, [list(info.split_footprint.writes), []])[1]
+        verdict = [split.sealed[0], list(split.sealed[1])]
+        if verdict not in verdicts:
+            verdicts.append(verdict)
     return sealed
 
 
@@ -78,6 +108,33 @@ def sealed(manifest: bytes, where: str) -> tuple[str | None, dict | None]:
     return source, claims
 
 
+def sealed_footprints(manifest: bytes, where: str) -> dict:
+    """``symbol -> SealedFootprint`` a module's carried ``manifest`` seals (empty: no ``footprint`` map)."""
+    try:
+        value = msgpack.unpackb(manifest, raw=False, strict_map_key=True, max_ext_len=0).get(FOOTPRINT_FIELD)
+    except Exception as error:  # noqa: BLE001 - any shape a damaged file can take
+        raise FormatError(f"invalid apic graph file: the kernel manifest of {where} cannot be read "
+                          f"({type(error).__name__})") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FormatError(f"invalid apic graph file: the kernel manifest of {where}: {FOOTPRINT_FIELD}: expected a map")
+    found = {}
+    for symbol, entry in value.items():
+        at = f"the kernel manifest of {where}: {FOOTPRINT_FIELD}[{str(symbol)[:64]!r}]"
+        if (not isinstance(symbol, str) or not isinstance(entry, list) or len(entry) != 2
+                or not isinstance(entry[1], list) or len(entry[1]) > MAX_VERDICTS):
+            raise FormatError(f"invalid apic graph file: {at}: expected [writes, at most {MAX_VERDICTS} verdicts]")
+        verdicts = []
+        for verdict in entry[1]:
+            if (not isinstance(verdict, list) or len(verdict) != 2 or not isinstance(verdict[0], str)
+                    or not files.SHA256.fullmatch(verdict[0])):
+                raise FormatError(f"invalid apic graph file: {at}: a verdict is not [sha256, index offsets]")
+            verdicts.append((verdict[0], _offsets(verdict[1], at)))
+        found[symbol] = SealedFootprint(_offsets(entry[0], at), tuple(verdicts))
+    return found
+
+
 def bind(saved, carried: dict) -> tuple:
     """The kernels of ``saved`` (a CPU graph) with the split claims their modules' manifests seal.
 
@@ -85,10 +142,15 @@ def bind(saved, carried: dict) -> tuple:
     load runs (``apic.format.source.LoadFiles.manifests``). A kernel claims what its manifest's ``split``
     map says, exactly, or the file is refused (a ``FormatError`` naming the kernel); a kernel of a module
     without that map (an older file) has its claim dropped and replays serially."""
-    tables = {index: sealed(manifest, f"module file '{saved.modules[index].file}'")[1]
-              for index, (manifest, _) in carried.items()}
+    tables, footprints = {}, {}
+    for index, (manifest, _) in carried.items():
+        where = f"module file '{saved.modules[index].file}'"
+        tables[index], footprints[index] = sealed(manifest, where)[1], sealed_footprints(manifest, where)
     kernels = []
     for index, info in enumerate(saved.recording.kernels):
+        footprint = footprints.get(info.module, {}).get(info.symbol)
+        if footprint is not None and info.split_writes is None and not info.adjoint:
+            info = dataclasses.replace(info, split_footprint=footprint)
         claims = tables.get(info.module)
         if claims is None:
             if info.split_writes is not None:

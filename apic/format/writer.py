@@ -32,6 +32,7 @@ from apic.format import handles as wire_handles
 from apic.format import manifest_build
 from apic.format import publish as publication
 from apic.format import schema
+from apic.format import sealed_claims
 from apic.format import source as source_format
 from apic.format.write_bindings import binding_wire, collect_bindings, scalar_binding_wire, target_of
 from apic.format.write_ops import blob as blob_wire
@@ -349,5 +350,7 @@ def serialize(graph, inputs=None, outputs=None, source_fallback: bool = False,
     if parts.manifests:
         # each module's kernel manifest (the argument layouts its kernels expect, and its source's SHA-256),
         # beside the module binary: what a load checks the file's launches against
-        manifest_build.add_manifests(graph.recording, doc, images)
+        # and, saved with the source a threaded replay compiles, the footprint verdicts of its split launches
+        footprints = sealed_claims.seal_footprints(graph) if source_fallback else None
+        manifest_build.add_manifests(graph.recording, doc, images, footprints)
     return encode(doc), images

@@ -12,8 +12,10 @@ is a plain ``wp.array``. The evaluation itself runs at lowering, per launch, on 
 arrays as they are then (:mod:`apic.replay.footprint_launch`), and each split replay checks those bytes
 again before it splits (the row's guards): other contents run the launch serially.
 
-Footprint claims are live only: they hold the kernel object (its AST), so a saved graph carries none and
-its footprint launches replay serially when loaded.
+Footprint claims are live only: they hold the kernel object (its AST). A save seals, in the kernel manifest
+of each module, the verdicts of the launches that split (:class:`SealedFootprint`: the digest of what each
+rested on); a loaded graph splits a launch whose arguments and index data have a sealed verdict's digest,
+and replays the others serially.
 """
 
 from __future__ import annotations
@@ -35,6 +37,16 @@ class FootprintClaim:
     kernel: object = field(compare=False, repr=False)
     args: tuple = field(compare=False, repr=False)
     writes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SealedFootprint:
+    """A loaded kernel's footprint verdicts, as its module's kernel manifest seals them: ``writes`` as a
+    claim's; ``verdicts`` the ``(digest, offsets)`` of each launch judged splittable at save, ``offsets`` the
+    byte offsets of the index arrays whose contents it rested on (``footprint_launch.sealed_digest``)."""
+
+    writes: tuple[int, ...]
+    verdicts: tuple[tuple[str, tuple[int, ...]], ...]
 
 
 def footprint_claim(kernel, args_layout) -> FootprintClaim | None:

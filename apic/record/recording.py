@@ -48,7 +48,8 @@ class KernelInfo:
     # parallel_report; not saved
     split_refused: str = ""
     # ... or, for a kernel neither rule proved, its claim to the footprint rule (apic.record.footprint): each
-    # launch is judged at lowering on the index data it holds. Live only: it holds the kernel; not saved
+    # launch is judged at lowering on the index data it holds. Live: a FootprintClaim (it holds the kernel,
+    # not saved); loaded: the SealedFootprint its module's manifest seals (apic.format.sealed_claims)
     split_footprint: Any = field(default=None, repr=False, compare=False)
 
     @property

@@ -62,12 +62,9 @@ def key(identity: bytes, dim: tuple, budget: int, data: bytes, array_offsets, ar
     fingerprint = _evaluator_fingerprint()
     if fingerprint is None:
         return None
-    normalized = bytearray(data)
-    for at in array_offsets:  # an address decides nothing the evaluation reads: only whether it is null
-        normalized[at : at + 16] = (b"\1" if any(normalized[at : at + 8]) else b"\0") + bytes(15)
     digest = hashlib.sha256()
     for part in (fingerprint, wp.config.version.encode(), repr((tuple(dim), budget)).encode(), identity,
-                 bytes(normalized)):
+                 addresses_reduced(data, array_offsets)):
         digest.update(len(part).to_bytes(8, "little") + part)
     for label in sorted(arrays):
         array = arrays[label]
@@ -76,6 +73,15 @@ def key(identity: bytes, dim: tuple, budget: int, data: bytes, array_offsets, ar
             digest.update(len(label).to_bytes(8, "little") + label.encode() + (hi - lo).to_bytes(8, "little"))
             digest.update(ctypes.string_at(lo, hi - lo))
     return digest.hexdigest()
+
+
+def addresses_reduced(data: bytes, array_offsets) -> bytes:
+    """``data`` (packed arguments) with each array descriptor's address and gradient address at
+    ``array_offsets`` reduced to whether the address is null: the evaluation never reads an address."""
+    reduced = bytearray(data)
+    for at in array_offsets:
+        reduced[at : at + 16] = (b"\1" if any(reduced[at : at + 8]) else b"\0") + bytes(15)
+    return bytes(reduced)
 
 
 def load(name: str) -> tuple[str | None, tuple[str, ...]] | None:

@@ -143,9 +143,11 @@ CHILD = textwrap.dedent(  # raw: the regular expression below is the child's
     for name, file in job["set"].items():
         p = graph.params[name]
         graph.set_param(name, wp.array(np.load(file), dtype=dtype_of(p["dtype"]), shape=p["shape"], device="cpu"))
+    graph.min_tasks_per_thread = job["min_tasks"]
     for _ in range(job["iters"]):
-        wp.capture_launch(graph)
+        wp.capture_launch(graph, threads=job["threads"])
     wp.synchronize()
+    split = sorted({e["kernel"] for e in graph.parallel_report(job["threads"]) if e["chunks"] > 1})
     for name, file in job["get"].items():
         p = graph.params[name]
         out = wp.empty(shape=p["shape"], dtype=dtype_of(p["dtype"]), device="cpu")
@@ -159,14 +161,15 @@ CHILD = textwrap.dedent(  # raw: the regular expression below is the child's
         else:
             raise AssertionError(f"the child could import {name}")
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in blocked)
-    print(json.dumps({"client_modules": loaded}))
+    print(json.dumps({"client_modules": loaded, "split": split}))
     """
 )
 
 
 def replay_without(blocked: tuple[str, ...], path: str, iters: int, set_: dict, get: dict, cwd, device: str = "cpu",
-                   mode: str | None = None) -> dict:
-    """Run ``CHILD`` in a fresh interpreter with ``blocked`` packages unimportable; its JSON report.
+                   mode: str | None = None, threads: int = 1, min_tasks: int = 4096) -> dict:
+    """Run ``CHILD`` in a fresh interpreter with ``blocked`` packages unimportable; its JSON report (``split``:
+    the kernels its replays on ``threads`` threads split, with ``min_tasks`` tasks per thread at least).
 
     The graph loads onto ``device``; ``mode`` is a loaded CUDA graph's replay path ("graph" or "launch")."""
     env = dict(os.environ)
@@ -175,7 +178,7 @@ def replay_without(blocked: tuple[str, ...], path: str, iters: int, set_: dict, 
     kept = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and not os.path.abspath(p).startswith(tests)]
     env["PYTHONPATH"] = os.pathsep.join([REPO, *kept])
     job = {"blocked": list(blocked), "path": path, "iters": iters, "set": set_, "get": get, "device": device,
-           "mode": mode}
+           "mode": mode, "threads": threads, "min_tasks": min_tasks}
     result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], cwd=cwd, env=env, capture_output=True,
                             text=True, timeout=600)
     assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"

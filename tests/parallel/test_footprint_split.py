@@ -128,26 +128,6 @@ def test_mutation_without_guards_is_caught():
     assert _mutant("no guards") == {"split": True, "same": False}
 
 
-def test_saved_graph_replays_footprint_launches_serially(tmp_path):
-    """A footprint claim holds the kernel's AST, which a saved graph does not carry: loaded, its launches
-    replay serially, as a serial replay does, and the report says why."""
-    kernel, tasks, make, layout, _ = fk.CASES["children"]
-    inputs = make(np.random.default_rng(3), layout)
-    with wp.ScopedCapture(device=fk.CPU, apic=True) as capture:
-        wp.launch(kernel, dim=tasks, inputs=inputs, device=fk.CPU)
-    wp.capture_save(capture.graph, str(tmp_path / "g"), outputs={"q": inputs[-1]}, source_fallback=True)
-    split, serial = (wp.capture_load(str(tmp_path / "g.wrp")) for _ in range(2))
-    split.min_tasks_per_thread = 1
-    (entry,) = split.parallel_report(2)
-    assert entry["chunks"] == 0 and entry["why"] == "not proved splittable when captured", entry
-    wp.capture_launch(split, threads=2)
-    wp.capture_launch(serial)
-    got = [np.zeros(len(inputs[-1]), dtype=np.float32) for _ in range(2)]
-    split.get_param("q", got[0])
-    serial.get_param("q", got[1])
-    assert np.array_equal(got[0].view(np.uint8), got[1].view(np.uint8))
-
-
 # The evaluator on kernels it must not accept (never compiled: it reads their AST only).
 STRIDE = 2
 
