@@ -110,9 +110,12 @@ class GraphPool:
     """``actors`` Ray actors, each holding one loaded copy of ``graph``, for replays with parameter sets.
 
     ``graph``: a captured (or loaded) apic graph, saved to memory here with ``inputs`` / ``outputs`` as
-    ``capture_save`` names them; or a ``(data, modules)`` pair; or the ObjectRef :func:`put_graph` gave.
-    Ray must be initialised (``ray.init``) first. ``threads``: each replay's thread count (and each
-    actor's ``num_cpus``, unless ``actor_options`` says otherwise). ``max_restarts`` / ``max_task_retries``:
+    ``capture_save`` names them and ``save_options`` (``capture_save``'s keywords); or a ``(data, modules)``
+    pair; or the ObjectRef :func:`put_graph` gave. Ray must be initialised (``ray.init``) first.
+    ``threads``: each replay's thread count (and each actor's ``num_cpus``, unless ``actor_options`` says
+    otherwise); above 1, a graph saved here is saved with ``source_fallback=True`` unless ``save_options``
+    says otherwise: the actors' replays split only launches whose module's generated source they hold
+    (docs/PARALLEL.md, "Saved graphs"). ``max_restarts`` / ``max_task_retries``:
     Ray's, for actors whose process dies. ``load_timeout``: seconds to wait for the actors to load the
     graph; a worker that cannot load it (another CPU, another warp-lang that refuses the file) raises
     apic's error naming the worker, and the pool is shut down.
@@ -120,10 +123,12 @@ class GraphPool:
 
     def __init__(self, graph, actors: int = 1, *, inputs=None, outputs=None, threads: int | None = None,
                  max_restarts: int = 3, max_task_retries: int = 3, load_timeout: float = DEFAULT_LOAD_TIMEOUT,
-                 actor_options: Mapping | None = None) -> None:
+                 actor_options: Mapping | None = None, save_options: Mapping | None = None) -> None:
         if type(actors) is not int or actors < 1:
             raise ValueError(f"actors must be an int >= 1, got {actors!r}")
-        self.ref = graph if isinstance(graph, ray.ObjectRef) else put_graph(graph, inputs, outputs)
+        if not isinstance(graph, ray.ObjectRef):
+            save_options = {"source_fallback": bool(threads and threads > 1), **dict(save_options or {})}
+        self.ref = graph if isinstance(graph, ray.ObjectRef) else put_graph(graph, inputs, outputs, **save_options)
         self.threads = threads
         self._load_timeout = load_timeout
         options = {"num_cpus": threads or 1, "max_restarts": max_restarts, "max_task_retries": max_task_retries,

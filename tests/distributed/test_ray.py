@@ -242,6 +242,21 @@ def test_a_pool_takes_the_graph_itself_or_one_object_store_reference(cluster):
     assert sorted(a) == ["x"] and same_bits(a["x"], b["x"]) and same_bits(a["x"], rk.eager(2, 0.004)["x"])
 
 
+def test_a_pool_with_threads_ships_the_source_its_replays_split_with(cluster):
+    """Above one thread, the graph a pool saves carries its modules' generated source (a loaded graph splits
+    only launches whose source it holds, docs/PARALLEL.md); ``save_options`` can say otherwise; results
+    equal eager either way."""
+    graph, x, v = rk.capture(dt=0.004)
+    kinds = {}
+    for threads, options in ((2, None), (None, None), (2, {"source_fallback": False})):
+        with apic_ray.GraphPool(graph, outputs={"x": x}, threads=threads, actor_options=SHARE,
+                                save_options=options) as pool:
+            _, modules = ray.get(pool.ref)
+            kinds[(threads, bool(options))] = any(name.endswith(".cpp") for name in modules)
+            assert same_bits(pool.run(steps=2)["x"], rk.eager(2, 0.004)["x"])
+    assert kinds == {(2, False): True, (None, False): False, (2, True): False}
+
+
 def test_the_example_sweeps_the_demo_scene_on_its_own_cluster(tmp_path):
     import subprocess
     import sys
