@@ -23,6 +23,8 @@ from apic.record.footprint_values import Array
 from apic.replay import footprint_cache
 from persist_helpers import child_env
 
+pytestmark = [pytest.mark.warp_version]
+
 
 _CHILD = textwrap.dedent(
     """
@@ -71,7 +73,6 @@ def cache(tmp_path):
     return tmp_path / "kernels"
 
 
-@pytest.mark.warp_version
 @pytest.mark.parametrize("case", ["children", "children_shared"])
 def test_a_later_process_reads_the_verdict_an_earlier_one_made(cache, case):
     first = _child(cache, case)
