@@ -141,7 +141,8 @@ def bind(saved, carried: dict) -> tuple:
     ``carried``: module index -> ``(manifest, what)`` of the manifest carried by the file whose code the
     load runs (``apic.format.source.LoadFiles.manifests``). A kernel claims what its manifest's ``split``
     map says, exactly, or the file is refused (a ``FormatError`` naming the kernel); a kernel of a module
-    without that map (an older file) has its claim dropped and replays serially."""
+    without that map (an older file) has its claim dropped and replays serially. A forward kernel without a
+    split claim takes the footprint verdicts its manifest's ``footprint`` map seals, if any."""
     tables, footprints = {}, {}
     for index, (manifest, _) in carried.items():
         where = f"module file '{saved.modules[index].file}'"
