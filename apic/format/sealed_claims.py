@@ -25,6 +25,7 @@ save and a load takes them from there:
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 
 import msgpack
@@ -32,6 +33,7 @@ import msgpack
 from apic.errors import FormatError
 from apic.format import schema
 from apic.record.footprint import SealedFootprint
+from apic.replay.footprint_launch import sealed_digest
 from apic.targets import files
 
 FIELD = "split"  # the manifest key of the sealed claims
@@ -64,11 +66,14 @@ def seal_footprints(graph) -> dict:
         return {}
     sealed = {}
     for split in graph.program.splits:
-        if split.sealed is None or not split.guards.hold():
+        # guards that hold: the arguments and index data are still those the verdict was made on
+        if split.footprint is None or not split.guards.hold():
             continue
+        offsets, blob, dim = split.footprint
+        digest = sealed_digest(ctypes.string_at(split.args, len(blob.data)), blob, dim, offsets)
         info = graph.recording.kernels[split.kernel]
         verdicts = sealed.setdefault(info.symbol, [list(info.split_footprint.writes), []])[1]
-        verdict = [split.sealed[0], list(split.sealed[1])]
+        verdict = [digest, list(offsets)]
         if verdict not in verdicts:
             verdicts.append(verdict)
     return sealed

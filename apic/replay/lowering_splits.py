@@ -9,7 +9,7 @@ import numpy as np
 
 from apic.record.splittable import graph_launch_refusal
 from apic.record.footprint import SealedFootprint
-from apic.replay.footprint_launch import Guards, footprint_refusal, index_spans, sealed_digest, sealed_refusal
+from apic.replay.footprint_launch import Guards, footprint_refusal, index_spans, sealed_refusal
 from apic.record.world_launch import world_launch_refusal
 from apic.replay import split_planner
 from apic.replay.program import Split
@@ -70,7 +70,7 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
             why = "backward launch" if op.adj_args is not None else None
             if why is None and kernel.cpu_blocks:
                 why = "runs as cooperative CPU blocks"
-            sealed = None
+            offsets = None  # a footprint launch that may split: the index arrays its verdict rests on
             if footprint is not None:  # its launch check reads the launch's dim and index data
                 if why is None:
                     if isinstance(footprint, SealedFootprint):  # a loaded kernel: its verdicts sealed at save
@@ -80,8 +80,7 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
                                                          _identity(recording, kernel))
                     # what the rules proved at capture said, then what the launch's footprint says
                     why = why and "; ".join(filter(None, (kernel.split_refused, f"by footprint, {why}")))
-                    if why is None:  # what a save seals of it (the contents it rests on are the memory's now)
-                        sealed = (sealed_digest(data, args, op.dim, offsets), offsets)
+                    offsets = offsets if why is None else None
             elif kernel.split_world is not None:  # its launch check reads the launch's dim
                 why = why or world_launch_refusal(data, args, kernel.split_writes, kernel.split_world, op.dim,
                                                   region_span)
@@ -89,22 +88,23 @@ def splits(recording, arena: Arena, bases: list[int], launch_rows: dict, sequenc
                 why = why or graph_launch_refusal(data, args, kernel.split_writes, region_span)
             writes = kernel.split_writes if footprint is None else footprint.writes
             spans = None if why is not None else split_planner.launch_spans(args, writes, region_span)
-            verdict = judged[key] = (why, spans, sealed)
-        why, spans, sealed = verdict
+            verdict = judged[key] = (why, spans, offsets)
+        why, spans, offsets = verdict
         if why is not None:
             refusals.append((op.kernel, why))
             continue
-        guards = None
-        if sealed is not None:  # (data: read above, for every footprint launch)
+        guards = sealable = None
+        if offsets is not None:  # (data: read above, for every footprint launch)
             guards = Guards([(arena.address(args), len(args.data)), (arena.address(op.bounds), len(op.bounds.data)),
-                             *index_spans(data, args, sealed[1])])
+                             *index_spans(data, args, offsets)])
+            sealable = (offsets, args, op.dim)
         writes, reach = spans
         tasks = tasks_of.get(op.dim)
         if tasks is None:
             tasks = tasks_of[op.dim] = int(np.prod(op.dim, dtype=np.int64)) if op.dim else 1
         rows = order[start:end]
         splits.append(Split(rows, op.kernel, arena.address(op.bounds), arena.address(op.args), tasks, writes, reach,
-                            guards, sealed))
+                            guards, sealable))
     return tuple(splits), tuple(refusals)
 
 

@@ -90,8 +90,8 @@ class Split:
     reach: tuple  # (address, nbytes) of every region its arguments point into
     # a launch split by footprint: the bytes its verdict rests on (footprint_launch.Guards), checked before it splits
     guards: object = None
-    # ... and what a save seals of its verdict: (digest, index offsets) (footprint_launch.sealed_digest)
-    sealed: tuple | None = None
+    # ... and what a save seals of its verdict (sealed_claims.seal_footprints): (index offsets, its Blob, its dim)
+    footprint: tuple | None = None
 
 
 @dataclass
