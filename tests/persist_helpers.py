@@ -76,6 +76,15 @@ CHILD = textwrap.dedent(
 )
 
 
+def kept_in(cache, kind: str) -> list[str]:
+    """The files apic keeps as ``kind`` (``apic-range``, ``apic-footprint``) under a Warp kernel cache folder
+    ``cache``, temporaries included (Warp puts its cache in a folder per version)."""
+    import glob
+
+    return sorted(glob.glob(os.path.join(cache, "**", kind, "*"), recursive=True)
+                  + glob.glob(os.path.join(cache, "**", kind, ".*"), recursive=True))
+
+
 def child_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)

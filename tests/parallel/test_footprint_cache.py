@@ -7,7 +7,6 @@ is a real child with its own Warp kernel cache folder, replaying a real launch a
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ import pytest
 import footprint_kernels as fk
 from apic.record.footprint_values import Array
 from apic.replay import footprint_cache
-from persist_helpers import child_env
+from persist_helpers import child_env, kept_in
 
 pytestmark = [pytest.mark.warp_version]
 
@@ -62,12 +61,6 @@ def _child(cache, case: str = "children", seed: int = 5, **env) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _kept(cache) -> list[str]:
-    """The files of the child's footprint cache (temporaries included: Warp's cache has a folder per version)."""
-    return sorted(glob.glob(os.path.join(cache, "**", "apic-footprint", "*"), recursive=True)
-                  + glob.glob(os.path.join(cache, "**", "apic-footprint", ".*"), recursive=True))
-
-
 @pytest.fixture
 def cache(tmp_path):
     return tmp_path / "kernels"
@@ -78,7 +71,7 @@ def test_a_later_process_reads_the_verdict_an_earlier_one_made(cache, case):
     first = _child(cache, case)
     assert first["evaluated"] == 1 and first["same"], first
     assert (first["chunks"] > 1) == (fk.CASES[case][4] == "split"), first
-    (kept,) = _kept(cache)
+    (kept,) = kept_in(cache, "apic-footprint")
     assert not os.path.basename(kept).startswith(".")  # renamed into place, no temporary left
     second = _child(cache, case)
     assert second == {**first, "evaluated": 0}  # the same plan, reasons and guards, bit for bit as eager
@@ -91,7 +84,7 @@ def test_other_index_data_is_evaluated_again(cache, case, seed):
     other = _child(cache, case, seed)
     assert other["evaluated"] == 1 and other["same"], other
     assert (other["chunks"] > 1) == (fk.CASES[case][4] == "split") and first["chunks"] > 1
-    assert len(_kept(cache)) == 2
+    assert len(kept_in(cache, "apic-footprint")) == 2
 
 
 def _signed(contents: bytes) -> bytes:
@@ -102,7 +95,7 @@ def _signed(contents: bytes) -> bytes:
 @pytest.mark.parametrize("damage", ["flipped", "an array it lacks"])
 def test_a_damaged_or_foreign_file_is_evaluated_again(cache, damage):
     first = _child(cache, "children_shared")  # refused: a forged "split" must not be what decides
-    (path,) = _kept(cache)
+    (path,) = kept_in(cache, "apic-footprint")
     data = open(path, "rb").read()
     damaged = {"flipped": data[:5] + bytes([data[5] ^ 1]) + data[6:],
                "an array it lacks": _signed(b'{"why": null, "concrete": ["nowhere"]}')}[damage]
@@ -132,7 +125,7 @@ def test_switched_off_keeps_nothing(cache):
     off = {footprint_cache.VARIABLE: "0"}
     first = _child(cache, **off)
     assert first["evaluated"] == 1 and first["chunks"] > 1 and first["same"]
-    assert _kept(cache) == []
+    assert kept_in(cache, "apic-footprint") == []
     assert _child(cache, **off) == first
 
 

@@ -6,7 +6,6 @@ its own Warp kernel cache folder, splitting a real launch against eager.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess
@@ -16,7 +15,7 @@ import textwrap
 import pytest
 
 from apic.replay import range_cache
-from persist_helpers import child_env
+from persist_helpers import child_env, kept_in
 
 pytestmark = [pytest.mark.warp_version]
 
@@ -68,12 +67,6 @@ def _child(cache, mode: str = "", **env) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _kept(cache) -> list[str]:
-    """The files of the child's range cache (Warp puts its kernel cache in a folder per version)."""
-    return sorted(glob.glob(os.path.join(cache, "**", "apic-range", "*"), recursive=True)
-                  + glob.glob(os.path.join(cache, "**", "apic-range", ".*"), recursive=True))
-
-
 @pytest.fixture
 def cache(tmp_path):
     return tmp_path / "kernels"
@@ -83,7 +76,7 @@ def test_a_later_process_loads_the_object_an_earlier_one_built(cache):
     tmp_path = cache
     first = _child(tmp_path)
     assert first == {"split": True, "same": True, "compiled": 1}
-    (kept,) = _kept(tmp_path)
+    (kept,) = kept_in(tmp_path, "apic-range")
     assert kept.endswith(".o") and not os.path.basename(kept).startswith(".")  # renamed into place, no temporary
     assert _child(tmp_path, "no compiler") == {"split": True, "same": True, "compiled": 0}
 
@@ -92,7 +85,7 @@ def test_a_later_process_loads_the_object_an_earlier_one_built(cache):
 def test_a_damaged_file_is_built_again(cache, damage):
     tmp_path = cache
     _child(tmp_path)
-    (path,) = _kept(tmp_path)
+    (path,) = kept_in(tmp_path, "apic-range")
     data = open(path, "rb").read()
     damaged = {"truncated": data[: len(data) // 2], "flipped": data[:100] + bytes([data[100] ^ 1]) + data[101:],
                "empty": b""}[damage]
@@ -105,7 +98,7 @@ def test_a_damaged_file_is_built_again(cache, damage):
 def test_switched_off_keeps_nothing(cache):
     tmp_path = cache
     assert _child(tmp_path, **{range_cache.VARIABLE: "0"}) == {"split": True, "same": True, "compiled": 1}
-    assert _kept(tmp_path) == []
+    assert kept_in(tmp_path, "apic-range") == []
 
 
 def test_the_key_follows_what_the_object_depends_on(monkeypatch):
