@@ -16,7 +16,7 @@ save and a load takes them from there:
   a kernel claimed by the footprint rule (``apic.record.footprint``) has no claim a load could check, since
   its verdicts rest on the index data each launch held; a save made with the generated source (which a
   threaded replay needs) seals the digest of each launch the parallel replay splits
-  (``apic.replay.footprint_launch.sealed_digest``), and a load splits a launch of that kernel only where it
+  (``apic.record.footprint.sealed_digest``), and a load splits a launch of that kernel only where it
   has one of those digests. A manifest without the map seals none: those launches replay serially.
 * the module's **generated source** (``source_fallback=True``), which a threaded replay compiles to range
   entries: the manifest names its SHA-256 (``source_sha256``). A source whose SHA-256 is another is not
@@ -32,8 +32,7 @@ import msgpack
 
 from apic.errors import FormatError
 from apic.format import schema
-from apic.record.footprint import SealedFootprint
-from apic.replay.footprint_launch import sealed_digest
+from apic.record.footprint import SealedFootprint, sealed_digest
 from apic.targets import files
 
 FIELD = "split"  # the manifest key of the sealed claims

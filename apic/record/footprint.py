@@ -21,10 +21,15 @@ and replays the others serially.
 from __future__ import annotations
 
 import ast
+import ctypes
+import hashlib
+import struct
 from dataclasses import dataclass, field
 
 from apic import _compat
 from apic.record import splittable as _task
+from apic.record.layout import extent
+from apic.targets import cpu as _cpu
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,44 @@ class FootprintClaim:
 class SealedFootprint:
     """A loaded kernel's footprint verdicts, as its module's kernel manifest seals them: ``writes`` as a
     claim's; ``verdicts`` the ``(digest, offsets)`` of each launch judged splittable at save, ``offsets`` the
-    byte offsets of the index arrays whose contents it rested on (``footprint_launch.sealed_digest``)."""
+    byte offsets of the index arrays whose contents it rested on (:func:`sealed_digest`)."""
 
     writes: tuple[int, ...]
     verdicts: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def addresses_reduced(data: bytes, array_offsets) -> bytes:
+    """``data`` (packed arguments) with each array descriptor's address and gradient address at
+    ``array_offsets`` reduced to whether the address is null: the evaluation never reads an address."""
+    reduced = bytearray(data)
+    for at in array_offsets:
+        reduced[at : at + 16] = (b"\1" if any(reduced[at : at + 8]) else b"\0") + bytes(15)
+    return bytes(reduced)
+
+
+def index_spans(data: bytes, blob, offsets) -> tuple[tuple[int, int], ...]:
+    """``(address, nbytes)`` of each plain array whose descriptor is at one of ``offsets`` of ``data``."""
+    slots = {slot.at: slot for slot in blob.arrays}
+    spans = []
+    for at in offsets:
+        ptr, _, *dims, ndim = _cpu.ARRAY_T.unpack_from(data, at)
+        lo, hi = extent(ptr, slots[at].elem_size, dims[:4][:ndim], dims[4:][:ndim])
+        spans.append((lo, hi - lo))
+    return tuple(spans)
+
+
+def sealed_digest(data: bytes, blob, dim: tuple, offsets) -> str | None:
+    """What a sealed verdict (:class:`SealedFootprint`) names a launch by: the SHA-256 of
+    its dimensions, its packed arguments with array addresses reduced to whether they are null, and the
+    contents of the index arrays at ``offsets``. None when an offset is not a plain array's."""
+    slots = {slot.at: slot for slot in blob.arrays}
+    if any(at not in slots or slots[at].indexed for at in offsets):
+        return None
+    digest = hashlib.sha256(repr(tuple(dim)).encode())
+    digest.update(addresses_reduced(data, slots))
+    for at, (address, nbytes) in zip(offsets, index_spans(data, blob, offsets)):
+        digest.update(struct.pack("<qq", at, nbytes) + ctypes.string_at(address, nbytes))
+    return digest.hexdigest()
 
 
 def footprint_claim(kernel, args_layout) -> FootprintClaim | None:

@@ -31,6 +31,7 @@ import sys
 
 import warp as wp
 
+from apic.record.footprint import addresses_reduced
 from apic.record.layout import extent
 from apic.replay import kept_files
 
@@ -73,15 +74,6 @@ def key(identity: bytes, dim: tuple, budget: int, data: bytes, array_offsets, ar
             digest.update(len(label).to_bytes(8, "little") + label.encode() + (hi - lo).to_bytes(8, "little"))
             digest.update(ctypes.string_at(lo, hi - lo))
     return digest.hexdigest()
-
-
-def addresses_reduced(data: bytes, array_offsets) -> bytes:
-    """``data`` (packed arguments) with each array descriptor's address and gradient address at
-    ``array_offsets`` reduced to whether the address is null: the evaluation never reads an address."""
-    reduced = bytearray(data)
-    for at in array_offsets:
-        reduced[at : at + 16] = (b"\1" if any(reduced[at : at + 8]) else b"\0") + bytes(15)
-    return bytes(reduced)
 
 
 def load(name: str) -> tuple[str | None, tuple[str, ...]] | None:

@@ -8,16 +8,15 @@ serially where they differ).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import struct
 
 import numpy as np
 import warp as wp
 
 from apic import _compat
+from apic.record.footprint import addresses_reduced, sealed_digest
 from apic.record.footprint_eval import Evaluation
 from apic.record.footprint_values import UNKNOWN, Array, Refused, View
-from apic.record.layout import extent
 from apic.record.splittable import graph_launch_refusal
 from apic.replay import footprint_cache
 from apic.targets import cpu as _cpu
@@ -57,15 +56,16 @@ def guards_hold(rows) -> bool:
 def footprint_refusal(claim, data: bytes, blob, dim: tuple, region_span, evaluated: dict,
                       identity: bytes | None = None) -> tuple[str | None, tuple[int, ...]]:
     """``(why, index offsets)`` of one launch: why it must stay serial, or None and the byte offsets in its
-    packed arguments of every index array whose contents decided the verdict (:func:`index_spans`; the
-    launch's guards add its packed arguments and bounds). ``evaluated`` keeps evaluations by what they read:
-    launches that differ only in where the written arrays are (a step's substeps swap their states) are
-    evaluated once. ``identity`` (the kernel's module hash and symbol) lets a verdict be kept for later
-    processes (:mod:`apic.replay.footprint_cache`); None keeps it in this process only."""
+    packed arguments of every index array whose contents decided the verdict
+    (``apic.record.footprint.index_spans``; the launch's guards add its packed arguments and bounds).
+    ``evaluated`` keeps evaluations by what they read: launches that differ only in where the written
+    arrays are (a step's substeps swap their states) are evaluated once. ``identity`` (the kernel's module
+    hash and symbol) lets a verdict be kept for later processes (:mod:`apic.replay.footprint_cache`); None
+    keeps it in this process only."""
     why = graph_launch_refusal(data, blob, claim.writes, region_span)
     if why is not None:
         return why, ()
-    key = (id(claim.kernel), tuple(dim), footprint_cache.addresses_reduced(data, claim.writes))
+    key = (id(claim.kernel), tuple(dim), addresses_reduced(data, claim.writes))
     found = evaluated.get(key)
     if found is None:
         found = evaluated[key] = _evaluate(claim, data, blob, dim, identity)
@@ -85,31 +85,6 @@ def _evaluate(claim, data: bytes, blob, dim: tuple, identity: bytes | None) -> t
     if why is not None:
         return why, ()
     return None, tuple(sorted(at for label, at, _ in claim.args if label in labels))
-
-
-def index_spans(data: bytes, blob, offsets) -> tuple[tuple[int, int], ...]:
-    """``(address, nbytes)`` of each plain array whose descriptor is at one of ``offsets`` of ``data``."""
-    slots = {slot.at: slot for slot in blob.arrays}
-    spans = []
-    for at in offsets:
-        ptr, _, *dims, ndim = _cpu.ARRAY_T.unpack_from(data, at)
-        lo, hi = extent(ptr, slots[at].elem_size, dims[:4][:ndim], dims[4:][:ndim])
-        spans.append((lo, hi - lo))
-    return tuple(spans)
-
-
-def sealed_digest(data: bytes, blob, dim: tuple, offsets) -> str | None:
-    """What a sealed verdict (:class:`apic.record.footprint.SealedFootprint`) names a launch by: the SHA-256 of
-    its dimensions, its packed arguments with array addresses reduced to whether they are null, and the
-    contents of the index arrays at ``offsets``. None when an offset is not a plain array's."""
-    slots = {slot.at: slot for slot in blob.arrays}
-    if any(at not in slots or slots[at].indexed for at in offsets):
-        return None
-    digest = hashlib.sha256(repr(tuple(dim)).encode())
-    digest.update(footprint_cache.addresses_reduced(data, slots))
-    for at, (address, nbytes) in zip(offsets, index_spans(data, blob, offsets)):
-        digest.update(struct.pack("<qq", at, nbytes) + ctypes.string_at(address, nbytes))
-    return digest.hexdigest()
 
 
 def sealed_refusal(sealed, data: bytes, blob, dim: tuple, region_span) -> tuple[str | None, tuple[int, ...]]:

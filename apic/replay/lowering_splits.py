@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from apic.record.splittable import graph_launch_refusal
-from apic.record.footprint import SealedFootprint
-from apic.replay.footprint_launch import Guards, footprint_refusal, index_spans, sealed_refusal
+from apic.record.footprint import SealedFootprint, index_spans
+from apic.replay.footprint_launch import Guards, footprint_refusal, sealed_refusal
 from apic.record.world_launch import world_launch_refusal
 from apic.replay import split_planner
 from apic.replay.program import Split
