@@ -156,7 +156,7 @@ def _load(cu, monkeypatch, ptx_text, ops, **fake):
     for kernel in saved.recording.kernels:
         device.param_info[kernel.symbol] = tuple(tuple(p) for p in kernel.params)
     images = {m.file: ptx_text.encode("latin-1") for m in saved.modules}
-    return device, loading.load_cuda(saved, images.get, "the test's modules", "cuda:0")
+    return device, loading.load(saved, images.get, "the test's modules", "cuda:0")
 
 
 def _set_node_args(params) -> tuple[int, int, int]:
