@@ -81,9 +81,13 @@ class FakeDevice:
     # loaded (through its own stand-in), which calls the driver again: the real binding would then wait
     # forever on the driver-loading lock it holds, so a nested call, from any stand-in, skips it.
     in_real_call = False
+    # the library whose entry points a loaded graph's op-table rows call (apic.replay.cuda_driver.Driver.library):
+    # none, as this stand-in's handles are no library's, unless a test gives the stand-in C library's path
+    entry_library = None
 
-    def __init__(self, cu, arch: int = ARCH, init_error=None):
+    def __init__(self, cu, arch: int = ARCH, init_error=None, entry_library=None):
         self.cu = cu
+        self.entry_library = entry_library
         self.arch = arch
         self.init_error = init_error
         self.calls: list[tuple] = []
