@@ -93,7 +93,6 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams):
         self.recording = saved.recording
         self.apic = True
         self.is_loaded = True
-        self.backend = backends.get("cuda")  # what replays it, copies its named arrays, saves it
         self.mode = "graph"
         self.bindings = {b.name: b for b in saved.bindings}
         self._images = images
@@ -146,6 +145,11 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams):
     def op_count(self) -> int:
         """Number of recorded ops."""
         return len(self.recording.ops)
+
+    @property
+    def backend(self):
+        """The ``cuda`` replay backend (``apic.replay.backends``): it replays, copies and saves it."""
+        return backends.get("cuda")
 
     def current(self) -> ContextGuard:
         """A ``with`` block with the graph's context current (made once: a replay enters it every time)."""
