@@ -9,8 +9,6 @@ capture; a CUDA capture goes to Warp as before (without Warp's native APIC recor
 
 from __future__ import annotations
 
-import sys
-
 import warp as wp
 
 from apic import _compat
@@ -20,11 +18,12 @@ from apic._compat import wp_context, wp_utils
 from apic.capture_flow import ORIGINALS as _originals
 from apic.capture_flow import capture_if, capture_pause, capture_resume, capture_while
 from apic.capture_flow import refuse_in_cuda_recording as _refuse_in_cuda_recording
-from apic.cuda_graph import CapturedCudaGraph, CudaGraph
+from apic.cuda_graph import CapturedCudaGraph
 from apic.errors import CaptureError
 from apic.graph import Graph
 from apic.record import active_recorder, cuda_recorder
 from apic.record.recorder import Recorder
+from apic.replay import backends
 
 _recording_threads = active_recorder.recording_threads
 
@@ -111,10 +110,8 @@ def capture_end(device=None, stream=None):
 
 
 def _release_loaded_graphs_freed_during_capture() -> None:
-    """Loaded CUDA graphs collected during a capture wait for its end to free their driver objects."""
-    resources = sys.modules.get("apic.replay.cuda_resources")  # never imported: no graph was loaded
-    if resources is not None and resources.PENDING:
-        resources.release_pending()
+    """Loaded graphs collected during a capture may wait for its end to give back what they took."""
+    backends.free()
 
 
 def capture_launch(graph, stream=None, threads=None):
@@ -130,30 +127,23 @@ def capture_launch(graph, stream=None, threads=None):
     ``threads`` must be an ``int`` >= 1 (else ``ValueError``); a count above what can run is bounded by
     the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
     """
-    if isinstance(graph, Graph):
-        # The common replay in one bound native call, where the graph has made one for this thread count
-        # (Graph.launch; an exact int: 2.0 or True must still be refused); whether a capture records can
-        # change at any time: checked per call, on every thread at once (cheaper).
-        if threads is None:
-            replay = graph._fast_replay
-        else:
-            replay = graph._fast_counts.get(threads) if type(threads) is int else None
-        if replay is not None and not _recording_threads:
+    # The common replay in one bound native call, where the graph has made one for this thread count
+    # (apic.replay.cpu_plans; an exact int: 2.0 or True must still be refused); whether a capture records can
+    # change at any time: checked per call, on every thread at once (cheaper).
+    fast = getattr(graph, "fast_replays", None)
+    if fast is not None and (threads is None or type(threads) is int) and not _recording_threads:
+        replay = fast.get(threads)
+        if replay is not None:
             status = replay()
             if status:
                 graph.fast_replay_failed(status)
             return
-        graph.launch(1, threads)  # positional: keyword arguments cost time on every launch
-        return
+    backend = getattr(graph, "backend", None)  # every apic graph replays through its backend
+    if backend is not None:
+        return backend.launch(graph, stream, threads)
     if threads is not None:
         raise ValueError("wp.capture_launch(threads=...) is only for apic CPU graphs")
-    issue = getattr(graph, "issue", None)  # a loaded CUDA graph's common replay, in one step where it can
-    if stream is None and issue is not None and issue():
-        return
     _refuse_in_cuda_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
-    if isinstance(graph, CudaGraph):  # captured with apic=True (Warp's graph) or loaded (cuda-python)
-        graph.launch(stream=stream)
-        return
     return _originals["capture_launch"](graph, stream=stream)
 
 

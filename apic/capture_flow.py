@@ -11,7 +11,7 @@ import ctypes
 import warp as wp
 
 from apic._compat import wp_context, wp_types
-from apic.cuda_graph import CapturedCudaGraph, CudaGraph
+from apic.cuda_graph import CapturedCudaGraph
 from apic.errors import UnsupportedOperationError
 from apic.graph import Graph
 from apic.record import active_recorder, cuda_recorder
@@ -19,12 +19,7 @@ from apic.record import active_recorder, cuda_recorder
 ORIGINALS: dict[str, object] = {}  # Warp's own capture API, saved by ``apic.capture.patch`` (CUDA work goes there)
 
 
-def refuse_in_cuda_recording(api: str) -> None:
-    """Refuse what would pause an apic CUDA recording or hide ops from it (Warp's own pauses around the
-    bodies of a conditional it builds are let through: ``apic.record.cuda_control_flow``)."""
-    recorder = cuda_recorder.active()
-    if recorder is not None and not recorder.warp_internal:
-        raise UnsupportedOperationError(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")
+refuse_in_cuda_recording = cuda_recorder.refuse_while_recording
 
 
 def original(name: str):
@@ -86,7 +81,7 @@ def _read_condition(condition) -> bool:
 
 def _run_body(body, what: str, kwargs: dict) -> None:
     """Run a branch body now (no capture running): a Graph is launched, a callable called."""
-    if isinstance(body, Graph) or isinstance(body, _warp_graph_type()):
+    if _is_graph(body):
         wp.capture_launch(body)
     elif callable(body):
         body(**kwargs)
@@ -117,7 +112,7 @@ def _warp_body(body, stream, device):
     as is."""
     if isinstance(body, CapturedCudaGraph):
         return body.warp_graph
-    if isinstance(body, CudaGraph):
+    if _is_graph(body) and not isinstance(body, (Graph, _warp_graph_type())):  # a loaded CUDA graph
         return lambda **_kwargs: body.launch(stream=stream if stream is not None else device.stream)
     return body
 
@@ -129,11 +124,16 @@ def _cuda_recording_of(condition, api: str, **bodies):
     if recorder is None or not recorder.owns(condition.device):
         return None
     for what, body in bodies.items():
-        if body is not None and (isinstance(body, (Graph, CudaGraph, _warp_graph_type())) or not callable(body)):
+        if body is not None and (_is_graph(body) or not callable(body)):
             raise UnsupportedOperationError(
                 f"wp.{api} with a {type(body).__name__} as its {what}", "pass a callable that issues the body's work",
                 capture="CUDA (apic=True)")
     return recorder
+
+
+def _is_graph(body) -> bool:
+    """Whether ``body`` is a graph: an apic one (it has a replay backend) or Warp's own."""
+    return getattr(body, "backend", None) is not None or isinstance(body, _warp_graph_type())
 
 
 def _warp_graph_type() -> type:

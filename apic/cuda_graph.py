@@ -3,7 +3,8 @@
 ``wp.ScopedCapture(device="cuda:0", apic=True)`` hands out a :class:`CapturedCudaGraph`: Warp's
 ``warp.Graph`` (which ``wp.capture_launch`` replays, exactly as without apic) plus the apic
 recording of the same operations, which ``wp.capture_save`` writes. ``wp.capture_load`` of such a
-file returns an ``apic.replay.cuda_loaded_graph.LoadedCudaGraph``, replayed with cuda-python alone.
+file returns an ``apic.replay.cuda_loaded_graph.LoadedCudaGraph``, replayed with cuda-python alone. Both are
+replayed, saved and freed through the ``cuda`` backend (``apic.replay.backends.cuda``).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import warp as wp
 
 from apic.record.recording import Recording
+from apic.replay import backends
 from apic.targets.cuda import module_arch
 
 
 class CudaGraph:
-    """What every apic CUDA graph has: its recording, its device, and ``launch``."""
+    """What an apic CUDA graph made here has: its recording, its device, its backend and ``launch``."""
 
     recording: Recording
     device = None
@@ -25,6 +27,11 @@ class CudaGraph:
     @property
     def op_count(self) -> int:
         return len(self.recording.ops)
+
+    @property
+    def backend(self):
+        """The ``cuda`` replay backend (``apic.replay.backends``): what ``wp.capture_launch`` replays it through."""
+        return backends.get("cuda")
 
     def launch(self, stream=None) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -1,9 +1,11 @@
 """Loading a saved graph: a validated ``SavedGraph`` + module binaries -> a replayable graph.
 
 Loading sits above both the file format (``apic.format``) and replay (``apic.replay``), so that neither
-sees the other: replay never reads a file, the reader never lowers a program. A CUDA graph is handed to
-its backend (``apic.replay.backends``: ``cuda``) with the module images checked here (``load_cuda``); a CPU
-graph is built by the CPU backend ``APIC_REPLAY`` names (``apic.replay.backends.cpu``: steps 3 and 4 below).
+sees the other: replay never reads a file, the reader never lowers a program. :func:`load` reads forward,
+once: the backend the saved ``device`` names (``apic.replay.backends.for_saved``) checks the device asked
+for; the files are read and verified for the graph's device kind (``_FILES``); the backend makes the graph
+live. Nothing in the format calls back into this module. A CPU graph is built by the CPU backend
+``APIC_REPLAY`` names (``apic.replay.backends.cpu``: steps 3 and 4 below).
 
 For a CPU graph, order matters, and nothing native runs before the checks that protect it:
 
@@ -29,14 +31,15 @@ import types
 import warp as wp
 
 from apic import _compat
-from apic.errors import FormatError, GraphMemoryError, IncompatibleGraphError
+from apic.errors import GraphMemoryError, IncompatibleGraphError
 from apic.format import cuda_source
 from apic.format import handles as wire_handles
 from apic.format import manifest_check
 from apic.format import sealed_claims
 from apic.format import source as source_format
-from apic.format.module_folder import fetch_verified
+from apic.format.module_folder import verified_images  # noqa: F401  (public here, as before)
 from apic.format.reader import SavedGraph
+from apic.graph import Graph
 from apic.replay import backends, budget
 from apic.replay.backends.cpu import loaded_modules  # noqa: F401  (public here, as before)
 from apic.targets.cpu import CPU_LEVELS
@@ -109,17 +112,6 @@ def check_compatible(saved: SavedGraph) -> None:
                 )
 
 
-def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
-    """The module binaries the graph needs, each checked against its size and SHA-256."""
-    images: dict[str, bytes] = {}
-    for module in saved.modules:
-        if module.file in images:
-            continue
-        images[module.file] = fetch_verified(fetch, "module file", module.file, module.name, module.size,
-                                             module.sha256, origin)
-    return images
-
-
 def check_memory(saved: SavedGraph) -> None:
     """Refuse a graph whose load needs more memory than ``memory_limit()``, before allocating any."""
     limit = memory_limit()
@@ -143,47 +135,65 @@ def objects_refused(saved: SavedGraph) -> IncompatibleGraphError | None:
         check_compatible(saved)
     except IncompatibleGraphError as error:
         sourced = all(m.source is not None for m in saved.modules)
-        if not sourced or not source_format.rebuild_fixes(saved, check_compatible):
+        if not sourced or not _rebuild_fixes(saved):
             raise
         return error
     return None
 
 
-def load(saved: SavedGraph, fetch, origin: str, device, names=list):
-    """Check, verify and build: ``fetch(file name)`` returns a module binary's bytes or None, ``names()``
-    the names of every file the modules folder (or mapping) holds."""
+def _rebuild_fixes(saved: SavedGraph) -> bool:
+    """Whether a local build makes ``saved`` compatible: it passes once CPU features and Warp match here."""
+    host = _compat.host_target()
+    local = dataclasses.replace(  # modules compiled here are built for this host, not for the file's CPU level
+        saved,
+        target={**saved.target, "cpu": host["cpu"], "features": list(host["features"])},
+        writer={**saved.writer, "warp": _compat.WARP_VERSION},
+    )
+    try:
+        check_compatible(local)
+    except IncompatibleGraphError:
+        return False
+    return True
+
+
+def load(saved: SavedGraph, fetch, origin: str, device=None, names=list):
+    """Check, verify and make live, in one pass: ``fetch(file name)`` returns a module file's bytes or None,
+    ``names()`` the names of every file the modules folder (or mapping) holds; ``device`` is the device asked
+    for (None: the graph's kind's default)."""
+    backend = backends.for_saved(saved.device)
+    device = backend.device(device)
+    saved, images, services = _FILES[backend.device_kind](saved, fetch, origin, names)
+    return backend.load(saved, images, device, services)
+
+
+def _cpu_files(saved: SavedGraph, fetch, origin: str, names):
+    """A CPU graph's files: checked against this host and the memory limit, verified, bound to their manifests."""
     refused = objects_refused(saved)
     check_memory(saved)
     files, id_arrays = checked_images(saved, fetch, names, origin, refused)
     saved = dataclasses.replace(saved, recording=dataclasses.replace(saved.recording, kernels=files.kernels))
-    services = types.SimpleNamespace(sources=source_format, check_handle_data=wire_handles.check_handle_data,
-                                     id_arrays=id_arrays, compiled=files.compiled)
-    return backends.cpu_backend().load(saved, files.images, device, services)
+    services = types.SimpleNamespace(graph_type=Graph, sources=source_format, id_arrays=id_arrays,
+                                     check_handle_data=wire_handles.check_handle_data, compiled=files.compiled)
+    return saved, files.images, services
 
 
 def checked_images(saved: SavedGraph, fetch, names, origin: str, refused: IncompatibleGraphError | None):
     """``(files, id_arrays)``: the module objects a load runs (``apic.format.source.images``), every launch
     checked against its kernel's manifest, and the arrays of handle ids each launch passes."""
-    files = source_format.images(saved, fetch, origin, verified_images, refused)
+    files = source_format.images(saved, fetch, origin, refused)
     # what each kernel expects comes from the files that give its code, which the .wrp cannot change
-    tables = manifest_check.load(saved, fetch, names, origin, files.manifests)
-    bare = manifest_check.without_manifest(saved, tables)
-    if bare and not allow_files_without_manifests:
-        module = saved.modules[bare[0]]
-        raise FormatError(
-            f"module '{module.name}' (file '{module.file}' in {origin}) carries no kernel manifest, so nothing "
-            "binds the graph's launches to what its kernels expect: the file was saved before manifests "
-            "(2026-11-22), or its manifest was cut off. Load it, if you trust it, with "
-            "apic.loading.allow_files_without_manifests = True (without those checks), and save it again")
-    id_arrays = manifest_check.check(saved, tables)
+    id_arrays = manifest_check.checked(saved, fetch, names, origin, files.manifests, allow_files_without_manifests)
     # and so do the claims a threaded replay acts on: a .wrp's claim is the sealed one, or refused
     files.kernels = sealed_claims.bind(saved, files.manifests)
     return files, id_arrays
 
 
+def _cuda_files(saved: SavedGraph, fetch, origin: str, names):
+    """A CUDA graph's files: the module objects verified; a module's saved source stands in for an object this
+    GPU cannot run (``apic.format.cuda_source``)."""
+    return saved, cuda_source.images(saved, fetch, origin), types.SimpleNamespace(sources=cuda_source)
 
-def load_cuda(saved, fetch, origin: str, device):
-    """A loaded CUDA graph (``apic.replay.cuda_loaded_graph.LoadedCudaGraph``): ``fetch(file name)`` returns a module's
-    bytes or None; a module's saved source stands in for an object this GPU cannot run."""
-    images = cuda_source.images(saved, fetch, origin, verified_images)  # verified_images unless sources can stand in
-    return backends.get("cuda").load(saved, images, device, types.SimpleNamespace(sources=cuda_source))
+
+# How each device kind's files are read and verified: the one entry a new device kind adds here (a backend of
+# an existing kind, as another CPU interpreter, adds none).
+_FILES = {"cpu": _cpu_files, "cuda": _cuda_files}

@@ -13,24 +13,13 @@ import gc
 import os
 from collections.abc import Mapping
 
-import warp as wp
 
-from apic.cuda_graph import CudaGraph
 from apic.errors import CaptureError, GraphLoadError, GraphNotFoundError
 from apic.format.module_folder import ModuleFolder, read_regular
-from apic.graph import Graph
 from apic.targets.cpu import check_cpu_level
 
 # The file format and the loaders are imported by the first save or load, not by ``import apic``
 # (they add about 70 ms, a quarter of it, to a process that only captures and replays).
-
-
-def _cpu_device(device):
-    """The CPU device for a loaded graph: ``None`` means the CPU (apic graphs are CPU graphs)."""
-    dev = wp.get_device("cpu" if device is None else device)
-    if not dev.is_cpu:
-        raise ValueError(f"this is a CPU graph and replays on the CPU; cannot load it onto {dev}")
-    return dev
 
 
 def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None = None,
@@ -110,9 +99,8 @@ def _saveable(graph, inputs, outputs, cpu_target, call: str = "capture_save"):
     from apic.format import unrecorded_bindings, write_bindings  # lazy: the file format (the top of this module)
 
     check_cpu_level(cpu_target)
-    if isinstance(graph, CudaGraph):  # a CUDA capture with apic=True, or a loaded CUDA graph
-        return graph
-    if not isinstance(graph, Graph):
+    backend = getattr(graph, "backend", None)  # every apic graph has one (apic.replay.backends)
+    if backend is None:
         raise TypeError(
             f"{call}() with apic saves graphs captured by apic (on the CPU, or on CUDA with apic=True); "
             f"got {type(graph).__name__}"
@@ -128,6 +116,8 @@ def _saveable(graph, inputs, outputs, cpu_target, call: str = "capture_save"):
             f"{call}(): invalid or expired mesh ID {invalid[0]}: no live wp.Mesh, Bvh, HashGrid or Volume "
             "has that id, so the graph cannot be saved"
         )
+    if not backend.keeps_untouched_arrays:
+        return graph
     # arrays no captured operation touches are saved as extra graph memory, as upstream does
     return unrecorded_bindings.with_untouched(graph, write_bindings.named_arrays(inputs, outputs))
 
@@ -196,12 +186,10 @@ def capture_load(path, device=None):
 
 
 def _load(saved, fetch, modules_dir: str, device, names=list):
-    """Replay-ready graph from a read ``saved`` and its module source ``fetch``."""
+    """Replay-ready graph from a read ``saved`` and its module source ``fetch`` (``apic.loading.load``)."""
     from apic import loading  # lazy: the loaders (see the top of this module)
 
-    if saved.device is not None:  # a CUDA graph: replayed with cuda-python
-        return loading.load_cuda(saved, fetch, f"{modules_dir}", device)
-    return loading.load(saved, fetch, f"{modules_dir}", _cpu_device(device), names)
+    return loading.load(saved, fetch, f"{modules_dir}", device, names)
 
 
 @_without_gc_passes

@@ -15,13 +15,14 @@ import textwrap
 import numpy as np
 
 from apic.format import writer
+from host_cpus import PRELUDE
 
 TESTS = os.path.dirname(os.path.abspath(__file__))  # the support modules, data/, the child scripts
 REPO = os.path.dirname(TESTS)
 
 # Run in a fresh interpreter: load a graph (from its files or from bytes), set inputs, replay,
 # read outputs. Arguments arrive as one JSON document in argv[1].
-CHILD = textwrap.dedent(
+CHILD = PRELUDE + textwrap.dedent(
     """
     import json, os, sys
     import numpy as np

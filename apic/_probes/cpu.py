@@ -16,9 +16,9 @@ import tempfile
 
 import warp as wp
 
-from apic._probes import host
+from apic._probes import cache_store, host
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
-from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS, TEST_HOST_CPUS
+from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS
 from apic.targets import x86_64
 from apic.targets.cpu import check_cpu_level, cpu_family
 from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
@@ -190,14 +190,15 @@ def native_target() -> dict:
     identity = host.cpu_identity()
     key = {"cpu": identity, "llvmlite": host.distribution_version("llvmlite"), "system": sys.platform,
            "machine": platform.machine().lower()}
-    path = os.path.join(host.cache_folder(), "host-target-" + hashlib.sha256(
+    path = os.path.join(cache_store.cache_folder(), "host-target-" + hashlib.sha256(
         json.dumps(key, sort_keys=True).encode()).hexdigest()[:32] + ".json") if identity else None
     cached = _read_target(path, key) if path else None
     if cached is not None:
         return cached
     target = _llvm_target()
     if path:
-        host.store_in_cache(path, json.dumps({"key": key, "target": target}, sort_keys=True).encode(), _TARGET_MAGIC)
+        kept = json.dumps({"key": key, "target": target}, sort_keys=True).encode()
+        cache_store.store_in_cache(path, kept, _TARGET_MAGIC)
     return target
 
 
@@ -228,7 +229,7 @@ _TARGET_MAGIC = b'{"key": '  # how a kept target's file starts (its keys sorted)
 def _read_target(path: str, key: dict) -> dict | None:
     """The target kept in ``path`` for ``key``, if the file holds exactly that; else None (asked again)."""
     try:
-        kept = json.loads((host.read_cache_file(path, _MAX_TARGET_BYTES) or b"").decode())
+        kept = json.loads((cache_store.read_cache_file(path, _MAX_TARGET_BYTES) or b"").decode())
         target = kept["target"]
         shaped = (kept["key"] == key and set(target) == {"system", "machine", "cpu", "features", "known_features",
                                                          "byteorder", "pointer_bits"}
@@ -243,23 +244,9 @@ def _read_target(path: str, key: dict) -> dict | None:
     return target
 
 
-#: Test hook: the name of a smaller CPU (``apic.targets.cpu.TEST_HOST_CPUS``: an x86-64 level or ``znver3``)
-#: that ``host_target`` reports instead of this one, so that a test sees what a load on such a host sees.
-TEST_HOST_CPU_VARIABLE = "APIC_TEST_HOST_CPU"
-
-
 def host_target() -> dict:
-    """The CPU a load checks a saved graph against: ``native_target()``, or under the test hook
-    ``APIC_TEST_HOST_CPU=<name>`` that CPU (its features that this one has too)."""
-    native = native_target()
-    pretend = os.environ.get(TEST_HOST_CPU_VARIABLE)
-    if not pretend:
-        return native
-    if pretend not in TEST_HOST_CPUS:
-        raise ValueError(f"{TEST_HOST_CPU_VARIABLE}={pretend!r} names no CPU apic knows; "
-                         f"use one of {', '.join(sorted(TEST_HOST_CPUS))}")
-    return {**native, "cpu": pretend,
-            "features": [f for f in native["features"] if f in TEST_HOST_CPUS[pretend]]}
+    """The CPU a load checks a saved graph against: ``native_target()``."""
+    return native_target()
 
 
 # --- Source fallback: a module's CPU build options, and compiling its generated C++ again --------------

@@ -31,7 +31,7 @@ import warp as wp
 
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
-from apic.format import schema
+from apic.format import module_folder, schema
 from apic.format import source as source_format
 from apic.targets import files
 
@@ -155,7 +155,7 @@ class Images(dict):
         self.compiled: set[str] = set()
 
 
-def images(saved, fetch, origin: str, verified_images) -> Images:
+def images(saved, fetch, origin: str) -> Images:
     """The saved module objects, checked; a module with a source whose object is missing or corrupt is
     left out (noted in ``unusable``) for :func:`for_device` to compile. Sources are read as they are."""
     found = Images(origin=origin)
@@ -169,7 +169,7 @@ def images(saved, fetch, origin: str, verified_images) -> Images:
         if module.file in found or module.file in found.unusable:
             continue
         try:
-            found.update(verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin))
+            found.update(module_folder.verified_images(dataclasses.replace(saved, modules=(module,)), fetch, origin))
         except FormatError as error:
             if module.source is None:
                 raise

@@ -165,3 +165,19 @@ def check(saved, tables: dict[int, dict]) -> dict[int, list]:
         if found:
             id_arrays[id(op)] = found
     return id_arrays
+
+
+def checked(saved, fetch, names, origin: str, carried_by: dict | None, allow_bare: bool) -> dict[int, list]:
+    """The whole check of a load, in one pass: each module's manifest found (``load``), a module the graph
+    launches without one refused unless ``allow_bare`` (``apic.loading.allow_files_without_manifests``), and
+    every launch checked against its kernel's layout (``check``). Returns ``check``'s arrays of handle ids."""
+    tables = load(saved, fetch, names, origin, carried_by)
+    bare = without_manifest(saved, tables)
+    if bare and not allow_bare:
+        module = saved.modules[bare[0]]
+        raise FormatError(
+            f"module '{module.name}' (file '{module.file}' in {origin}) carries no kernel manifest, so nothing "
+            "binds the graph's launches to what its kernels expect: the file was saved before manifests "
+            "(2026-11-22), or its manifest was cut off. Load it, if you trust it, with "
+            "apic.loading.allow_files_without_manifests = True (without those checks), and save it again")
+    return check(saved, tables)

@@ -148,3 +148,14 @@ def fetch_verified(fetch, kind: str, file: str, module_name: str, size: int, sha
         raise FormatError(f"{kind} '{file}' in {origin} does not match the SHA-256 recorded in the graph file "
                           "(it was modified, or belongs to another save)")
     return data
+
+
+def verified_images(saved, fetch, origin: str) -> dict[str, bytes]:
+    """The module binaries ``saved`` needs, from ``fetch``, each checked against its size and SHA-256."""
+    images: dict[str, bytes] = {}
+    for module in saved.modules:
+        if module.file in images:
+            continue
+        images[module.file] = fetch_verified(fetch, "module file", module.file, module.name, module.size,
+                                             module.sha256, origin)
+    return images

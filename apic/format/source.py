@@ -24,7 +24,7 @@ import re
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import manifest as kernel_manifest
-from apic.format import schema, sealed_claims
+from apic.format import module_folder, schema, sealed_claims
 from apic.record.recording import module_source as recorded_source
 from apic.targets import files, x86_64
 from apic.targets.cpu import module_file_name
@@ -180,21 +180,6 @@ def compile_saved(module, data: bytes, why: str, written_by: str) -> bytes:
         ) from error
 
 
-def rebuild_fixes(saved, check_compatible) -> bool:
-    """Whether a local build makes ``saved`` compatible: it passes once CPU features and Warp match here."""
-    host = _compat.host_target()
-    local = dataclasses.replace(  # modules compiled here are built for this host, not for the file's CPU level
-        saved,
-        target={**saved.target, "cpu": host["cpu"], "features": list(host["features"])},
-        writer={**saved.writer, "warp": _compat.WARP_VERSION},
-    )
-    try:
-        check_compatible(local)
-    except IncompatibleGraphError:
-        return False
-    return True
-
-
 @dataclasses.dataclass
 class LoadFiles:
     """What a load runs: ``images`` (module file -> bare object, or source file -> bare source), the
@@ -207,7 +192,7 @@ class LoadFiles:
     kernels: tuple = ()  # the graph's kernels with the split claims the manifests seal (sealed_claims.bind)
 
 
-def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGraphError | None) -> LoadFiles:
+def images(saved, fetch, origin: str, refused: IncompatibleGraphError | None) -> LoadFiles:
     """The module objects to load, the saved ones or compiled from source where they cannot be used, and
     the kernel manifest each carries.
 
@@ -227,7 +212,7 @@ def images(saved, fetch, origin: str, verified_images, refused: IncompatibleGrap
             why = str(refused).rstrip(".")
         else:
             try:
-                saved_object = verified_images(
+                saved_object = module_folder.verified_images(
                     dataclasses.replace(saved, modules=(module,)), fetch, origin
                 )[module.file]
             except FormatError as error:

@@ -262,3 +262,11 @@ def word_slots(kernel, types: list, params_layout: cuda_target.ParamLayout) -> t
     for i, arg in enumerate(kernel.adj.args, start=1):
         found += [(at, arg.label) for at in layout.word_slots(arg.type, types[i], params_layout.offsets[i])]
     return tuple(found)
+
+
+def refuse_while_recording(api: str) -> None:
+    """Refuse what would pause an apic CUDA recording or hide ops from it (Warp's own pauses around the
+    bodies of a conditional it builds are let through: ``apic.record.cuda_control_flow``)."""
+    recorder = active()
+    if recorder is not None and not recorder.warp_internal:
+        raise _Unsupported(api, "apic records linear CUDA graphs only", capture="CUDA (apic=True)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from apic import _compat
 from apic.errors import ApicError
+from apic.targets.cuda import DRIVER_LIBRARY
 
 
 class CudaReplayError(ApicError, RuntimeError):
@@ -46,6 +47,10 @@ class Driver:
 
     def __init__(self) -> None:
         self.cu = driver_module()
+        # the C library whose entry points the graph's op-table rows call (apic.replay.cuda_rows): the driver
+        # library behind cuda-python; a stand-in for cuda-python names its own (``entry_library``: None where
+        # its handles are no library's, and the rows are not made)
+        self.library = getattr(self.cu, "entry_library", DRIVER_LIBRARY)
 
     def __call__(self, name: str, *args):
         try:

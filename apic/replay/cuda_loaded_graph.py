@@ -1,6 +1,6 @@
 """Loading and replaying a saved CUDA graph with cuda-python alone (no Warp kernels, no Warp runtime calls).
 
-Loading (``capture_load`` of a file whose ``device`` is CUDA; ``apic.loading.load_cuda`` checks the
+Loading (``capture_load`` of a file whose ``device`` is CUDA; ``apic.loading.load`` checks the
 module images and hands them here) does, in order:
 
 1. check that the GPU can run the modules (a ``.cubin`` on its major version with an equal or higher
@@ -37,11 +37,10 @@ import weakref
 
 import warp as wp
 
-from apic.cuda_graph import CudaGraph
 from apic.errors import GraphMemoryError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.replay.cuda_driver import CudaReplayError, Driver, device_ordinal, driver_module  # noqa: F401
-from apic.replay import cuda_resources, cuda_rows
+from apic.replay import backends, cuda_resources, cuda_rows
 from apic.replay.cuda_binding_io import CudaBindingIO
 from apic.replay.cuda_resources import ContextGuard, Resources
 from apic.replay.cuda_driver import unavailable_reason  # noqa: F401  (public here: the CLI and tests ask it)
@@ -74,7 +73,7 @@ def check_arch(saved, arch: int) -> None:
         )
 
 
-class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
+class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams):
     """A CUDA graph loaded from a ``.wrp``, replayed with cuda-python (see the module docstring): loading
     here, replay in :class:`apic.replay.cuda_run.CudaRun`, binding I/O in
     :class:`apic.replay.cuda_binding_io.CudaBindingIO`.
@@ -121,7 +120,7 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
         # modules this GPU cannot run, or whose object is missing, are compiled from a saved source (if any)
         self.saved, self._images = self._sources.for_device(saved, images, self.arch, check_arch)
         res.context = cu("cuDevicePrimaryCtxRetain", res.device)
-        with self._current():
+        with self.current():
             self._check_memory()
             res.stream = cu("cuStreamCreate", 1)  # CU_STREAM_NON_BLOCKING
             self._functions = self._load_modules()
@@ -142,7 +141,17 @@ class LoadedCudaGraph(CudaRun, CudaBindingIO, NamedParams, CudaGraph):
             cu("cuCtxSynchronize")
 
     # --- loading -----------------------------------------------------------------------------------
-    def _current(self) -> ContextGuard:
+    @property
+    def op_count(self) -> int:
+        """Number of recorded ops."""
+        return len(self.recording.ops)
+
+    @property
+    def backend(self):
+        """The ``cuda`` replay backend (``apic.replay.backends``): it replays, copies and saves it."""
+        return backends.get("cuda")
+
+    def current(self) -> ContextGuard:
         """A ``with`` block with the graph's context current (made once: a replay enters it every time)."""
         guard = self.__dict__.get("_context_guard")
         if guard is None:

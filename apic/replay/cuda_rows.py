@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import types
 
 import numpy as np
 
@@ -28,9 +27,6 @@ from apic.targets import cuda as cuda_target
 
 #: The driver library whose entry points the rows call (the one cuda-python loads on Linux).
 DRIVER_LIBRARY = cuda_target.DRIVER_LIBRARY
-#: A library standing in for the driver (the offline tests' and benchmarks' recording one): where set, the rows
-#: call its entry points whatever cuda-python is.
-STAND_IN: str | None = None
 #: What a row calls -> the symbol the driver library exports for it (``cuda.h``'s ``#define``s).
 SYMBOLS = {
     "launch": "cuLaunchKernel",
@@ -48,16 +44,14 @@ _LIBRARIES: dict[str, dict] = {}  # library -> its entry points (a library is op
 
 
 def driver_entries(driver, library: str | None = None) -> dict[str, int] | None:
-    """The address of each entry point of ``SYMBOLS`` in ``library`` (default ``DRIVER_LIBRARY``), by name.
+    """The address of each entry point of ``SYMBOLS`` in ``library`` (default: ``driver.library``, the driver
+    library behind cuda-python, ``DRIVER_LIBRARY``, or the one a stand-in for cuda-python names), by name.
 
     None where the library cannot be opened or lacks one (the graph then replays through cuda-python), and
-    where ``driver`` wraps a stand-in for cuda-python and no ``library`` is named: a stand-in's handles are
-    not the real driver's."""
-    library = library or STAND_IN
+    where the driver names none (a stand-in whose handles are no library's)."""
+    library = library or getattr(driver, "library", None)
     if library is None:
-        if not isinstance(driver.cu, types.ModuleType):
-            return None
-        library = DRIVER_LIBRARY
+        return None
     found = _LIBRARIES.get(library)
     if found is None:
         try:

@@ -96,7 +96,7 @@ class CudaRun:
         # False where the rows hold no table for this mode (op by op with conditional steps): enqueued below
         if rows is not None and handle is self._resources.stream and rows.run_own(mode):
             return
-        with self._current():
+        with self.current():
             if handle is not self._resources.stream and self._check_stream(handle):
                 _hold_in_capture(self.device, handle, self)
                 # op by op: the ops become nodes of the caller's graph (conditional nodes are added whole)
@@ -126,7 +126,7 @@ class CudaRun:
         for step in self._plan:
             enqueue_step(step, stream, cu)
 
-    def _refuse_in_capture(self, what: str) -> None:
+    def refuse_in_capture(self, what: str) -> None:
         """``what`` waits for the device, which a stream capture forbids (it would invalidate the capture)."""
         if _warp_capture(self.device, any_stream=True) is not None:
             raise CaptureError(
@@ -136,8 +136,8 @@ class CudaRun:
 
     def synchronize(self) -> None:
         """Wait for every replay of this graph (on any stream of its context) to finish."""
-        self._refuse_in_capture("synchronize()")
-        with self._current():
+        self.refuse_in_capture("synchronize()")
+        with self.current():
             self._cu("cuCtxSynchronize")
 
 

@@ -2,11 +2,13 @@
 
 Evaluating a launch's footprint runs the kernel's AST once per task in Python: 2 s of lowering for newton's
 Featherstone step at 256 worlds, 8 s at 1,024, paid by the first parallel replay of every process. A verdict
-depends only on what the evaluation can see, so it is kept in ``<Warp's kernel cache>/apic-footprint/<key>``
+depends only on what the evaluation can see, so it is kept in ``<Warp's kernel cache>/apic-footprint/``
 and a later process that launches the same kernel on the same index data reads it instead. The key is the
 SHA-256 of all of that:
 
-* the evaluator itself (the source of its modules) and the warp-lang version (whose ``and``/``or`` differ);
+* the evaluator itself (the source of every module it may use: ``record/footprint*.py``, the world proofs
+  ``record/world_*.py``, ``record/splittable.py``, ``replay/footprint*.py``, found by their file names so that
+  a module added there counts too), apic's version, and the warp-lang version (whose ``and``/``or`` differ);
 * the kernel: its module's content hash, which Warp derives from the source of its kernels, functions and
   constants, and its symbol;
 * the launch's dimensions, the statement budget, and its packed arguments with each array's address
@@ -16,7 +18,7 @@ SHA-256 of all of that:
   reads no other memory).
 
 A verdict is the refusal's words, or none and the arrays whose contents it rests on (the guards are made
-from them in this process). Files are kept by :mod:`apic.replay.kept_files`: a damaged file, or one whose
+from them in this process). Files are kept by :mod:`apic._probes.cache_store`: a damaged file, or one whose
 contents are not a verdict, is evaluated again. The folder is trusted as Warp trusts it with the code it
 loads. ``APIC_FOOTPRINT_CACHE=0`` evaluates in every process.
 """
@@ -25,34 +27,47 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import glob
 import hashlib
 import json
-import sys
+import os
 
 import warp as wp
 
 from apic.record.footprint import addresses_reduced
 from apic.record.layout import extent
-from apic.replay import kept_files
+from apic import _version
+from apic._probes import cache_store
 
 VARIABLE = "APIC_FOOTPRINT_CACHE"  # "0": neither read nor write the folder
 _KIND = "apic-footprint"
-# whose source decides a verdict: the claim, the evaluator, the name resolution it shares with the task rule
-_EVALUATOR = ("apic.record.footprint", "apic.record.footprint_eval", "apic.record.footprint_body",
-              "apic.record.footprint_shapes", "apic.record.footprint_values", "apic.record.splittable",
-              "apic.replay.footprint_launch")
+# whose source decides a verdict (relative to the package; globs): the claim, the evaluator, the world proofs, the
+# name resolution it shares with the task rule, and the replay's use of them (this module included)
+_EVALUATOR = ("record/footprint*.py", "record/world_*.py", "record/splittable.py", "replay/footprint*.py")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def evaluator_files() -> list[str]:
+    """The module files whose source a verdict depends on, by path relative to the package, sorted."""
+    found = set()
+    for pattern in _EVALUATOR:
+        found.update(os.path.relpath(p, _PACKAGE).replace(os.sep, "/")
+                     for p in glob.glob(os.path.join(_PACKAGE, *pattern.split("/"))))
+    return sorted(found)
 
 
 @functools.cache
 def _evaluator_fingerprint() -> bytes | None:
-    """SHA-256 of the evaluator's source, or None (a module without a readable source: nothing is kept)."""
-    digest = hashlib.sha256()
-    for name in _EVALUATOR:
+    """SHA-256 of the evaluator's files (names and source) and apic's version, or None (a file that cannot be
+    read: nothing is kept)."""
+    digest = hashlib.sha256(_version.__version__.encode() + b"\0")
+    for name in evaluator_files():
         try:
-            with open(sys.modules[name].__file__, "rb") as f:
-                digest.update(f.read())
-        except (KeyError, TypeError, OSError):
+            with open(os.path.join(_PACKAGE, name), "rb") as f:
+                source = f.read()
+        except OSError:
             return None
+        digest.update(name.encode() + b"\0" + len(source).to_bytes(8, "little") + source)
     return digest.digest()
 
 
@@ -78,7 +93,7 @@ def key(identity: bytes, dim: tuple, budget: int, data: bytes, array_offsets, ar
 
 def load(name: str) -> tuple[str | None, tuple[str, ...]] | None:
     """``(why, labels of the arrays it rests on)`` kept as ``name``, or None (none kept, damaged, not a verdict)."""
-    contents = kept_files.load(_KIND, VARIABLE, name)
+    contents = cache_store.load_kept(_KIND, VARIABLE, name, "json")
     if contents is None:
         return None
     try:
@@ -96,4 +111,4 @@ def load(name: str) -> tuple[str | None, tuple[str, ...]] | None:
 def store(name: str, why: str | None, labels) -> None:
     """Keep a verdict as ``name`` for later processes."""
     contents = json.dumps({"why": why, "concrete": sorted(labels)}).encode("utf-8")
-    kept_files.store(_KIND, VARIABLE, name, contents)
+    cache_store.keep(_KIND, VARIABLE, name, "json", contents)

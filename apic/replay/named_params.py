@@ -1,9 +1,9 @@
 """The named-parameter API every apic graph has, CPU or CUDA, live or loaded, as ``warp.Graph`` in Warp 1.19.
 
-``params``, ``set_param``, ``get_param`` and ``get_param_ptr`` find the parameter, refuse with the same
-errors on both kinds of graph, and leave the copy to the graph: ``_write_binding`` / ``_read_binding``
-move data between a user array and the graph's memory (host memory for a CPU graph, device memory for
-a CUDA one), and ``_set_scalar`` writes a named scalar parameter (``apic.param``; CPU graphs only).
+``params``, ``set_param``, ``get_param`` and ``get_param_ptr`` find the parameter, refuse with the same errors on
+both kinds of graph, and leave the copy to the graph's backend (``apic.replay.backends``): its ``write_binding`` /
+``read_binding`` move data between a user array and the graph's memory (host memory for a CPU graph, device memory
+for a CUDA one), and ``_set_scalar`` writes a named scalar parameter (``apic.param``; CPU graphs only).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class NamedParams:
         if scalar is not None:
             self._set_scalar(scalar, arr)
             return
-        self._write_binding(self._binding(name, "set_param"), arr)
+        self.backend.write_binding(self, self._binding(name, "set_param"), arr)
 
     def get_param(self, name: str, arr=None):
         """Copy the named parameter into ``arr``: a Warp array (dtype, shape and size must match) or, on a
@@ -76,7 +76,7 @@ class NamedParams:
             return unpack(scalar, self.param_values[name])
         if arr is None:
             raise TypeError(f"get_param('{name}'): pass the array to copy the parameter into")
-        self._read_binding(self._binding(name, "get_param"), arr)
+        self.backend.read_binding(self, self._binding(name, "get_param"), arr)
         return None
 
     def get_param_ptr(self, name: str):
@@ -92,10 +92,4 @@ class NamedParams:
 
     # --- what each kind of graph does ------------------------------------------------------------------
     def _set_scalar(self, scalar, value) -> None:  # pragma: no cover - a graph with scalars implements it
-        raise NotImplementedError
-
-    def _write_binding(self, binding, arr) -> None:  # pragma: no cover - each graph type implements it
-        raise NotImplementedError
-
-    def _read_binding(self, binding, arr) -> None:  # pragma: no cover - each graph type implements it
         raise NotImplementedError

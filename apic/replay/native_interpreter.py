@@ -10,7 +10,7 @@ modules the interpreter is compiled from, the Numba, llvmlite and warp-lang vers
 and this CPU (its vendor, model and instruction-set flags, from CPUID). A cached file holds its full
 key and the digest of its object: a file whose key or digest does not match (another CPU, another
 apic, a truncated or changed file) is rebuilt, never loaded. Storing a new object prunes the objects
-no longer used (``host.prune_cache``).
+no longer used (``apic._probes.cache_store.prune_cache``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 import warp
 
 from apic import _compat
-from apic._probes import host
+from apic._probes import cache_store, host
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PACKAGE = os.path.dirname(_HERE)
@@ -65,8 +65,8 @@ def _digest(key: dict) -> str:
 
 
 def cache_path(key: dict) -> str:
-    """The file of ``key``'s object in apic's cache folder (``host.cache_folder``)."""
-    return os.path.join(host.cache_folder(), f"serial-interpreter-{_digest(key)[:32]}.o")
+    """The file of ``key``'s object in apic's cache folder (``cache_store.cache_folder``)."""
+    return os.path.join(cache_store.cache_folder(), f"serial-interpreter-{_digest(key)[:32]}.o")
 
 
 def _pack(key: dict, code: bytes) -> bytes:
@@ -78,7 +78,7 @@ def _pack(key: dict, code: bytes) -> bytes:
 def read_cached(path: str, key: dict) -> bytes | None:
     """The object in ``path`` if it was built for ``key`` and is whole; None otherwise (absent, foreign,
     stale or damaged: the caller rebuilds it)."""
-    data = host.read_cache_file(path, _MAX_FILE_BYTES)
+    data = cache_store.read_cache_file(path, _MAX_FILE_BYTES)
     if data is None or not data.startswith(_MAGIC) or len(data) > _MAX_FILE_BYTES:
         return None
     line_end = data.find(b"\n", len(_MAGIC))
@@ -113,7 +113,7 @@ def load_serial_run():
     code = read_cached(path, key)
     if code is None:
         code = _build()
-        host.store_in_cache(path, _pack(key, code), _MAGIC)
+        cache_store.store_in_cache(path, _pack(key, code), _MAGIC)
     _loaded += 1
     name = f"apic_serial_interpreter_{_digest(key)[:16]}_{os.getpid()}_{_loaded}"
     _compat.load_object(code, name)

@@ -179,7 +179,7 @@ def profile(graph, replays: int = 100) -> ProfileReport:
     if replays < 0:
         raise ValueError(f"apic.profile: replays must be 0 or more, got {replays}")
     labels = row_labels(graph)
-    checks_blocks = getattr(graph, "_checks_blocks", False)
+    checks_blocks = any(k.cpu_blocks for k in graph.recording.kernels)
     take_error = _compat.runtime().core.wp_take_cpu_block_error if checks_blocks else None
     if take_error:
         take_error()  # as eager Warp: forget a failure left over from earlier work

@@ -168,9 +168,9 @@ class Program:
         if not self._rows:
             return
         backend = self.backend or self._choose_backend()
-        native = backend.native or backend.load_interpreter()
+        native = backend.serial_entry()
         main = _get_ident() == _MAIN_THREAD
-        if native is True:  # an interpreter called from Python: the Numba dispatcher or the reference one
+        if native is None:  # an interpreter called from Python: the Numba dispatcher or the reference one
             return self._run_python(backend, repeats, _LIMITS_MAIN if main else _LIMITS_THREAD)
         if repeats == 1 and main and not self.loops and self.threads == 1:
             status = native(self._call_at)  # the call block made once, in _bind
@@ -192,8 +192,8 @@ class Program:
         never replaced).
         """
         backend = self.backend or self._choose_backend()
-        native = backend.native or backend.load_interpreter()
-        if native is True or self.loops or self.threads != 1 or (not any_thread and _get_ident() != _MAIN_THREAD):
+        native = backend.serial_entry()
+        if native is None or self.loops or self.threads != 1 or (not any_thread and _get_ident() != _MAIN_THREAD):
             return None
         if self.table is not self._bound:
             self._bind(self.table)
@@ -236,14 +236,7 @@ class Program:
     def _run_python(self, backend, repeats: int, limits: np.ndarray) -> None:
         """A replay through the Numba dispatcher (where the native object cannot be had) or the reference
         interpreter (``APIC_REPLAY=reference``)."""
-        run_table = backend.run_table
-        if self.threads > 1 and backend.pooled:
-            from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
-
-            with workers(self.threads):
-                status = run_table(self.table, repeats, limits, self.loops)
-        else:
-            status = run_table(self.table, repeats, limits, self.loops)
+        status = backend.run_rows(self.table, repeats, limits, self.loops, self.threads)
         if status:
             raise_status(status, limits, self.table)
 
@@ -291,4 +284,4 @@ def native_replay(program: Program | None = None) -> bool:
     """Whether ``program``'s replays (None: a new graph's) run through the native serial interpreter (not the
     Numba dispatcher's fallback, nor another backend's: ``APIC_REPLAY``, ``apic.replay.backends``)."""
     backend = (program.backend if program is not None else None) or backends.cpu_backend()
-    return (backend.native or backend.load_interpreter()) is not True
+    return backend.serial_entry() is not None

@@ -31,15 +31,3 @@ FEATURE_MACROS = {
     "aes": "__AES__", "pclmul": "__PCLMUL__", "gfni": "__GFNI__", "vaes": "__VAES__", "vpclmulqdq": "__VPCLMULQDQ__",
     "sha": "__SHA__", "adx": "__ADX__", "sse4a": "__SSE4A__", "fma4": "__FMA4__", "xop": "__XOP__",
 }
-
-# CPUs the host probe can be told to report (``APIC_TEST_HOST_CPU``, a test hook): a level, or a real CPU
-# whose features a test wants, as LLVM names them. AMD Zen 3 (znver3) has AVX2 but no AVX-512 and no GFNI;
-# Intel Ivy Bridge has AVX and F16C (all that Warp's compiler needs) but no AVX2 or FMA.
-TEST_HOST_CPUS = {
-    **CPU_LEVELS,
-    "ivybridge": CPU_LEVELS["x86-64-v2"] | {"aes", "avx", "f16c", "fsgsbase", "pclmul", "rdrnd", "xsave", "xsaveopt"},
-    "znver3": CPU_LEVELS["x86-64-v3"] | {
-        "adx", "aes", "clflushopt", "clwb", "clzero", "fsgsbase", "invpcid", "mwaitx", "pclmul", "pku", "prfchw",
-        "rdpid", "rdpru", "rdrnd", "rdseed", "sha", "shstk", "sse4a", "vaes", "vpclmulqdq", "wbnoinvd", "xsavec",
-        "xsaveopt", "xsaves"},
-}

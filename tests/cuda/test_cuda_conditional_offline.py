@@ -156,7 +156,7 @@ def _load(cu, monkeypatch, ptx_text, ops, **fake):
     for kernel in saved.recording.kernels:
         device.param_info[kernel.symbol] = tuple(tuple(p) for p in kernel.params)
     images = {m.file: ptx_text.encode("latin-1") for m in saved.modules}
-    return device, loading.load_cuda(saved, images.get, "the test's modules", "cuda:0")
+    return device, loading.load(saved, images.get, "the test's modules", "cuda:0")
 
 
 def _set_node_args(params) -> tuple[int, int, int]:
@@ -251,14 +251,12 @@ def test_op_by_op_on_the_graphs_own_stream_reads_conditions_where_rows_replay_th
     """With the op-table rows in place (they replay such a graph in graph mode only), ``wp.capture_launch`` in
     mode="launch" on the graph's own stream still runs the ops, reading each condition on the host. (On a GPU
     the rows' missing launch table once made this replay do nothing at all.)"""
-    from apic.replay import cuda_rows
     from benchmarks import cuda_standin
 
     if cuda_standin.compiler() is None:
         pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in CUDA driver library")
     standin = cuda_standin.StandIn(str(tmp_path_factory.mktemp("standin")))
-    monkeypatch.setattr(cuda_rows, "STAND_IN", standin.path)
-    device, graph = _load(cu, monkeypatch, ptx, _nested_ops())
+    device, graph = _load(cu, monkeypatch, ptx, _nested_ops(), entry_library=standin.path)
     assert graph._rows is not None and graph._rows.has("graph") and not graph._rows.has("launch")
     device.conditions = [1, 1, 1, 0, 1, 0, 0, 0]  # as in the test above
     graph.mode = "launch"

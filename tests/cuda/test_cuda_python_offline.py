@@ -81,9 +81,13 @@ class FakeDevice:
     # loaded (through its own stand-in), which calls the driver again: the real binding would then wait
     # forever on the driver-loading lock it holds, so a nested call, from any stand-in, skips it.
     in_real_call = False
+    # the library whose entry points a loaded graph's op-table rows call (apic.replay.cuda_driver.Driver.library):
+    # none, as this stand-in's handles are no library's, unless a test gives the stand-in C library's path
+    entry_library = None
 
-    def __init__(self, cu, arch: int = ARCH, init_error=None):
+    def __init__(self, cu, arch: int = ARCH, init_error=None, entry_library=None):
         self.cu = cu
+        self.entry_library = entry_library
         self.arch = arch
         self.init_error = init_error
         self.calls: list[tuple] = []
@@ -208,7 +212,7 @@ def _load(cu, monkeypatch, ptx_text, **fake):
     images = {m.file: ptx_text.encode("latin-1") for m in saved.modules}
     for kernel in saved.recording.kernels:
         device.param_info[kernel.symbol] = tuple(tuple(p) for p in kernel.params)
-    return device, saved, loading.load_cuda(saved, images.get, "the test's modules", "cuda:0")
+    return device, saved, loading.load(saved, images.get, "the test's modules", "cuda:0")
 
 
 # --- the driver module and its API, as installed -----------------------------------------------------------
@@ -254,7 +258,7 @@ def test_loading_without_a_driver_raises_an_apic_error(cu, ptx):
     saved = _read(_document(ptx)[0])
     images = {m.file: ptx.encode("latin-1") for m in saved.modules}
     with pytest.raises(cuda_replay.CudaReplayError, match="the CUDA driver cannot be initialised"):
-        loading.load_cuda(saved, images.get, "the test's modules", "cuda:0")
+        loading.load(saved, images.get, "the test's modules", "cuda:0")
 
 
 def test_loading_without_a_device_raises_an_apic_error(cu, ptx, monkeypatch):
@@ -371,7 +375,7 @@ def test_set_param_lands_before_the_next_replay(cu, ptx, monkeypatch):
 
 def test_a_parameter_layout_that_differs_from_the_driver_is_refused(cu, ptx, monkeypatch):
     """The stand-in reports a layout other than the file's: the check must see it (not swallow it)."""
-    real_load = loading.load_cuda
+    real_load = loading.load
 
     def load_with_other_layout(saved, fetch, origin, where):
         device = _compat.cuda_driver()
@@ -379,7 +383,7 @@ def test_a_parameter_layout_that_differs_from_the_driver_is_refused(cu, ptx, mon
             device.param_info[symbol] = ((params[0][0], params[0][1]),) + tuple((o + 8, n) for o, n in params[1:])
         return real_load(saved, fetch, origin, where)
 
-    monkeypatch.setattr(loading, "load_cuda", load_with_other_layout)
+    monkeypatch.setattr(loading, "load", load_with_other_layout)
     if not hasattr(cu, "cuFuncGetParamInfo"):
         pytest.skip("cuda-python before 12.4 has no cuFuncGetParamInfo: there is no layout check to test")
     with pytest.raises(cuda_replay.IncompatibleGraphError, match=r"parameter 1 is \[offset \d+"):

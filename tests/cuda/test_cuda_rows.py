@@ -57,8 +57,7 @@ def interpreter(request, monkeypatch):
 @pytest.fixture
 def loaded(cu, ptx, monkeypatch, standin, interpreter):  # noqa: F811
     """A graph loaded with the stand-in library for the rows; its kernels' parameter sizes registered."""
-    monkeypatch.setattr(cuda_rows, "STAND_IN", standin.path)
-    device, saved, graph = _load(cu, monkeypatch, ptx)
+    device, saved, graph = _load(cu, monkeypatch, ptx, entry_library=standin.path)
     assert graph._rows is not None, "the rows were not made with the stand-in library"
     standin.reset()
     symbols = {kernel.symbol: kernel for kernel in saved.recording.kernels}

@@ -14,7 +14,7 @@ under every supported warp-lang, on any x86-64 CPU that runs Warp, or refuse it 
   compiled it.
 
 Each test runs on this CPU and as an AMD Zen 3 (AVX2, no AVX-512, no GFNI) would see the files, through
-the host probe's test hook (``APIC_TEST_HOST_CPU``). ``python -m apic inspect`` must predict the outcome.
+a smaller host CPU the tests give (``tests/host_cpus.py``). ``python -m apic inspect`` must predict the outcome.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -31,7 +30,7 @@ import warp as wp
 
 import apic
 from apic import _compat
-from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
+import host_cpus
 from apic.format import reader, schema
 from persist_helpers import TESTS
 
@@ -51,9 +50,10 @@ def _parts(folder: str) -> tuple[int, str]:
 
 @pytest.fixture(params=HOSTS)
 def host(request, monkeypatch):
-    """The CPU the loads check the files against: this one, or (the test hook) a Zen 3 without AVX-512."""
+    """The CPU the loads check the files against: this one, or (tests/host_cpus.py) a Zen 3 without AVX-512."""
     if request.param != "this-cpu":
-        monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, request.param)
+        host_cpus.pretend(request.param, monkeypatch)
+        monkeypatch.setenv(host_cpus.VARIABLE, request.param)  # and the child processes (host_cpus.cli)
     return request.param
 
 
@@ -96,7 +96,7 @@ def test_portable_golden_files_exist_for_every_format_and_both_warp_versions():
 
 def test_every_promised_outcome_is_exercised_on_a_zen3(monkeypatch):
     """The Zen 3 view reaches each branch of the promise, on any host that has Zen 3's features."""
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, "znver3")
+    host_cpus.pretend("znver3", monkeypatch)
     host = _compat.host_target()
     if not set(_compat.level_features("x86-64-v3")) <= set(host["features"]):
         pytest.skip(f"this CPU ({_compat.native_target()['cpu']}) lacks some of Zen 3's features")
@@ -156,7 +156,7 @@ def test_format_3_golden_files_exist_for_both_warp_versions():
 def test_inspect_says_whether_it_loads_here(folder, host):
     _, warp_version = _parts(folder)
     path = os.path.join(GOLDEN, folder, "graph.wrp")
-    result = subprocess.run([sys.executable, "-m", "apic", "inspect", path], capture_output=True, text=True,
+    result = subprocess.run(host_cpus.cli(["inspect", path]), capture_output=True, text=True,
                             timeout=600, env=os.environ.copy())
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if "loads here:" in x).strip()

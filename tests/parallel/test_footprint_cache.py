@@ -7,7 +7,6 @@ is a real child with its own Warp kernel cache folder, replaying a real launch a
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 
 import footprint_kernels as fk
+from apic._probes import cache_store
 from apic.record.footprint_values import Array
 from apic.replay import footprint_cache
 from persist_helpers import child_env, kept_in
@@ -88,8 +88,8 @@ def test_other_index_data_is_evaluated_again(cache, case, seed):
 
 
 def _signed(contents: bytes) -> bytes:
-    """A kept file as ``kept_files`` writes it: its checksum right."""
-    return contents + hashlib.sha256(contents).digest()
+    """A kept file as the cache store writes it: its magic and checksum right."""
+    return cache_store.kept_bytes("apic-footprint", contents)
 
 
 @pytest.mark.parametrize("damage", ["flipped", "an array it lacks"])
@@ -114,7 +114,7 @@ def test_a_file_that_is_not_a_verdict_reads_as_none(tmp_path, monkeypatch, conte
     monkeypatch.setattr(wp.config, "kernel_cache_dir", str(tmp_path))
     os.makedirs(tmp_path / "apic-footprint")
     for name, kept in (("unsigned", contents), ("signed", _signed(contents))):
-        with open(tmp_path / "apic-footprint" / name, "wb") as f:
+        with open(cache_store.kept_path("apic-footprint", footprint_cache.VARIABLE, name, "json"), "wb") as f:
             f.write(kept)
         assert footprint_cache.load(name) is None, (name, contents)
     footprint_cache.store("good", None, ["start", "end"])
@@ -154,3 +154,25 @@ def test_the_key_follows_what_the_verdict_depends_on_and_not_addresses():
     assert _key(bytes(data), np.array([0, 1, 3, 2], dtype=np.int32)) != base  # index contents
     assert _key(bytes(data), index, identity=b"module/other") != base
     assert _key(bytes(data), index, dim=(2, 2)) != base
+
+
+def test_the_key_covers_every_module_the_verdict_depends_on_and_apics_version(monkeypatch):
+    """The evaluator's files are found by name (a module added beside them counts without an edit here), the
+    world proofs among them; apic's version is in the key too."""
+    files = footprint_cache.evaluator_files()
+    for module in ("record/footprint.py", "record/footprint_eval.py", "record/world_proof.py",
+                   "record/world_split.py", "record/splittable.py", "replay/footprint_launch.py",
+                   "replay/footprint_cache.py"):
+        assert module in files
+    index = np.arange(4, dtype=np.int32)
+    base = _key(bytes(64), index)
+    from apic import _version
+
+    monkeypatch.setattr(_version, "__version__", _version.__version__ + ".post1")
+    footprint_cache._evaluator_fingerprint.cache_clear()
+    try:
+        assert _key(bytes(64), index) != base
+    finally:
+        monkeypatch.undo()
+        footprint_cache._evaluator_fingerprint.cache_clear()
+    assert _key(bytes(64), index) == base

@@ -88,5 +88,5 @@ def test_plans_for_more_threads_replay_as_eager(threads):
     (world,) = by_kernel["float_atomics"]
     assert world["chunks"] >= 2, world
     (timed,) = by_kernel["heavy"]
-    if graph._row_ns is not None and "split by time" in timed["basis"]:
+    if graph.plans.row_ns is not None and "split by time" in timed["basis"]:
         assert 2 <= timed["chunks"] <= HEAVY_TASKS, timed  # never more chunks than tasks

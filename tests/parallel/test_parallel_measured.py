@@ -79,9 +79,9 @@ def test_a_few_heavy_tasks_split_after_the_timed_replays():
     pending = f"the next {TIMED_REPLAYS} replay(s) on 2 threads run serially and time it"
     assert all(pending in e["why"] for e in before[:2]), before
     for k in range(TIMED_REPLAYS):
-        assert graph._row_ns is None, k  # one timing decides nothing
+        assert graph.plans.row_ns is None, k  # one timing decides nothing
         _replay_both(graph, eager, replayed, rounds, f"timed replay {k + 1} (serial)")
-    assert graph._row_ns is not None
+    assert graph.plans.row_ns is not None
     after = graph.parallel_report(2)
     assert all(e["chunks"] >= 2 and e["basis"].startswith("split by time") for e in after[:2]), after
     for k in range(3):
@@ -119,7 +119,7 @@ def test_a_few_cheap_tasks_stay_serial_and_say_their_time():
     for k in range(TIMED_REPLAYS + 2):
         _replay_both(graph, eager, replayed, 1, f"replay {k + 1}")
     report = graph.parallel_report(2)
-    measured = [max(int(graph._row_ns[row]) for row in split.rows) for split in graph.program.splits]
+    measured = [max(int(graph.plans.row_ns[row]) for row in split.rows) for split in graph.program.splits]
     assert min(measured) < 2 * MIN_NS_PER_THREAD, measured  # one round over 8 tasks: microseconds
     # each launch is judged on its own time (a busy machine may stop the timed replays inside a row)
     for entry, ns in zip(report[:2], measured):
@@ -138,7 +138,7 @@ def test_a_zero_replay_call_times_nothing():
         pytest.skip(f"APIC_REPLAY={os.environ.get('APIC_REPLAY')!r}: replays are not measured")
     for _ in range(2):
         graph.launch(0, threads=2)
-    assert graph._row_ns is None  # nothing was timed
+    assert graph.plans.row_ns is None  # nothing was timed
     assert_same(snapshot(eager), snapshot(replayed), "zero replays")
     for k in range(TIMED_REPLAYS):
         _replay_both(graph, eager, replayed, rounds, f"timed replay {k + 1} (serial)")
@@ -174,7 +174,7 @@ def test_replays_from_two_python_threads_wait_for_the_timed_ones():
     assert not errors, errors
     for _ in range(2 * per_thread):
         _step(eager, rounds)
-    assert graph._row_ns is not None
+    assert graph.plans.row_ns is not None
     assert_same(snapshot(eager), snapshot(replayed), "replays from two Python threads")
 
 
@@ -183,7 +183,7 @@ def test_a_graph_that_splits_by_its_tasks_is_never_measured():
     graph.min_tasks_per_thread = 1
     for k in range(2):
         _replay_both(graph, eager, replayed, 1, f"replay {k + 1}")
-    assert graph._row_ns is None
+    assert graph.plans.row_ns is None
     assert all(e["chunks"] >= 2 for e in graph.parallel_report(2)[:2])
 
 
@@ -201,7 +201,7 @@ _REFERENCE_CHILD = textwrap.dedent(
         T._step(eager, 400_000)
         wp.capture_launch(graph, threads=2)
     same = all(np.array_equal(eager[k].numpy(), replayed[k].numpy()) for k in eager)
-    print(json.dumps({"measured": graph._row_ns is not None, "same": same,
+    print(json.dumps({"measured": graph.plans.row_ns is not None, "same": same,
                       "why": graph.parallel_report(2)[0]["why"]}))
     """
 )

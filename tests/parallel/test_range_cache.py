@@ -107,8 +107,8 @@ def test_the_key_follows_what_the_object_depends_on(monkeypatch):
     assert base != range_cache.key(b"source!", {"mode": "release"}, None)
     assert base != range_cache.key(b"source", {"mode": "debug"}, None)
     assert base != range_cache.key(b"source", {"mode": "release"}, "x86-64-v3")
-    # another CPU (the test hook pretends this host has only a level's features): another object
-    from apic.targets.cpu import TEST_HOST_CPUS
+    # another CPU (the test pretends this host has only a level's features): another object
+    from host_cpus import HOST_CPUS, pretend
 
-    monkeypatch.setenv("APIC_TEST_HOST_CPU", sorted(TEST_HOST_CPUS)[0])
+    pretend(sorted(HOST_CPUS)[0], monkeypatch)
     assert range_cache.key(b"source", {"mode": "release"}, None) != base

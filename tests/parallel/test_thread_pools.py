@@ -70,7 +70,7 @@ def _replay_with_reference(graph, threads: int) -> None:
     chosen = os.environ.get("APIC_REPLAY")  # put back as found: CI runs the whole suite with it set
     os.environ["APIC_REPLAY"] = "reference"
     try:
-        for program in (graph.program, *graph._parallel.values()):
+        for program in (graph.program, *graph.plans.parallel.values()):
             program.backend = None  # chosen again at its next replay (apic.replay.backends.cpu_backend)
         wp.capture_launch(graph, threads=threads)
     finally:
@@ -78,7 +78,7 @@ def _replay_with_reference(graph, threads: int) -> None:
             del os.environ["APIC_REPLAY"]
         else:
             os.environ["APIC_REPLAY"] = chosen
-        for program in (graph.program, *graph._parallel.values()):
+        for program in (graph.program, *graph.plans.parallel.values()):
             program.backend = kept
 
 

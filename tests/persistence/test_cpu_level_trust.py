@@ -17,7 +17,7 @@ import warp as wp
 import apic
 from apic import _compat
 from apic._probes import cpu as probe_cpu
-from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
+from host_cpus import pretend
 from apic.replay import range_entry
 from apic.targets.cpu import CPU_LEVELS
 from persist_helpers import rewrite_wrp, wrp_body
@@ -85,7 +85,7 @@ def test_a_level_this_host_lacks_is_refused_at_load(tmp_path, monkeypatch):
     if not CPU_LEVELS["x86-64-v4"] <= set(_compat.native_target()["features"]):
         pytest.skip("this CPU has no AVX-512: a v4 file cannot be saved here")
     path = _save(tmp_path, "x86-64-v4", source_fallback=False)
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, "x86-64-v3")
+    pretend("x86-64-v3", monkeypatch)
     with pytest.raises(apic.IncompatibleGraphError, match=r"lacks: avx512"):
         wp.capture_load(path)
 
@@ -95,7 +95,7 @@ def test_no_range_object_is_built_for_a_level_this_host_lacks(tmp_path, monkeypa
     graph = wp.capture_load(_save(tmp_path, "x86-64-v2"))
     module = graph.recording.modules[0]
     module.module_exec.apic_cpu_level = "x86-64-v4"  # what a forged level would have reached before the fix
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, "x86-64-v3")
+    pretend("x86-64-v3", monkeypatch)
     symbol = graph.recording.kernels[0].symbol[: -len("_cpu_forward")]
     with pytest.raises(LookupError, match=r"built for x86-64-v4, and this CPU lacks avx512"):
         range_entry.range_entry(module.name, module.module_exec, symbol)

@@ -2,7 +2,7 @@
 
 Checked against real parts: the objects are disassembled (``objdump``) and must hold no instruction of
 a wider level; a graph saved for a level loads, as saved, in a fresh process that sees a smaller CPU
-(the host probe's test hook, ``APIC_TEST_HOST_CPU``: an AMD Zen 3, an Intel Ivy Bridge) and replays
+(a smaller host CPU given by the tests, ``tests/host_cpus.py``: an AMD Zen 3, an Intel Ivy Bridge) and replays
 bit for bit as eager did; a CPU without the level's features refuses it, naming them. Also: the compiler
 flags a file may carry (an allow-list, rebuilt token by token), and what a careless caller passes.
 """
@@ -20,7 +20,7 @@ import warp as wp
 
 import apic
 from apic import _compat
-from apic._probes.cpu import TEST_HOST_CPU_VARIABLE
+import host_cpus
 from apic.format import source as source_format
 from persist_helpers import rewrite_wrp, run_child, same_bits, wrp_body
 
@@ -107,8 +107,8 @@ def test_a_level_file_loads_as_saved_on_a_smaller_cpu_in_a_fresh_process(tmp_pat
     path = _save(tmp_path, level)
     expected = _eager(2)
     if loads is None:  # objects for this host: a CPU without all of its features refuses them
-        loads = set(wrp_body(path)["target"]["features"]) <= apic.targets.cpu.TEST_HOST_CPUS[host]
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, host)
+        loads = set(wrp_body(path)["target"]["features"]) <= host_cpus.HOST_CPUS[host]
+    monkeypatch.setenv(host_cpus.VARIABLE, host)  # the child process pretends (host_cpus.PRELUDE)
     out, h = tmp_path / "out.npy", tmp_path / "h.npy"
     job = {"mode": "file", "path": path, "iters": 2, "get": {"out": str(out), "h": str(h)}}
     if not loads:
@@ -193,11 +193,12 @@ def test_a_module_built_with_flags_a_file_cannot_carry_is_refused_at_save(tmp_pa
         wp.capture_save(capture.graph, str(tmp_path / "g"), source_fallback=True)
 
 
-def test_the_host_hook_reports_a_smaller_cpu_and_refuses_an_unknown_one(monkeypatch):
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, "znver3")
+def test_a_test_pretends_a_smaller_cpu_and_the_library_has_no_hook_for_it(monkeypatch):
+    monkeypatch.setenv("APIC_TEST_HOST_CPU", "znver3")  # the library's old test hook: read no more
+    assert _compat.host_target() == _compat.native_target()
+    host_cpus.pretend("znver3", monkeypatch)
     seen = _compat.host_target()
     assert seen["cpu"] == "znver3" and not any(f.startswith("avx512") or f == "gfni" for f in seen["features"])
     assert set(seen["features"]) <= set(_compat.native_target()["features"])
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, "pentium4000")
-    with pytest.raises(ValueError, match="names no CPU apic knows"):
-        _compat.host_target()
+    with pytest.raises(ValueError, match="names no CPU a test can pretend to be"):
+        host_cpus.pretend("pentium4000", monkeypatch)

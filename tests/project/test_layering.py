@@ -47,9 +47,10 @@ LAYERS = (
     # the ops and what a recording holds besides them: named scalar parameters (apic.param, noted per launch
     # by the shims: record/params.py) and the type facts of named array bindings (record/bindings.py)
     ("record", ("apic.record", "apic.record.*")),
-    # the graph types sit with replay: a graph is a recording and what replays it
-    ("format, replay and graph types", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*",
-                                        "apic.graph", "apic.cuda_graph")),
+    ("format and replay", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*")),
+    # the graph types a user holds: a recording and the replay backend that replays it (apic.replay.backends);
+    # replay never imports them (a loaded CPU graph's type is handed to its backend by the loader)
+    ("graph types", ("apic.graph", "apic.cuda_graph")),
     # a file read by the format, checked and made into a replayable graph
     ("loading", ("apic.loading",)),
     ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo",

@@ -325,7 +325,7 @@ def test_block_kernels_are_marked_for_the_dispatcher_check(tmp_path, blocks):
     wp.capture_save(capture.graph, str(tmp_path / "marked"))
     loaded = wp.capture_load(str(tmp_path / "marked"))
     assert [k.cpu_blocks for k in loaded.recording.kernels] == [blocks]
-    assert loaded._checks_blocks is blocks
+    assert loaded.plans.checks_blocks is blocks
     wp.capture_launch(loaded)
 
 

@@ -17,7 +17,7 @@ from apic.replay import backends
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 
 N = 64
-PARTS = ("load", "run", "write_binding", "read_binding")
+PARTS = ("device", "load", "launch", "write_binding", "read_binding")  # free: optional (nothing to wait for)
 CPU_BACKENDS = ("cpu_native", "cpu_reference")
 
 
@@ -84,7 +84,8 @@ def test_a_live_graph_replays_through_the_backend_it_holds(name):
     graph.program.backend = backends.get(name)
     for _ in range(2):
         wp.capture_launch(graph)
-    backends.get(name).run(graph.program, 2)
+    for _ in range(2):
+        backends.get(name).launch(graph)  # what wp.capture_launch calls
     assert y.numpy().tobytes() == _eager(4).tobytes()
     assert graph.program.backend is backends.get(name)
 
@@ -107,6 +108,45 @@ def test_a_loaded_graph_is_built_and_replayed_by_the_chosen_backend(tmp_path, mo
     backends.get(name).write_binding(loaded, loaded.bindings["y"], wp.array(np.ones(N, dtype=np.float32)))
     loaded.get_param("y", out)
     assert (out.numpy() == 1.0).all()
+
+
+def test_a_saved_device_names_the_backend_that_loads_it(monkeypatch):
+    monkeypatch.setenv("APIC_REPLAY", "reference")
+    assert backends.for_saved(None) is backends.get("cpu_reference")
+    assert backends.for_saved({"kind": "cuda", "arch": 90}) is backends.get("cuda")
+    for device in ({"kind": "cpu_native"}, {"kind": "nope"}, {"kind": 3}, {}):
+        with pytest.raises(ValueError):
+            backends.for_saved(device)
+
+
+def test_the_cpu_backend_checks_the_device_asked_for():
+    backend = backends.get("cpu_native")
+    assert backend.device(None) == wp.get_device("cpu") and backend.device("cpu") == wp.get_device("cpu")
+    with pytest.raises(ValueError):  # "this is a CPU graph", or Warp's own where no such device exists
+        backend.device("cuda:0")
+    with pytest.raises(ValueError, match="this is a CUDA graph"):
+        backends.get("cuda").device("cpu")
+    assert backends.get("cuda").device("cuda:1") == 1
+
+
+def test_every_graph_replays_through_its_backend():
+    """``wp.capture_launch`` reaches a device only through the graph's backend: a backend standing in for the
+    graph's own sees every launch the fast path does not take (here: all, a capture of no replay yet)."""
+    x, y = _inputs()
+    with wp.ScopedCapture(device="cpu", apic=True) as capture:
+        wp.launch(_step, dim=N, inputs=[x, y], device="cpu")
+    graph, seen = capture.graph, []
+
+    class Counting(type(backends.get("cpu_native"))):
+        def launch(self, graph, stream=None, threads=None):
+            seen.append(threads)
+            super().launch(graph, stream, threads)
+
+    graph.program.backend = Counting()
+    wp.capture_launch(graph, threads=1)
+    wp.capture_launch(graph, threads=2)
+    assert seen == [1, 2]
+    assert y.numpy().tobytes() == _eager(2).tobytes()
 
 
 def test_the_environment_is_left_as_found():

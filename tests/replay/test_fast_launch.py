@@ -265,7 +265,7 @@ def test_a_short_replay_keeps_the_gil_and_a_long_one_lets_other_threads_run():
     assert short_replay(short.graph.recording.ops) and not short_replay(long.graph.recording.ops)
     for graph in (short.graph, long.graph):
         wp.capture_launch(graph)  # the first launch makes the fast path
-    if short.graph._fast_replay is None:
+    if short.graph.fast_replays.get(None) is None:
         pytest.skip(f"no fast path with APIC_REPLAY={os.environ.get('APIC_REPLAY')!r}: the Python interpreters")
     assert _other_thread_progress(short.graph) == 0
     assert _other_thread_progress(long.graph) > 0
@@ -304,20 +304,20 @@ def test_a_thread_count_whose_plan_splits_nothing_takes_the_fast_path_and_still_
         _step(eager, 0.25)
         wp.capture_launch(graph, threads=2)
     assert_same(snapshot(eager), snapshot(replayed), "three launches with threads=2")
-    if graph._fast_counts.get(2) is None:
+    if graph.fast_replays.get(2) is None:
         pytest.skip(f"no fast path with APIC_REPLAY={os.environ.get('APIC_REPLAY')!r}: the Python interpreters")
     for bad in (2.0, True):
         with pytest.raises(ValueError, match="threads"):
             wp.capture_launch(graph, threads=bad)
     graph.min_tasks_per_thread = 1
-    assert not graph._fast_counts, "the plans may change with the threshold"
+    assert not graph.fast_replays, "the plans may change with the threshold"
     for _ in range(2):
         _step(eager, 0.25)
         wp.capture_launch(graph, threads=2)
     assert_same(snapshot(eager), snapshot(replayed), "launches split after min_tasks_per_thread = 1")
     if not split_pool_unavailable():
         assert graph.parallel_report(2)[0]["chunks"] > 1
-        assert 2 not in graph._fast_counts, "a plan that splits runs through the pool, not the serial call"
+        assert 2 not in graph.fast_replays, "a plan that splits runs through the pool, not the serial call"
 
 
 def split_pool_unavailable():

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from apic._probes import cpu, host
+from apic._probes import cache_store, cpu
 from apic.replay import native_interpreter
 from test_native_interpreter import CHILD, REPO, _env
 
@@ -96,7 +96,7 @@ def test_prune_removes_only_unused_objects_of_the_kind_it_made(tmp_path):
     kept_object = "serial-interpreter-" + "0" * 32 + ".o"
     old = _made(folder, "serial-interpreter-" + "1" * 32 + ".o", MAGIC + b"{}\ncode", 31, now)
     recent = [_made(folder, f"serial-interpreter-{0x10 + k:032x}.o", MAGIC + b"{}\ncode", k / 24, now)
-              for k in range(1, 1 + host.CACHE_KEEP_RECENT)]  # used in the last hours
+              for k in range(1, 1 + cache_store.CACHE_KEEP_RECENT)]  # used in the last hours
     # the ninth most recently used: beyond those kept, but used today (kept) or two days ago (removed)
     today = _made(folder, "serial-interpreter-" + "2" * 32 + ".o", MAGIC + b"{}\ncode", 0.9, now)
     two_days = _made(folder, "serial-interpreter-" + "3" * 32 + ".o", MAGIC + b"{}\ncode", 2, now)
@@ -122,16 +122,16 @@ def test_prune_removes_only_unused_objects_of_the_kind_it_made(tmp_path):
     _age(os.path.join(folder, "serial-interpreter-" + "9" * 32 + ".o"), 400, now)
     _made(folder, kept_object, MAGIC + b"{}\ncode", 365, now)  # the file just stored is never pruned
 
-    removed = host.prune_cache(os.path.join(folder, kept_object), MAGIC, now=now)
+    removed = cache_store.prune_cache(os.path.join(folder, kept_object), MAGIC, now=now)
     assert sorted(removed) == sorted([old, two_days, abandoned, abandoned_empty])
     left = set(_cache_files(folder))
     assert left == set(recent + [today, being_written, *foreign, link, kept_object,
                                  "serial-interpreter-" + "9" * 32 + ".o"])
     assert outside.exists()
     # a second pruner (another process) finds nothing more to remove, and fails on nothing
-    assert host.prune_cache(os.path.join(folder, kept_object), MAGIC, now=now) == []
-    assert host.prune_cache(str(tmp_path / "absent" / kept_object), MAGIC, now=now) == []
-    assert host.prune_cache(os.path.join(folder, "not-a-cache-name.o"), MAGIC, now=now) == []
+    assert cache_store.prune_cache(os.path.join(folder, kept_object), MAGIC, now=now) == []
+    assert cache_store.prune_cache(str(tmp_path / "absent" / kept_object), MAGIC, now=now) == []
+    assert cache_store.prune_cache(os.path.join(folder, "not-a-cache-name.o"), MAGIC, now=now) == []
 
 
 def test_a_read_marks_the_file_used_at_most_hourly(tmp_path):
@@ -139,18 +139,18 @@ def test_a_read_marks_the_file_used_at_most_hourly(tmp_path):
     path = tmp_path / ("serial-interpreter-" + "a" * 32 + ".o")
     path.write_bytes(MAGIC + b"data")
     _age(path, 40, now)
-    assert host.read_cache_file(str(path), 100) == MAGIC + b"data"
+    assert cache_store.read_cache_file(str(path), 100) == MAGIC + b"data"
     assert now - 60 < os.stat(path).st_mtime  # refreshed: a file read today is not pruned
     _age(path, 1 / 48, now)  # half an hour ago: left as it is (no write per read)
     before = os.stat(path).st_mtime
-    host.read_cache_file(str(path), 100)
+    cache_store.read_cache_file(str(path), 100)
     assert os.stat(path).st_mtime == before
-    assert host.read_cache_file(str(path), 4) == (MAGIC + b"data")[:5]  # the caller sees it is too long
-    assert host.read_cache_file(str(tmp_path), 100) is None  # a folder
+    assert cache_store.read_cache_file(str(path), 4) == (MAGIC + b"data")[:5]  # the caller sees it is too long
+    assert cache_store.read_cache_file(str(tmp_path), 100) is None  # a folder
     os.mkfifo(tmp_path / "fifo")
-    assert host.read_cache_file(str(tmp_path / "fifo"), 100) is None  # a FIFO: no wait for a writer
+    assert cache_store.read_cache_file(str(tmp_path / "fifo"), 100) is None  # a FIFO: no wait for a writer
     assert cpu._read_target(str(tmp_path / "fifo"), {}) is None  # the kept host target reads it so too
-    assert host.read_cache_file("/dev/zero", 100) is None  # a device: not read forever
+    assert cache_store.read_cache_file("/dev/zero", 100) is None  # a device: not read forever
 
 
 def test_storing_an_object_prunes_the_unused_ones_of_its_kind(tmp_path):
@@ -160,10 +160,10 @@ def test_storing_an_object_prunes_the_unused_ones_of_its_kind(tmp_path):
     used = _made(folder, "serial-interpreter-" + "2" * 32 + ".o", MAGIC + b"{}\nold", 29, now)
     target = _made(folder, "host-target-" + "3" * 32 + ".json", b'{"key": {}, "target": {}}', 31, now)
     new = "serial-interpreter-" + "4" * 32 + ".o"
-    host.store_in_cache(os.path.join(folder, new), MAGIC + b"{}\nnew", MAGIC)
+    cache_store.store_in_cache(os.path.join(folder, new), MAGIC + b"{}\nnew", MAGIC)
     assert _cache_files(folder) == sorted([used, target, new])
     assert unused not in _cache_files(folder)
-    host.store_in_cache(os.path.join(folder, "host-target-" + "5" * 32 + ".json"), b'{"key": {"a": 1}}',
+    cache_store.store_in_cache(os.path.join(folder, "host-target-" + "5" * 32 + ".json"), b'{"key": {"a": 1}}',
                         b'{"key": ')
     assert target not in _cache_files(folder)
     assert len(_cache_files(folder)) == 3

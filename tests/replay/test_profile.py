@@ -63,7 +63,7 @@ def test_capture_launch_stays_unprofiled():
         chain.step()
     apic.profile(capture.graph, replays=2)
     wp.capture_launch(capture.graph)
-    run_table = capture.graph.program.backend.run_table  # the interpreter of its backend (apic.replay.backends)
+    run_table = capture.graph.program.backend._run_table  # the interpreter of its backend (apic.replay.backends)
     if run_table is not None and run_table.__module__ == interpreter.__name__:
         assert run_table is interpreter.run_table
     assert run_table is not interpreter.run_table_profiled

@@ -1,21 +1,32 @@
 """Replay backends: one module per backend in this package, found by its name (as tinygrad finds a device's
 ``runtime/ops_<device>.py``), each holding a ``BACKEND`` that gives the same few parts (:class:`Backend`).
 
-The loader and ``Graph`` call a backend for everything a device does differently:
+This package is the device seam: what a device does differently is reached through a backend, and nothing
+outside it asks what kind of device or graph it holds. Every apic graph (``apic.Graph``, a CUDA graph
+captured with ``apic=True``, a loaded one) has a ``backend`` attribute; the callers of each part:
 
+* ``device(requested)``: the device a load onto ``requested`` replays on, or ``ValueError`` (``apic.loading``);
 * ``load(saved, images, device, services)``: make a saved graph live here: load its modules, allocate and
-  fill its memory, build its handles, lower it; returns the replayable graph. ``images`` are the verified
-  module files; ``services`` are what the file format provides (a module's saved source, the checks of
-  handle data), handed in by the loader so that replay never imports the format;
-* ``run(graph_or_program, repeats)``: one replay, ``repeats`` times;
-* ``write_binding(graph, binding, arr)`` / ``read_binding(graph, binding, arr)``: copy a named array in and out;
-* ``free(graph)``: give back what ``load`` took (here: when the graph is collected).
+  fill its memory, build its handles, lower it; returns the replayable graph (``apic.loading``). ``images``
+  are the verified module files; ``services`` are what the file format and the graph types provide (a
+  module's saved source, the checks of handle data, the graph type a CPU load makes), handed in by the
+  loader so that replay never imports the format nor the graph types above it;
+* ``launch(graph, stream, threads)``: one replay (``wp.capture_launch``);
+* ``write_binding(graph, binding, arr)`` / ``read_binding(graph, binding, arr)``: copy a named array in and
+  out (``set_param`` / ``get_param``);
+* ``keeps_untouched_arrays``: whether a save adds named arrays no operation touches as extra graph memory
+  (``apic.persist``);
+* ``free()``: give back what graphs collected while it could not be given back left (a CUDA stream capture
+  in progress); ``wp.capture_end`` calls it for every backend in use. What ``load`` took is otherwise tied
+  to the graph object (buffers, module handles, a driver finalizer): dropping it frees them.
 
 The backends here: ``cpu_native`` (the default CPU one: the native serial interpreter, or the Numba
 dispatcher of the same loop where it cannot be had), ``cpu_reference`` (the pure-Python reference
-interpreter, a second implementation of every opcode) and ``cuda`` (cuda-python driver replay). A CPU
-graph's interpreter is its backend's: ``APIC_REPLAY`` names the CPU backend (``numba``, the default, is
-``cpu_native``; ``reference`` is ``cpu_reference``; any other value is a backend's module name).
+interpreter, a second implementation of every opcode) and ``cuda`` (cuda-python driver replay, and Warp's
+own graph for a CUDA capture with ``apic=True``). A CPU graph's interpreter is its backend's:
+``APIC_REPLAY`` names the CPU backend (``numba``, the default, is ``cpu_native``; ``reference`` is
+``cpu_reference``; any other value is a backend's module name). A saved graph's ``device.kind`` (none: the
+CPU) names the backend that loads it (:func:`for_saved`).
 """
 
 from __future__ import annotations
@@ -33,13 +44,20 @@ class Backend:
 
     name = ""  # its module's name in apic.replay.backends
     device_kind = ""  # the saved ``device.kind`` it loads: "cpu" or "cuda"
+    keeps_untouched_arrays = False  # a save keeps named arrays no operation touches as extra graph memory
+
+    def device(self, requested):
+        """The device a graph loaded onto ``requested`` (None: this kind's default) replays on; ``ValueError``
+        for a device this backend cannot replay on."""
+        raise NotImplementedError
 
     def load(self, saved, images: dict, device, services):
         """A saved graph made live on ``device`` and lowered: the graph ``wp.capture_launch`` replays."""
         raise NotImplementedError
 
-    def run(self, target, repeats: int = 1) -> None:
-        """Replay ``target`` (a CPU ``Program``, or a loaded graph) ``repeats`` times."""
+    def launch(self, graph, stream=None, threads=None) -> None:
+        """One replay of ``graph`` (``wp.capture_launch``): on ``stream`` where the device has streams, split
+        over ``threads`` where the backend splits launches (else ``threads`` must be None)."""
         raise NotImplementedError
 
     def write_binding(self, graph, binding, arr) -> None:
@@ -50,10 +68,10 @@ class Backend:
         """Copy the graph memory of ``binding`` into ``arr`` (checked against its type first)."""
         raise NotImplementedError
 
-    def free(self, graph) -> None:
-        """Give back what ``load`` took for ``graph``. Every backend here ties it to the graph object (host
-        buffers and module handles it owns, driver objects behind a finalizer): dropping the last reference
-        frees it, so this does nothing more; a backend whose memory outlives its graph object overrides it."""
+    def free(self) -> None:
+        """Give back what graphs collected while it could not be given back left (``wp.capture_end`` calls
+        it). Every backend here ties what ``load`` took to the graph object, so a backend without such a
+        wait does nothing."""
 
 
 def get(name: str) -> Backend:
@@ -86,3 +104,26 @@ def cpu_backend() -> Backend:
         raise ValueError(f"APIC_REPLAY={choice!r}: expected 'numba' (the default), 'reference' or the name of a "
                          "CPU replay backend")
     return backend
+
+
+def for_saved(device: dict | None) -> Backend:
+    """The backend that loads a saved graph whose ``device`` map is ``device`` (None: a CPU graph, loaded by
+    the CPU backend ``APIC_REPLAY`` names)."""
+    kind = "cpu" if device is None else device.get("kind")
+    if kind == "cpu":
+        return cpu_backend()
+    backend = get(kind) if isinstance(kind, str) else None
+    if backend is None or backend.device_kind != kind:
+        raise ValueError(f"no replay backend loads a graph saved for device kind {kind!r}")
+    return backend
+
+
+def in_use() -> tuple[Backend, ...]:
+    """The backends imported so far (a graph of each may be alive)."""
+    return tuple(_found.values())
+
+
+def free() -> None:
+    """``free()`` of every backend in use (``wp.capture_end``: graphs collected during the capture)."""
+    for backend in tuple(_found.values()):
+        backend.free()

@@ -1,7 +1,8 @@
 """What the CPU backends share (:mod:`apic.replay.backends`): a loaded graph's host memory (regions
 allocated zeroed, 64-byte aligned, owned by the graph), its modules loaded through Warp's LLVM backend under
 names unique to the load, its native handles built again, the named-array copies in and out of host memory,
-and a replay through the backend's interpreter (``CpuBackend.load_interpreter``, each backend's own).
+and a replay through the backend's interpreter (``serial_entry`` / ``run_rows``: each backend binds its own
+in ``_bind_interpreter``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import re
 import weakref
 
 import numpy as np
+import warp as wp
 
 from apic import _compat
 from apic.errors import BindingError, FormatError, GraphMemoryError
-from apic.graph import Graph
 from apic.record import bindings as b
 from apic.record import handles
 from apic.record.recording import ModuleInfo
@@ -28,23 +29,55 @@ _loaded: set[str] = set()  # LLVM module names loaded for graphs and not unloade
 
 
 class CpuBackend(Backend):
-    """A CPU backend: host memory and Warp's CPU modules; a subclass gives the interpreter
-    (``load_interpreter``) that runs a lowered op table."""
+    """A CPU backend: host memory and Warp's CPU modules; a subclass gives the interpreter that runs a lowered
+    op table (``_bind_interpreter``), which ``apic.replay.program.Program`` reaches through ``serial_entry``
+    and ``run_rows``."""
 
     device_kind = "cpu"
-    native = None  # the native serial run (``native_interpreter.SERIAL_RUN``), or True: ``run_table`` runs it
-    run_table = None  # a Python-called interpreter: the Numba dispatcher or the reference one
-    pooled = True  # whether ``run_table`` runs OP_SPLIT rows on the splitter's pool (the reference one runs them)
+    keeps_untouched_arrays = True
+    # the native serial run (``native_interpreter.SERIAL_RUN``), or False where ``_run_table`` (a
+    # Python-called interpreter: the Numba dispatcher or the reference one) runs tables; None until bound
+    _native = None
+    _run_table = None
+    _pooled = True  # whether ``_run_table`` runs OP_SPLIT rows on the splitter's pool (the reference one runs them)
 
-    def load_interpreter(self):
-        """Bind the interpreter on the first replay (not on import); returns ``native``."""
+    def _bind_interpreter(self) -> None:
+        """Bind the interpreter on the first replay (not on import): set ``_native``, or ``_native = False``
+        and ``_run_table`` / ``_pooled``."""
         raise NotImplementedError
 
-    def load(self, saved, images: dict, device, services) -> Graph:
+    def serial_entry(self):
+        """The native serial interpreter's entry (called with a call block's address; returns a status), or
+        None where this backend's tables run through :meth:`run_rows` (an interpreter called from Python)."""
+        native = self._native
+        if native is None:
+            self._bind_interpreter()
+            native = self._native
+        return native or None
+
+    def run_rows(self, table, repeats: int, limits, loops: int, threads: int) -> int:
+        """Run ``table`` ``repeats`` times through the Python-called interpreter (where :meth:`serial_entry`
+        is None); returns its status. A table cut for ``threads`` > 1 runs its splits on the pool."""
+        if self._native is None:
+            self._bind_interpreter()
+        if threads > 1 and self._pooled:
+            from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
+
+            with workers(threads):
+                return self._run_table(table, repeats, limits, loops)
+        return self._run_table(table, repeats, limits, loops)
+
+    def device(self, requested):
+        dev = wp.get_device("cpu" if requested is None else requested)
+        if not dev.is_cpu:
+            raise ValueError(f"this is a CPU graph and replays on the CPU; cannot load it onto {dev}")
+        return dev
+
+    def load(self, saved, images: dict, device, services):
         return load_graph(saved, images, device, services, self)
 
-    def run(self, target, repeats: int = 1) -> None:
-        target.run(repeats)
+    def launch(self, graph, stream=None, threads=None) -> None:
+        graph.launch(1, threads)  # positional: keyword arguments cost time on every launch
 
     def write_binding(self, graph, binding, arr) -> None:
         address = graph.region_addresses[binding.region]
@@ -112,11 +145,12 @@ def _allocate(nbytes: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
     return owner, owner.ctypes.data + pad, owner[pad : pad + nbytes]
 
 
-def load_graph(saved, images: dict[str, bytes], device, services, backend) -> Graph:
+def load_graph(saved, images: dict[str, bytes], device, services, backend):
     """Allocate, fill, load and lower: the loaded ``apic.Graph``, replayed by ``backend``. ``services`` (from the
-    loader): ``sources`` (``apic.format.source``: a module's saved source), ``check_handle_data``, ``id_arrays``
-    (``apic.format.manifest_check.check``: the arrays of handle ids each launch passes, checked at replay) and
-    ``compiled`` (the module files whose object was compiled here rather than saved)."""
+    loader): ``graph_type`` (``apic.Graph``, the type made here), ``sources`` (``apic.format.source``: a module's
+    saved source), ``check_handle_data``, ``id_arrays`` (``apic.format.manifest_check.check``: the arrays of
+    handle ids each launch passes, checked at replay) and ``compiled`` (the module files whose object was compiled
+    here rather than saved)."""
     id_arrays, compiled, source_format = services.id_arrays, services.compiled, services.sources
     recording = saved.recording
     buffers, addresses, views, regions = [], [], [], []
@@ -160,7 +194,7 @@ def load_graph(saved, images: dict[str, bytes], device, services, backend) -> Gr
     rebuilt = _rebuild_handles(saved, addresses, views, services.check_handle_data)
     live = dataclasses.replace(recording, regions=tuple(regions), modules=tuple(modules), kernels=tuple(kernels),
                                handles=rebuilt)
-    return Graph(
+    return services.graph_type(
         live, device, apic=True, keepalive=buffers, is_loaded=True, region_addresses=addresses,
         kernel_addresses=[k.address for k in kernels], bindings=saved.bindings, id_arrays=id_arrays,
         backend=backend,

@@ -11,14 +11,13 @@ from apic.replay.backends.cpu import CpuBackend
 class CpuNative(CpuBackend):
     name = "cpu_native"
 
-    def load_interpreter(self):
+    def _bind_interpreter(self) -> None:
         try:
-            self.native = native_interpreter.load_serial_run()
+            self._native = native_interpreter.load_serial_run()
         except Exception:  # noqa: BLE001 - no native object here (build or loader failed): the dispatcher runs it
             from apic.replay.interpreter import run_table  # lazy: importing Numba costs about a second
 
-            self.run_table, self.pooled, self.native = run_table, True, True
-        return self.native
+            self._run_table, self._pooled, self._native = run_table, True, False
 
 
 BACKEND = CpuNative()

@@ -11,10 +11,9 @@ from apic.replay.backends.cpu import CpuBackend
 class CpuReference(CpuBackend):
     name = "cpu_reference"
 
-    def load_interpreter(self):
+    def _bind_interpreter(self) -> None:
         # no Numba: the point is a second implementation; it runs OP_SPLIT rows itself (no pool)
-        self.run_table, self.pooled, self.native = reference.run_table, False, True
-        return self.native
+        self._run_table, self._pooled, self._native = reference.run_table, False, False
 
 
 BACKEND = CpuReference()

@@ -1,10 +1,12 @@
 """The CUDA backend: a saved CUDA graph replayed with cuda-python alone
 (:class:`apic.replay.cuda_loaded_graph.LoadedCudaGraph`: loading; ``cuda_run``: replay; ``cuda_binding_io``:
-named-array copies)."""
+named-array copies), and a CUDA graph captured with ``apic=True`` (``apic.cuda_graph.CapturedCudaGraph``:
+its ``launch`` replays Warp's own graph)."""
 
 from __future__ import annotations
 
-from apic.replay import cuda_loaded_graph
+from apic.record.cuda_recorder import refuse_while_recording
+from apic.replay import cuda_binding_io, cuda_loaded_graph, cuda_resources
 from apic.replay.backends import Backend
 
 
@@ -12,19 +14,30 @@ class Cuda(Backend):
     name = "cuda"
     device_kind = "cuda"
 
-    def load(self, saved, images: dict, device, services):
-        ordinal = cuda_loaded_graph.device_ordinal(device)
-        return cuda_loaded_graph.LoadedCudaGraph(saved, images, ordinal, services.sources)
+    def device(self, requested):
+        return cuda_loaded_graph.device_ordinal(requested)
 
-    def run(self, target, repeats: int = 1) -> None:
-        for _ in range(repeats):
-            target.launch()
+    def load(self, saved, images: dict, device, services):
+        return cuda_loaded_graph.LoadedCudaGraph(saved, images, device, services.sources)
+
+    def launch(self, graph, stream=None, threads=None) -> None:
+        if threads is not None:
+            raise ValueError("wp.capture_launch(threads=...) is only for apic CPU graphs")
+        issue = getattr(graph, "issue", None)  # a loaded CUDA graph's common replay, in one step where it can
+        if stream is None and issue is not None and issue():
+            return
+        refuse_while_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
+        graph.launch(stream=stream)
 
     def write_binding(self, graph, binding, arr) -> None:
-        graph._write_binding(binding, arr)
+        cuda_binding_io.write_binding(graph, binding, arr)
 
     def read_binding(self, graph, binding, arr) -> None:
-        graph._read_binding(binding, arr)
+        cuda_binding_io.read_binding(graph, binding, arr)
+
+    def free(self) -> None:
+        if cuda_resources.PENDING:  # loaded graphs collected during a capture wait for its end
+            cuda_resources.release_pending()
 
 
 BACKEND = Cuda()
