@@ -22,8 +22,10 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 # pages' links to the README, the changelog and the benchmarks' figures are links Sphinx checks and follows;
 # only these pages are read.
 root_doc = "docs/index"
-include_patterns = ["README.md", "CHANGELOG.md", "benchmarks/README.md", "docs/*.md", "docs/*.rst"]
-exclude_patterns = ["docs/_build", ".*", "apic", "tests", "scripts", "examples", "build", "dist", "*.egg-info"]
+include_patterns = [
+    "README.md", "CHANGELOG.md", "benchmarks/README.md", "tests/README.md", "docs/*.md", "docs/*.rst",
+]
+exclude_patterns = ["docs/_build", ".*", "apic", "scripts", "examples", "build", "dist", "*.egg-info"]
 
 # Sections of the markdown pages get GitHub's anchors (FORMAT.md#61-compatibility-promise), so that a link
 # reads the same on GitHub and here.

@@ -22,4 +22,4 @@ trap 'rm -f "$log"' EXIT
 # -W: a warning (a docstring Sphinx cannot parse, a broken cross-reference, a page no index lists) fails the
 # build; --keep-going reports all of them first. -E: read every page again, so a warm build still checks all.
 "$python" -m sphinx -W --keep-going -E -q -c docs -b html . "$out"
-echo "docs built: $out/index.html"
+echo "docs built: $out/docs/index.html"
