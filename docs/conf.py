@@ -33,6 +33,7 @@ myst_heading_anchors = 4
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"  # annotations beside the parameters they type, not in long signatures
+autodoc_typehints_description_target = "documented_params"  # an undocumented parameter gets no bare type line
 autodoc_default_options = {"show-inheritance": True}
 # Ray is an optional extra (apic-warp[ray]): apic.ray's page is built without it installed.
 autodoc_mock_imports = ["ray"]
