@@ -15,10 +15,17 @@ if [ -z "$python" ]; then
 else
     spec=(-e ".[docs]")
 fi
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-# installation chatter goes to a log that is shown only if the install fails
-"$python" -m pip install "${spec[@]}" >"$log" 2>&1 || { cat "$log"; echo "error: installing the docs tools failed" >&2; exit 1; }
+# Into .venv-docs, installed once per pyproject.toml: a stamp there names the file's hash, so a second build
+# skips pip (about 20 s) until the pins change. A given PYTHON is installed into every time.
+stamp=".venv-docs/.apic-docs-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -n "${PYTHON:-}" ] || [ ! -e "$stamp" ]; then
+    log="$(mktemp)"
+    trap 'rm -f "$log"' EXIT
+    # installation chatter goes to a log that is shown only if the install fails
+    "$python" -m pip install "${spec[@]}" >"$log" 2>&1 \
+        || { cat "$log"; echo "error: installing the docs tools failed" >&2; exit 1; }
+    [ -n "${PYTHON:-}" ] || touch "$stamp"
+fi
 # -W: a warning (a docstring Sphinx cannot parse, a broken cross-reference, a page no index lists) fails the
 # build; --keep-going reports all of them first. -E: read every page again, so a warm build still checks all.
 "$python" -m sphinx -W --keep-going -E -q -c docs -b html . "$out"
