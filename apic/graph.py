@@ -63,7 +63,7 @@ class Graph(NamedParams):
     # --- parallel replay (docs/PARALLEL.md) -----------------------------------------------------------
     @property
     def threads(self) -> int:
-        """Threads a plain ``wp.capture_launch(graph)`` splits launches over (1, the default: serial).
+        """Threads a plain ``wp.capture_launch(graph)`` splits launches over (by default 1, serial).
 
         An ``int`` >= 1, else ``ValueError``. Any count is accepted and bounded where it is used: launches
         are cut for at most ``apic.replay.thread_count.MAX_THREADS`` threads, and run on no more OS
@@ -76,7 +76,7 @@ class Graph(NamedParams):
 
     @property
     def min_tasks_per_thread(self) -> int:
-        """A launch splits only into ranges of at least this many tasks (default 4096): smaller launches
+        """A launch splits only into ranges of at least this many tasks (default 4096); smaller launches
         cost less than waking a thread, so they run serially, unless a measured replay found them long
         enough (``plan_costs``; docs/PARALLEL.md, "Measured time")."""
         return self.plans.min_tasks

@@ -14,7 +14,7 @@ unfinished calls again (``max_task_retries``); the restarted actor's constructor
 again from the object store, and since every call starts from the graph's saved state, a retried item
 gives the same bits. A worker never raises inside Ray: it returns what went wrong, and the pool raises
 apic's error at the caller, naming the worker. Every wait on Ray has a timeout, so that a worker that
-cannot start or load is reported, not waited for (README, "Many machines").
+cannot start or load is reported, not waited for (docs/distributed.md).
 """
 
 from __future__ import annotations

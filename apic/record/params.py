@@ -201,6 +201,7 @@ class Param:
 
     @property
     def value(self):
+        """The value eager launches and later captures use; setting it checks it as ``set_param`` does."""
         return self._value
 
     @value.setter

@@ -73,9 +73,18 @@ def test_readme_installs_the_distribution_with_every_extra():
     optional = _read("pyproject.toml").split("[project.optional-dependencies]", 1)[1].split("\n[", 1)[0]
     extras = re.findall(r"^(\w+) = \[", optional,
                         flags=re.M)
-    assert sorted(extras) == ["cuda", "plot", "ray", "test"]
+    assert sorted(extras) == ["cuda", "docs", "plot", "ray", "test"]
     for extra in extras:
         assert f'pip install "{name}[{extra}]"' in readme, extra
+
+
+@pytest.mark.skipif(not os.environ.get("APIC_TEST_INSTALLED"),
+                    reason="checks an installed wheel: scripts/test_wheel.sh")
+def test_the_installed_package_is_typed():
+    """PEP 561: the wheel carries apic/py.typed, so type checkers read apic's annotations."""
+    files = [str(f).replace(os.sep, "/") for f in metadata.files(_distribution()) or ()]
+    assert "apic/py.typed" in files, files
+    assert os.path.isfile(os.path.join(os.path.dirname(apic.__file__), "py.typed"))
 
 
 def test_changelog_has_a_dated_entry_for_this_version_and_links_the_promise():
