@@ -34,7 +34,9 @@ from apic.record import splittable as _task
 from apic.record.footprint_body import Body
 from apic.record.footprint_values import UNKNOWN, Array, Refused, View, as_int, known
 
-__all__ = ["Array", "Evaluation", "Refused", "UNKNOWN", "View"]  # the values, for callers of the evaluation
+__all__ = ["Array", "Evaluation", "Refused", "UNKNOWN", "View"]
+# the element types whose values are followed: Warp's int32 and bool (any other integer wraps otherwise)
+_FOLLOWED = (np.dtype(np.int32), np.dtype(np.bool_))  # the values, for callers of the evaluation
 
 
 class Evaluation:
@@ -98,7 +100,7 @@ class Evaluation:
             lists[0].append(flat)
             lists[1].append(self.task)
             return UNKNOWN
-        if not indexed or array.dtype.kind not in "iub":
+        if not indexed or array.dtype not in _FOLLOWED:
             return UNKNOWN
         if self.lenient and not all(0 <= i < n for i, n in zip(full, array.shape)):
             return UNKNOWN

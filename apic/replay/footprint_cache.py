@@ -39,8 +39,8 @@ VARIABLE = "APIC_FOOTPRINT_CACHE"  # "0": neither read nor write the folder
 _KIND = "apic-footprint"
 # whose source decides a verdict: the claim, the evaluator, the name resolution it shares with the task rule
 _EVALUATOR = ("apic.record.footprint", "apic.record.footprint_eval", "apic.record.footprint_body",
-              "apic.record.footprint_shapes", "apic.record.footprint_values", "apic.record.splittable",
-              "apic.replay.footprint_launch")
+              "apic.record.footprint_exprs", "apic.record.footprint_shapes", "apic.record.footprint_values",
+              "apic.record.splittable", "apic.replay.footprint_launch")
 
 
 @functools.cache
