@@ -25,7 +25,7 @@ import footprint_gen_kernels as gen
 from apic.replay import footprint_launch
 from world_kernels import CPU
 
-pytestmark = [pytest.mark.warp_version, pytest.mark.install]
+pytestmark = [pytest.mark.warp_version]
 
 EXAMPLES = 24  # each compiles a kernel: half a second to two seconds
 _names = itertools.count()

@@ -21,7 +21,7 @@ from apic.record.footprint import written_params
 from apic.record.footprint_eval import Array, Evaluation, Refused, View
 from apic.replay import footprint_cache
 
-pytestmark = [pytest.mark.warp_version]
+pytestmark = [pytest.mark.warp_version, pytest.mark.install]
 
 
 @wp.kernel
