@@ -103,6 +103,20 @@ def rebound_default(out: wp.array(dtype=float)):
     later_put(out, t)
 
 
+# --- an array of structs holding arrays (compiled here: test_footprint_exactness's kernels are not) ---------
+@wp.struct
+class Holder:
+    values: wp.array(dtype=float)
+
+
+@wp.kernel
+def through_struct_elements(holders: wp.array(dtype=Holder), out: wp.array(dtype=float)):
+    t = wp.tid()
+    out[t] = 1.0
+    h = holders[t]
+    h.values[0] = float(t)
+
+
 def _floats(values):
     return wp.array(np.asarray(values, dtype=np.float32), dtype=float, device=CPU)
 

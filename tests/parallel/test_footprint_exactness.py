@@ -9,6 +9,7 @@ covers every module of the evaluator.
 
 from __future__ import annotations
 
+import ast
 import pathlib
 
 import numpy as np
@@ -21,7 +22,7 @@ from apic.record.footprint import written_params
 from apic.record.footprint_eval import Array, Evaluation, Refused, View
 from apic.replay import footprint_cache
 
-pytestmark = [pytest.mark.warp_version, pytest.mark.install]
+pytestmark = [pytest.mark.warp_version, pytest.mark.install, pytest.mark.interpreter]
 
 
 @wp.kernel
@@ -152,28 +153,32 @@ def test_a_call_through_a_parameter_is_refused():
 
     evaluation = Evaluation(through, {}, (1,), 100)
     body = Body(evaluation, {})
-    call = __import__("ast").parse("f(1)").body[0].value
+    call = ast.parse("f(1)").body[0].value
     with pytest.raises(Refused, match="a call through f"):
         body.call(call, {"f": 3})
 
 
-@wp.struct
-class Holder:
-    values: wp.array(dtype=float)
-
-
-@wp.kernel
-def through_struct_elements(holders: wp.array(dtype=Holder), out: wp.array(dtype=float)):
-    t = wp.tid()
-    out[t] = 1.0
-    h = holders[t]
-    h.values[0] = float(t)
-
-
 def test_an_array_of_structs_holding_arrays_gets_no_claim():
+    """Each task stores through ``holders[t].values``, memory no array argument describes: the kernel is
+    given no footprint claim, and its launches stay serial."""
     from apic.record.footprint import _holds_arrays
+    from footprint_attack_kernels import Holder, through_struct_elements
 
     assert _holds_arrays(Holder) and not _holds_arrays(wp.float32)
+    shared = wp.zeros(1, dtype=float, device="cpu")
+    elements = []
+    for _ in range(4):
+        holder = Holder()
+        holder.values = shared
+        elements.append(holder)
+    holders = wp.array(elements, dtype=Holder, device="cpu")
+    with wp.ScopedCapture(device="cpu") as capture:
+        wp.launch(through_struct_elements, dim=4, inputs=[holders, wp.zeros(4, dtype=float, device="cpu")],
+                  device="cpu")
+    (info,) = capture.graph.recording.kernels
+    assert info.split_footprint is None and info.split_writes is None, info
+    (entry,) = capture.graph.parallel_report(2)
+    assert entry["chunks"] == 0, entry
 
 
 def test_the_cache_key_covers_every_module_of_the_evaluator():
