@@ -95,8 +95,8 @@ def footprint_claim(kernel, args_layout) -> FootprintClaim | None:
         return None
     args = []
     for i, arg in enumerate(kernel.adj.args):
-        if isinstance(arg.type, _compat.wp_codegen.Struct):
-            return None
+        if isinstance(arg.type, _compat.wp_codegen.Struct) or _holds_arrays(getattr(arg.type, "dtype", None)):
+            return None  # an array of structs holding arrays reaches memory its descriptor does not
         args.append((arg.label, getattr(args_layout.struct_type, f"a{i}").offset, arg.type))
     written = written_params(kernel)
     plain = {slot.at for slot in args_layout.slots if not slot.indexed}
@@ -109,6 +109,13 @@ def footprint_claim(kernel, args_layout) -> FootprintClaim | None:
     if not writes:
         return None
     return FootprintClaim(kernel, tuple(args), tuple(sorted(writes)))
+
+
+def _holds_arrays(dtype) -> bool:
+    """Whether a ``@wp.struct`` type has an array field, in itself or a nested struct."""
+    if not isinstance(dtype, _compat.wp_codegen.Struct):
+        return False
+    return any(_compat.wp_types.is_array(var.type) or _holds_arrays(var.type) for var in dtype.vars.values())
 
 
 _summaries = _task._Memo()
@@ -135,14 +142,18 @@ def _written_params(function) -> frozenset:
             continue
         params = [a.arg for a in definition.args.args]
         scope = _task._scope(getattr(overload, "func", None))
-        roots = {name: name for name in params}  # a local name -> the parameter whose memory it views
+        # a local name -> every parameter whose memory it may view (``arr = a`` one way, ``arr = b`` another)
+        roots = {name: {name} for name in params}
         nodes = list(ast.walk(ast.Module(body=definition.body, type_ignores=[])))
-        for _ in range(2):  # aliases of aliases
+        changed = True
+        while changed:  # aliases of aliases, to a fixed point
+            changed = False
             for node in nodes:
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    root = roots.get(_root_name(node.value))
-                    if root is not None:
-                        roots.setdefault(node.targets[0].id, root)
+                    found = roots.get(_root_name(node.value), set()) - roots.get(node.targets[0].id, set())
+                    if found:
+                        roots.setdefault(node.targets[0].id, set()).update(found)
+                        changed = True
         for node in nodes:
             targets = []
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
@@ -152,13 +163,13 @@ def _written_params(function) -> frozenset:
             for target in targets:
                 for part in ast.walk(target):
                     if isinstance(part, (ast.Subscript, ast.Attribute)) and isinstance(part.ctx, ast.Store):
-                        written.add(roots.get(_root_name(part)))
+                        written.update(roots.get(_root_name(part), ()))
             if isinstance(node, ast.Call):
                 name = _task._call_name(node.func)
                 if name is None:
                     continue
                 if name.startswith("atomic_") and node.args:
-                    written.add(roots.get(_root_name(node.args[0])))
+                    written.update(roots.get(_root_name(node.args[0]), ()))
                 callee = _task._resolve(node.func, scope)
                 is_builtin = getattr(callee, "is_builtin", None)
                 if callable(is_builtin) and not is_builtin():
@@ -166,11 +177,10 @@ def _written_params(function) -> frozenset:
                     names = _param_names(callee)
                     for position, value in enumerate(node.args):
                         if position < len(names) and names[position] in inner:
-                            written.add(roots.get(_root_name(value)))
+                            written.update(roots.get(_root_name(value), ()))
                     for keyword in node.keywords:
                         if keyword.arg in inner:
-                            written.add(roots.get(_root_name(keyword.value)))
-        written.discard(None)
+                            written.update(roots.get(_root_name(keyword.value), ()))
     return frozenset(written)
 
 

@@ -1,10 +1,13 @@
 """The footprint evaluator: runs a kernel's Python AST once per task of one launch, on what is known of the
-launch (its task ids, its integer and boolean scalar arguments, the contents of the integer and boolean
+launch (its task ids, its ``int32`` and ``bool`` scalar arguments, the contents of the ``int32`` and ``bool``
 arrays it only reads), and lists every element each task may read or write of the arrays it writes.
 
-Only integers and booleans are followed; every other value (a float, a vector, an element of an array
-the kernel writes) is :data:`UNKNOWN`. The lists are a superset of what the compiled kernel touches for
-those contents:
+Only Warp ``int32`` integers and booleans are followed, exactly (a result outside ``int32`` is unknown); every
+other value (a float, a vector, an integer of another width or signedness, an element of an array the kernel
+writes) is :data:`UNKNOWN`, and a name that may hold one of several arrays is ``MAYBE_ARRAY``, whose use
+refuses the launch. The lists are a superset of what the compiled kernel touches for those contents
+(docs/PARALLEL.md, "Why a footprint split cannot race"; ``tests/parallel/test_footprint_differential.py``
+checks it against the compiled kernel):
 
 * a branch whose condition is known runs as the kernel runs it; one whose condition is unknown runs both
   ways, and a name the two ways leave different is unknown after it (``break``, ``continue`` and
@@ -34,7 +37,9 @@ from apic.record import splittable as _task
 from apic.record.footprint_body import Body
 from apic.record.footprint_values import UNKNOWN, Array, Refused, View, as_int, known
 
-__all__ = ["Array", "Evaluation", "Refused", "UNKNOWN", "View"]  # the values, for callers of the evaluation
+__all__ = ["Array", "Evaluation", "Refused", "UNKNOWN", "View"]
+# the element types whose values are followed: Warp's int32 and bool (any other integer wraps otherwise)
+_FOLLOWED = (np.dtype(np.int32), np.dtype(np.bool_))  # the values, for callers of the evaluation
 
 
 class Evaluation:
@@ -98,7 +103,7 @@ class Evaluation:
             lists[0].append(flat)
             lists[1].append(self.task)
             return UNKNOWN
-        if not indexed or array.dtype.kind not in "iub":
+        if not indexed or array.dtype not in _FOLLOWED:
             return UNKNOWN
         if self.lenient and not all(0 <= i < n for i, n in zip(full, array.shape)):
             return UNKNOWN

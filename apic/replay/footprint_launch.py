@@ -16,7 +16,7 @@ import warp as wp
 from apic import _compat
 from apic.record.footprint import addresses_reduced, sealed_digest
 from apic.record.footprint_eval import Evaluation
-from apic.record.footprint_values import UNKNOWN, Array, Refused, View
+from apic.record.footprint_values import MAYBE_ARRAY, UNKNOWN, Array, Refused, View
 from apic.record.splittable import graph_launch_refusal
 from apic.replay import footprint_cache
 from apic.targets import cpu as _cpu
@@ -25,8 +25,9 @@ from apic.targets import cpu as _cpu
 # needing more stays serial, saying so.
 STEP_BUDGET = 2_000_000
 
-_SCALARS = {wp.int32: "<i", wp.uint32: "<I", wp.int16: "<h", wp.uint16: "<H", wp.int8: "<b", wp.uint8: "<B",
-            wp.bool: "<?", int: "<i", bool: "<?"}
+# the scalar arguments the evaluation follows: int32 and bool only (docs/PARALLEL.md, "Why a footprint split
+# cannot race"); any other is unknown (a uint32 or an int8 wraps where a Python int does not)
+_SCALARS = {wp.int32: "<i", wp.bool: "<?", int: "<i", bool: "<?"}
 
 
 class Guards:
@@ -115,6 +116,8 @@ def _launch_values(claim, data: bytes, blob) -> tuple[dict, dict]:
                      else _element_dtype(getattr(arg_type, "dtype", None), slot.elem_size))
             arrays[label] = Array(label, ptr, shape, strides, dtype, at in written)
             args[label] = View(arrays[label])
+        elif _compat.wp_types.is_array(arg_type):  # an array with no descriptor read here: never listed
+            args[label] = MAYBE_ARRAY
         else:
             code = _SCALARS.get(arg_type)
             args[label] = struct.unpack_from(code, data, at)[0] if code else UNKNOWN
