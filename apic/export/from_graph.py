@@ -10,6 +10,7 @@ import ctypes
 from dataclasses import dataclass
 
 import numpy as np
+import warp as wp
 
 from apic.errors import BindingError
 
@@ -92,8 +93,6 @@ def python_replay(graph, inputs: dict, scalars: dict, repeats: int) -> dict[str,
     """Replay ``graph`` (loaded) ``repeats`` times after setting ``inputs`` (name -> bytes of an array
     binding) and ``scalars`` (name -> value); every array binding's bytes after it. For tests and the
     benchmark: the Python side of a comparison with the exported library."""
-    import warp as wp
-
     for name, data in inputs.items():
         view = graph.param_numpy(name)
         if view.nbytes != len(data):

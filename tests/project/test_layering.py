@@ -55,7 +55,9 @@ LAYERS = (
     ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo",
                                      "apic.sweep")),
     ("installation", ("apic.installation", "apic")),
-    ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
+    # apic.export: a saved graph linked into a C library (it loads the file as capture_load does)
+    ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.export", "apic.export.*",
+               "apic.__main__")),
     # integrations with other systems, each an optional extra that `import apic` never imports
     ("integrations", ("apic.ray",)),
 )
@@ -73,6 +75,7 @@ LAZY_FOR_STARTUP = {
     "apic.cli": {"apic.errors", "apic._version", "apic._text"},
     "apic.cli.bench": {"apic._text", "apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
+    "apic.cli.export": {"apic._compat", "apic.export.library"},
     "apic.cli.replay": {"apic", "apic._compat", "apic.format.module_folder", "numpy", "warp"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
     "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.write_bindings",
