@@ -2,6 +2,7 @@
  *
  *   runner STEP...   where STEP is  w:NAME=FILE  (write FILE's bytes into a binding or scalar parameter),
  *                                   r:N         (replay N times),  d:DIR  (write every binding to DIR/NAME.bin),
+ *                                   c:N         (cap each loop at N iterations),
  *                                   m           (fail if a Python, NumPy, Numba or Warp library is mapped)
  * Exit status: 0 done; 1 a call failed (its error on stderr); 3 a Python library is loaded. */
 #include <stdio.h>
@@ -72,6 +73,8 @@ int main(int argc, char** argv) {
                 fclose(f);
                 free(data);
             }
+        } else if (!strncmp(step, "c:", 2)) {
+            check(F(set_max_loop_iterations)(g, atoll(step + 2)), g, "set_max_loop_iterations");
         } else if (!strcmp(step, "m")) {
             if (python_mapped()) return 3;
         } else {
