@@ -158,3 +158,34 @@ def test_export_of_a_live_graph(tmp_path):
         PK.step("float32", state, p)
     written = export(capture.graph, tmp_path / "out", name="live")
     assert os.path.isfile(written["library"]) and sys.platform.startswith("linux")
+
+
+@wp.kernel
+def _gather(a: wp.indexedarray(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = a[i] * 2.0
+
+
+def test_an_index_written_out_of_range_from_c_stops_the_replay(tmp_path):
+    """A loaded graph checks an indexed array's index buffer before the kernel reads through it; so does the
+    export: a bad index written from C is an error status, and honest ones replay as Python does."""
+    data = wp.array(np.arange(8, dtype=np.float32), dtype=float)
+    idx = wp.array(np.array([7, 0, 3], np.int32), dtype=wp.int32)
+    out = wp.zeros(3, dtype=float)
+    with wp.ScopedCapture(device="cpu", apic=True) as cap:
+        wp.launch(_gather, dim=3, inputs=[wp.indexedarray(data, [idx]), out])
+    apic.capture_save(cap.graph, tmp_path / "i", inputs={"idx": idx}, outputs={"out": out})
+    export(tmp_path / "i.wrp", tmp_path / "out", name="gather")
+    runner = build("runner.c", tmp_path / "out", "gather", tmp_path / "runner")
+    (tmp_path / "good.in").write_bytes(np.array([1, 6, 2], np.int32).tobytes())
+    (tmp_path / "bad.in").write_bytes(np.array([1, 1 << 28, 2], np.int32).tobytes())
+    (tmp_path / "d").mkdir()
+    done = run(runner, [f"w:idx={tmp_path / 'good.in'}", "r:1", f"d:{tmp_path / 'd'}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "d" / "out.bin").read_bytes() == np.array([2.0, 12.0, 4.0], np.float32).tobytes()
+    done = run(runner, [f"w:idx={tmp_path / 'bad.in'}", "r:1"], tmp_path)
+    assert done.returncode == 1 and "status 6" in done.stderr and "index outside its array" in done.stderr
+    graph = apic.capture_load(tmp_path / "i.wrp")
+    graph.set_param("idx", np.array([1, 1 << 28, 2], np.int32))
+    with pytest.raises(apic.ReplayIndexError):
+        wp.capture_launch(graph)
