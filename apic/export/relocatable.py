@@ -10,6 +10,7 @@ within its target, and ``relocs`` says which target; the runtime adds the target
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +21,10 @@ from apic.replay import table as tbl
 
 # what a relocation points at (the runtime's APIC_TARGET_*)
 TARGET_REGION, TARGET_ARENA, TARGET_KERNEL, TARGET_NATIVE = 1, 2, 3, 4
-# Warp's natives the exported runtime implements (its natives[] in this order)
+# Warp's natives the exported runtime implements (its natives[] in this order); memset_host is the one whose
+# semantics changed between Warp releases (see _memset_native)
 NATIVES = ("memcpy_h2h", "memset_host", "memtile_host")
+_MEMSET_WORDS = 3  # the runtime's natives[3]: warp <= 1.12's memset_host, which fills 4-byte words when it can
 # the opcodes the exported runtime runs
 PORTED = frozenset((tbl.OP_NOP, *tbl.CALL_OPCODES.values(), tbl.OP_JUMP, tbl.OP_BRANCH_IF_ZERO,
                     tbl.OP_CHECK_INDICES))
@@ -42,6 +45,19 @@ class Image:
     region_sizes: tuple[int, ...]
     region_contents: tuple[bytes, ...]
     loops: int
+
+
+def _memset_native() -> int:
+    """The runtime's native for this Warp's ``memset_host``: Warp 1.19 sets bytes (``memset``); older releases
+    store ``value`` as an int into each 4-byte word when the size is a multiple of 4. Told apart by calling it."""
+    probe = (ctypes.c_uint8 * 8)()
+    fill = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)(_compat.native_address("memset_host"))
+    fill(ctypes.addressof(probe), 0x01020304, 8)
+    if bytes(probe) == b"\x04" * 8:
+        return NATIVES.index("memset_host")
+    if bytes(probe) == (0x01020304).to_bytes(4, "little") * 2:
+        return _MEMSET_WORDS
+    raise ExportError("cannot export this graph: this Warp's memset_host behaves as no version the export knows")
 
 
 def _target_of(value: int, snap, kernels: dict) -> tuple[int, int, int]:
@@ -95,6 +111,7 @@ def image(first, second) -> Image:
         raise ExportError("cannot export this graph: two loads of the file lowered to different programs")
     kernels = {a: k for k, a in enumerate(first.kernel_addresses)}
     natives = {_compat.native_address(name): n for n, name in enumerate(NATIVES)}
+    natives[_compat.native_address("memset_host")] = _memset_native()
     table = first.table.copy()
     relocs = []
     for row, col in zip(*np.nonzero(first.table != second.table)):

@@ -134,3 +134,39 @@ def test_if_branch_off_and_loop_count_from_c(tmp_path):
     for _ in range(2):
         PK.step(case, eager, eager_p)
     assert got["x"] == as_bytes(eager["x"]) and got["counter"] == as_bytes(eager["counter"])
+
+
+def test_memory_ops_fill_zero_and_copy(tmp_path):
+    """Warp's host memory natives as the runtime ports them: fills of several widths (memset_host,
+    memtile_host), zero_ and wp.copy (memcpy_h2h), against eager and the Python replay."""
+    def arrays():
+        return {"u8": wp.zeros(13, dtype=wp.uint8), "i32": wp.zeros(8, dtype=wp.int32),
+                "f32": wp.zeros(8, dtype=wp.float32), "v3": wp.zeros(5, dtype=wp.vec3),
+                "i16": wp.zeros(6, dtype=wp.int16), "f64": wp.zeros(4, dtype=wp.float64),
+                "copy": wp.zeros(8, dtype=wp.int32)}
+
+    def step(s):
+        s["u8"].fill_(7)
+        s["i32"].fill_(0x01020304)
+        s["f32"].fill_(2.5)
+        s["v3"].fill_(wp.vec3(1.0, -2.0, 3.5))
+        s["i16"].fill_(-3)
+        s["f64"].fill_(1.0 / 3.0)
+        wp.copy(s["copy"], s["i32"])
+        s["i32"].zero_()
+
+    with wp.ScopedDevice(CPU):
+        state = arrays()
+        with wp.ScopedCapture(device=CPU, apic=True) as capture:
+            step(state)
+        apic.capture_save(capture.graph, tmp_path / "mem", outputs=state)
+        eager = arrays()
+        step(eager)
+    exported(tmp_path / "mem.wrp", tmp_path / "out", "mem")
+    runner = build("runner.c", tmp_path / "out", "mem", tmp_path / "runner")
+    (tmp_path / "d").mkdir()
+    done = run(runner, ["r:1", f"d:{tmp_path / 'd'}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = dumped(tmp_path / "d", list(state))
+    assert got == {name: as_bytes(a) for name, a in eager.items()}
+    assert got == python_replay(apic.capture_load(tmp_path / "mem.wrp"), {}, {}, 1)

@@ -66,6 +66,14 @@ void _wp_assert(const char* expression, const char* file, unsigned int line) {
 
 static void native_memcpy_h2h(int64_t dest, int64_t src, int64_t n) { memcpy((void*)dest, (const void*)src, (size_t)n); }
 static void native_memset_host(int64_t dest, int64_t value, int64_t n) { memset((void*)dest, (int)value, (size_t)n); }
+/* warp <= 1.12's memset_host: a size that is a multiple of 4 is filled with `value` as 4-byte ints */
+static void native_memset_words(int64_t dest, int64_t value, int64_t n) {
+    if (n % 4) {
+        memset((void*)dest, (int)value, (size_t)n);
+        return;
+    }
+    for (int64_t i = 0; i < n / 4; i++) ((int*)dest)[i] = (int)value;
+}
 
 #define TILE(T)                                    \
     {                                              \
@@ -84,8 +92,9 @@ static void native_memtile_host(int64_t dest, int64_t source, int64_t srcsize, i
     else while (n--) { memcpy(dst, src, size); dst += size; }
 }
 
-/* apic/export/relocatable.py: NATIVES, in this order */
-static void* const natives[] = {(void*)native_memcpy_h2h, (void*)native_memset_host, (void*)native_memtile_host};
+/* apic/export/relocatable.py: NATIVES in this order, then _MEMSET_WORDS */
+static void* const natives[] = {(void*)native_memcpy_h2h, (void*)native_memset_host, (void*)native_memtile_host,
+                                (void*)native_memset_words};
 #define NATIVE_COUNT ((int64_t)(sizeof natives / sizeof natives[0]))
 
 /* --- open and close --------------------------------------------------------------------------------------- */
