@@ -53,16 +53,17 @@ def snapshot(graph) -> Snapshot:
     """The ``Snapshot`` of the loaded CPU graph ``graph`` (``apic.capture_load``'s result)."""
     recording = graph.recording
     program = graph.program
-    files: dict[int, int] = {}  # id(module exec) -> index among distinct module objects
+    # one object per distinct image: two module entries of the same bytes would define their symbols twice
+    files: dict[bytes, int] = {}  # image -> index among distinct module objects
     images, names, kernel_modules = [], [], []
     module_index = []
     for info in recording.modules:
-        held = info.module_exec
-        if id(held) not in files:
-            files[id(held)] = len(images)
-            images.append(bytes(held.apic_image))
+        image = bytes(info.module_exec.apic_image)
+        if image not in files:
+            files[image] = len(images)
+            images.append(image)
             names.append(info.name)
-        module_index.append(files[id(held)])
+        module_index.append(files[image])
     for kernel in recording.kernels:
         kernel_modules.append(module_index[kernel.module])
     scalars = []
