@@ -170,3 +170,28 @@ def test_memory_ops_fill_zero_and_copy(tmp_path):
     got = dumped(tmp_path / "d", list(state))
     assert got == {name: as_bytes(a) for name, a in eager.items()}
     assert got == python_replay(apic.capture_load(tmp_path / "mem.wrp"), {}, {}, 1)
+
+
+@wp.kernel
+def _tile_row_sums(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.tile_store(out, wp.tile_sum(wp.tile_load(a[i], shape=8)), offset=i)
+
+
+def test_tile_kernel(tmp_path):
+    """A kernel using tiles (its tile memory is a static of its object, linked into the library as it is)."""
+    values = np.random.default_rng(5).normal(size=(4, 8)).astype(np.float32)
+    a, out = wp.array(values, dtype=float, device=CPU), wp.zeros(4, dtype=float, device=CPU)
+    with wp.ScopedCapture(device=CPU, apic=True) as capture:
+        wp.launch_tiled(_tile_row_sums, dim=[4], inputs=[a, out], block_dim=1, device=CPU)
+    apic.capture_save(capture.graph, tmp_path / "tile", inputs={"a": a}, outputs={"out": out})
+    eager = wp.zeros(4, dtype=float, device=CPU)
+    wp.launch_tiled(_tile_row_sums, dim=[4], inputs=[a, eager], block_dim=1, device=CPU)
+    exported(tmp_path / "tile.wrp", tmp_path / "out", "tiles")
+    runner = build("runner.c", tmp_path / "out", "tiles", tmp_path / "runner")
+    (tmp_path / "d").mkdir()
+    done = run(runner, ["r:2", f"d:{tmp_path / 'd'}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = dumped(tmp_path / "d", ["a", "out"])
+    assert got["out"] == as_bytes(eager)
+    assert got == python_replay(apic.capture_load(tmp_path / "tile.wrp"), {}, {}, 2)
