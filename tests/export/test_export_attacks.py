@@ -189,3 +189,21 @@ def test_an_index_written_out_of_range_from_c_stops_the_replay(tmp_path):
     graph.set_param("idx", np.array([1, 1 << 28, 2], np.int32))
     with pytest.raises(apic.ReplayIndexError):
         wp.capture_launch(graph)
+
+
+@wp.kernel
+def _lanes(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    s = wp.tile_sum(wp.tile(x[i] + 0.0))
+    y[i] = wp.tile_extract(s, 0)
+
+
+@pytest.mark.skipif(not hasattr(wp.config, "enable_cpu_blocks"), reason="this warp-lang has no CPU block kernels")
+def test_a_cpu_block_kernel_is_refused_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(wp.config, "enable_cpu_blocks", True)
+    x, y = wp.ones(8, dtype=float, device="cpu"), wp.zeros(8, dtype=float, device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True) as capture:
+        wp.launch(_lanes, dim=8, inputs=[x, y], block_dim=4, device="cpu")
+    apic.capture_save(capture.graph, tmp_path / "b", outputs={"y": y})
+    with pytest.raises(ExportError, match="_lanes.* CPU blocks"):
+        export(tmp_path / "b.wrp", tmp_path / "out")
