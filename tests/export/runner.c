@@ -2,9 +2,10 @@
  *
  *   runner STEP...   where STEP is  w:NAME=FILE  (write FILE's bytes into a binding or scalar parameter),
  *                                   r:N         (replay N times),  d:DIR  (write every binding to DIR/NAME.bin),
+ *                                   x:N         (replay N times, expecting an error: print it, go on),
  *                                   c:N         (cap each loop at N iterations),
  *                                   m           (fail if a Python, NumPy, Numba or Warp library is mapped)
- * Exit status: 0 done; 1 a call failed (its error on stderr); 3 a Python library is loaded. */
+ * Exit status: 0 done; 1 a call failed (its error on stderr); 3 a Python library is loaded; 4 x: did not fail. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
                 fclose(f);
                 free(data);
             }
+        } else if (!strncmp(step, "x:", 2)) {
+            int status = F(replay)(g, atoll(step + 2));
+            if (status == APIC_OK) return 4;
+            printf("status %d: %s\n", status, F(last_error)(g));
         } else if (!strncmp(step, "c:", 2)) {
             check(F(set_max_loop_iterations)(g, atoll(step + 2)), g, "set_max_loop_iterations");
         } else if (!strcmp(step, "m")) {

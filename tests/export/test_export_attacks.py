@@ -14,6 +14,7 @@ import pytest
 import warp as wp
 
 import apic
+import debug_kernels
 import param_kernels as PK
 from apic.export.library import ExportError, export
 from apic.export.toolchain import ToolchainError
@@ -207,3 +208,23 @@ def test_a_cpu_block_kernel_is_refused_naming_it(tmp_path, monkeypatch):
     apic.capture_save(capture.graph, tmp_path / "b", outputs={"y": y})
     with pytest.raises(ExportError, match="_lanes.* CPU blocks"):
         export(tmp_path / "b.wrp", tmp_path / "out")
+
+
+def test_a_failed_kernel_assertion_is_an_error_not_an_abort(tmp_path):
+    """Warp aborts the process on a failed assertion of a debug-mode kernel; the exported replay returns
+    APIC_ERROR_REPLAY with the assertion's text, and the instance replays again once the input is fixed."""
+    x = wp.array(np.arange(4, dtype=np.float32), dtype=float, device="cpu")
+    y = wp.zeros(4, dtype=float, device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True) as capture:
+        wp.launch(debug_kernels.checked_double, dim=4, inputs=[x, y], device="cpu")
+    apic.capture_save(capture.graph, tmp_path / "a", inputs={"x": x}, outputs={"y": y})
+    export(tmp_path / "a.wrp", tmp_path / "out", name="asserting")
+    runner = build("runner.c", tmp_path / "out", "asserting", tmp_path / "runner")
+    (tmp_path / "bad.in").write_bytes(np.array([1, 2, 9, 3], np.float32).tobytes())
+    (tmp_path / "good.in").write_bytes(np.array([1, 2, 4, 3], np.float32).tobytes())
+    (tmp_path / "d").mkdir()
+    done = run(runner, [f"w:x={tmp_path / 'bad.in'}", "x:1", "x:1", f"w:x={tmp_path / 'good.in'}", "r:1",
+                        f"d:{tmp_path / 'd'}"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("status 6: replay: a kernel's assertion failed") == 2 and "x[i] < 5.0" in done.stdout
+    assert (tmp_path / "d" / "y.bin").read_bytes() == np.array([2, 4, 8, 6], np.float32).tobytes()
