@@ -4,7 +4,7 @@
 
 The graph: the demo scene (``apic.demo.Chain``) stepped ``--steps`` times in one capture (tens of tiny ops per
 step: dispatch dominates). It is saved, exported (``apic.export.library.export``) and replayed three ways on the
-same file, each ``--repeats`` replays per timed call, the minimum of 7 calls:
+same file, each ``--repeats`` replays per timed call, the minimum of 9 rounds (the three interleaved in each):
 
 * ``interpreter``: ``wp.capture_launch`` of the loaded graph (apic's native serial interpreter, or Numba's);
 * ``export``: ``<name>_replay(instance, repeats)`` of the exported library (called once through ctypes);
@@ -55,14 +55,16 @@ int main(int argc, char** argv) {
 _FIRST_REPLAY_PY = "import sys, warp as wp, apic; wp.capture_launch(apic.capture_load(sys.argv[1]))"
 
 
-def best(run, calls: int = 7) -> float:
-    """The minimum wall time of ``run()`` over ``calls`` calls (seconds)."""
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def best(runs: dict, rounds: int = 9) -> dict:
+    """The minimum wall time (seconds) of each of ``runs`` (name -> callable) over ``rounds`` rounds, the methods
+    interleaved within each round so that a slower stretch of a shared machine weighs on all of them alike."""
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: min(found) for name, found in times.items()}
 
 
 def process_time(command: list[str], runs: int = 5) -> float:
@@ -112,11 +114,11 @@ def main(argv=None) -> dict:
 
     repeats = args.repeats
     floor = Floor(rows, keepalive=graph)
-    seconds = {
-        "interpreter": best(lambda: [wp.capture_launch(graph) for _ in range(repeats)]),
-        "export": best(lambda: lib.bench_replay(instance, repeats)),
-        "floor": best(lambda: floor.run(repeats)),
-    }
+    seconds = best({
+        "interpreter": lambda: [wp.capture_launch(graph) for _ in range(repeats)],
+        "export": lambda: lib.bench_replay(instance, repeats),
+        "floor": lambda: floor.run(repeats),
+    })
     ns = {k: 1e9 * s / (repeats * ops) for k, s in seconds.items()}
 
     starter = os.path.join(folder, "first_replay")
