@@ -53,5 +53,5 @@ def link(folder: str, sources: list[str], objects: list[str], prefix: str, outpu
     cc = compiler()
     command = [*cc, "-shared", "-fPIC", "-O2", "-std=gnu11", f"-DAPIC_PREFIX={prefix}",
                "-I.", "-o", output, *sources, *objects, "-Wl,--no-undefined", "-Wl,-z,noexecstack",
-               "-Wl,--version-script=exports.map", "-lm"]
+               "-Wl,--version-script=exports.map", "-pthread", "-lm"]
     run(command, folder, "linking the exported library")

@@ -178,20 +178,42 @@ def _tile_row_sums(a: wp.array2d(dtype=float), out: wp.array(dtype=float)):
     wp.tile_store(out, wp.tile_sum(wp.tile_load(a[i], shape=8)), offset=i)
 
 
-def test_tile_kernel(tmp_path):
-    """A kernel using tiles (its tile memory is a static of its object, linked into the library as it is)."""
+@pytest.fixture(scope="module")
+def tile_graph(tmp_path_factory):
+    """(folder, eager result) of a saved graph of one tile kernel launch."""
+    folder = tmp_path_factory.mktemp("tile")
     values = np.random.default_rng(5).normal(size=(4, 8)).astype(np.float32)
     a, out = wp.array(values, dtype=float, device=CPU), wp.zeros(4, dtype=float, device=CPU)
     with wp.ScopedCapture(device=CPU, apic=True) as capture:
         wp.launch_tiled(_tile_row_sums, dim=[4], inputs=[a, out], block_dim=1, device=CPU)
-    apic.capture_save(capture.graph, tmp_path / "tile", inputs={"a": a}, outputs={"out": out})
+    apic.capture_save(capture.graph, folder / "tile", inputs={"a": a}, outputs={"out": out})
     eager = wp.zeros(4, dtype=float, device=CPU)
     wp.launch_tiled(_tile_row_sums, dim=[4], inputs=[a, eager], block_dim=1, device=CPU)
-    exported(tmp_path / "tile.wrp", tmp_path / "out", "tiles")
-    runner = build("runner.c", tmp_path / "out", "tiles", tmp_path / "runner")
+    return folder, eager
+
+
+@pytest.fixture(scope="module")
+def tile_export(tile_graph):
+    folder, _ = tile_graph
+    exported(folder / "tile.wrp", folder / "out", "tiles")
+    return folder / "out"
+
+
+def test_tile_kernel(tile_graph, tile_export, tmp_path):
+    """A kernel using tiles (its tile memory is a static of its object, linked into the library as it is)."""
+    folder, eager = tile_graph
+    runner = build("runner.c", tile_export, "tiles", tmp_path / "runner")
     (tmp_path / "d").mkdir()
     done = run(runner, ["r:2", f"d:{tmp_path / 'd'}"], tmp_path)
     assert done.returncode == 0, done.stderr
     got = dumped(tmp_path / "d", ["a", "out"])
     assert got["out"] == as_bytes(eager)
-    assert got == python_replay(apic.capture_load(tmp_path / "tile.wrp"), {}, {}, 2)
+    assert got == python_replay(apic.capture_load(folder / "tile.wrp"), {}, {}, 2)
+
+def test_instances_replayed_from_threads_at_once(demo, tile_export):
+    """Four threads, four instances, replaying at once: each ends as a lone instance does (threads.c), for the
+    demo scene and for a tile kernel's graph (its tile memory's pointer is a static of the library)."""
+    for folder, name, binding in ((demo[0] / "out", "demo", "x"), (tile_export, "tiles", "out")):
+        binary = build("threads.c", folder, name, folder.parent / f"threads_{name}")
+        done = run(binary, [binding, "200"], folder.parent)
+        assert done.returncode == 0, done.stdout + done.stderr

@@ -5,6 +5,7 @@
  *
  * Built with -DAPIC_PREFIX=<name>: every public function is <name>_<function> (the header, <name>.h). */
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,6 +40,9 @@ struct API(instance) {
 typedef struct API(instance) instance_t;
 
 static __thread char open_error[512];
+/* Replays of every instance take turns: Warp's CPU kernels save and set a static pointer to their tile memory
+ * on entry (warp/native/tile.h, one per kernel object, not per thread), which tile code reads. */
+static pthread_mutex_t replay_lock = PTHREAD_MUTEX_INITIALIZER;
 /* a kernel's failed assertion (_wp_assert) returns to the replay that ran it, on its thread */
 static __thread jmp_buf* assert_return;
 static __thread char assert_message[400];
