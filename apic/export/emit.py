@@ -26,7 +26,7 @@ def c_string(text: str) -> str:
 
 def runtime_file(name: str) -> str:
     """The text of one of the runtime's C files (package data)."""
-    return resources.files("apic.export").joinpath("c", name).read_text(encoding="utf-8")
+    return resources.files("apic.export").joinpath("c").joinpath(name).read_text(encoding="utf-8")
 
 
 def header(name: str) -> str:
