@@ -22,6 +22,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,6 +79,14 @@ def process_time(command: list[str], runs: int = 5) -> float:
 
 
 def main(argv=None) -> dict:
+    folder = tempfile.mkdtemp(prefix="apic-export-bench-")
+    try:
+        return _measure(argv, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the library stays mapped while this process lives
+
+
+def _measure(argv, folder: str) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--particles", type=int, default=16)
@@ -86,7 +95,6 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     wp.config.quiet = True
     wp.init()
-    folder = tempfile.mkdtemp(prefix="apic-export-bench-")
     path = os.path.join(folder, "bench.wrp")
     chain = Chain(particles=args.particles, substeps=8)
     with wp.ScopedCapture(device="cpu", apic=True) as capture:
