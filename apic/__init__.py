@@ -22,6 +22,17 @@ from apic.replay.backends import cpu_native as _cpu_native  # noqa: F401
 
 from apic._version import __version__
 
+
+def export(graph_or_path, outdir, name=None) -> dict:
+    """Export a CPU graph (a saved ``.wrp`` path, or a live or loaded graph) to a C shared library in ``outdir``:
+    ``lib<name>.so``, ``<name>.h``, ``<name>.hpp``, a pkg-config file and a CMake package config, that replay it
+    with no Python (docs/EXPORT.md). Same as ``python -m apic export``; see
+    :func:`apic.c_library.library.export` for the arguments, what it returns and raises."""
+    from apic.c_library.library import export as export_library  # lazy: the C toolchain, for export only
+
+    return export_library(graph_or_path, outdir, name=name)
+
+
 __all__ = [
     "ApicError",
     "BindingError",
@@ -45,6 +56,7 @@ __all__ = [
     "capture_load_from_bytes",
     "capture_save",
     "capture_save_to_bytes",
+    "export",
     "install",
     "profile",
     "ProfileReport",

@@ -24,7 +24,7 @@ from importlib import metadata
 TRACEBACK_VARIABLE = "APIC_TRACEBACK"
 
 # Subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = ["demo", "bench", "replay", "inspect_wrp"]
+SUBCOMMANDS = ["demo", "bench", "replay", "inspect_wrp", "export"]
 
 
 class UserError(Exception):

@@ -53,8 +53,9 @@ LAYERS = (
     ("graph types", ("apic.graph", "apic.cuda_graph")),
     # a file read by the format, checked and made into a replayable graph
     ("loading", ("apic.loading",)),
+    # apic.c_library: a saved graph linked into a C library (apic.export; it loads the file as capture_load does)
     ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo",
-                                     "apic.sweep")),
+                                     "apic.sweep", "apic.c_library", "apic.c_library.*")),
     ("installation", ("apic.installation", "apic")),
     ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
     # integrations with other systems, each an optional extra that `import apic` never imports
@@ -74,8 +75,11 @@ LAZY_FOR_STARTUP = {
     "apic.cli": {"apic.errors", "apic._version", "apic._text"},
     "apic.cli.bench": {"apic._text", "apic.bench.markdown", "apic.bench.run"},
     "apic.cli.demo": {"apic", "apic._compat", "apic.demo", "numpy", "warp"},
+    "apic.cli.export": {"apic._compat", "apic.c_library.library"},
     "apic.cli.replay": {"apic", "apic._compat", "apic.format.module_folder", "numpy", "warp"},
     # the .wrp format and the loaders: about 70 ms, needed by the first save or load only
+    # the C export: its toolchain and code generation, needed by apic.export only
+    "apic": {"apic.c_library.library"},
     "apic.persist": {"apic.format.reader", "apic.format.unrecorded_bindings", "apic.format.write_bindings",
                      "apic.format.writer", "apic.loading"},
 }
