@@ -38,7 +38,7 @@ from apic.format.read_ops import read_ops
 from apic.format.read_raw import read_raw_ops
 from apic.format.read_tables import ModuleEntry
 from apic.record.conditional_tree import StructureError, conditional_tree
-from apic.record.control_flow import control_flow_problem
+from apic.record.control_flow import control_flow_problem, nesting_depth
 from apic.record.effects import EFFECTS, control_of
 from apic.record.recording import ModuleInfo, Recording
 from apic.targets import cpu as cpu_target
@@ -292,6 +292,10 @@ def read(data) -> SavedGraph:
     problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
     if problem is not None:
         _fail("sequence", problem)
+    depth = nesting_depth(ops) if moves else 0  # what draws or lowers bodies nests this deep, no deeper
+    if depth > schema.MAX_CPU_NESTING:
+        _fail("sequence", f"branch and jump bodies nest {depth} deep, deeper than the {schema.MAX_CPU_NESTING} "
+                          "this reader accepts")
     if graph_target is CUDA and moves:  # conditional nodes: bodies that nest, within the reader's limits
         try:
             conditional_tree(ops, schema.MAX_CONDITIONAL_DEPTH, schema.MAX_CONDITIONAL_BODY_OPS)

@@ -163,6 +163,7 @@ MAX_SPLIT_WRITES = 4096  # array offsets in one list of a kernel proved splittab
 MAX_KERNEL_PARAMS = 4096  # parameters of a CUDA kernel (its [offset, size] pairs)
 MAX_CONDITIONAL_DEPTH = 16  # how deep a CUDA graph's conditional nodes nest (each level is a child graph)
 MAX_CONDITIONAL_BODY_OPS = 1 << 20  # sequence positions in one body of a CUDA conditional node
+MAX_CPU_NESTING = 256  # how deep a CPU graph's capture_if / capture_while bodies nest (control_flow.nesting_depth)
 MAX_OP_KIND = 1 << 16  # an op's kind number, read before it is looked up
 MAX_SOURCE_FLAGS = 16  # compiler flags of a module's saved source (Warp's defaults are fewer)
 # handles
