@@ -43,7 +43,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import msgpack
 
 from apic.errors import FormatError
 from apic.format import schema
@@ -157,7 +156,7 @@ def parse(data: bytes, where: str, expected: dict) -> dict:
     ``source_sha256`` must be ``expected``'s (checked: it is trusted content, but a reader of a trusted file
     still does not crash on a damaged one)."""
     try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+        doc = schema.unpack_manifest(data, f"{where}: the kernel manifest")
         if doc["format"] != FORMAT or doc["version"] != VERSION:
             fail(where, f"not an apic kernel manifest of version {VERSION}")
         if "module_sha256" in expected and doc["module_sha256"] != expected["module_sha256"]:
