@@ -215,7 +215,7 @@ def cpu_refusal(manifest: bytes | None, where: str) -> str | None:
     lacking = sorted(f for f in value[1] if f in known and f not in have)
     if not lacking:
         return None
-    return (f"{where} was compiled for a CPU ({value[0][:64]}) with instruction-set features this CPU "
+    return (f"{where} was compiled for a CPU ({value[0]}) with instruction-set features this CPU "
             f"({host['cpu']}) lacks: {', '.join(lacking)} (sealed in its kernel manifest, whatever the .wrp's "
             "target.features says). Running it could crash with an illegal instruction; capture and save the "
             "graph again on this kind of CPU")
