@@ -25,6 +25,7 @@ from apic.record import ops as rec
 from apic.record.effects import BRANCH, JUMP, control_of, effects_of
 
 _MAX_PERIOD = 16  # the longest repeated group of ops that is folded
+_MAX_INDENT = 64  # clusters nested deeper are indented no further
 
 
 def escape(text) -> str:
@@ -90,29 +91,59 @@ class _Block:
 
 
 def _structure(ops, lo: int, hi: int, region_name) -> list:
-    """The items of positions ``[lo, hi)``: op positions and control-flow blocks (layout in recorder.py)."""
-    items, p = [], lo
-    while p < hi:
+    """The items of positions ``[lo, hi)``: op positions and control-flow blocks (layout in recorder.py).
+
+    Bodies are read with a stack of their own, not by recursion: a graph's nesting is bounded by what the
+    reader accepts (``schema.MAX_CPU_NESTING``), and a live graph's by nothing but memory, so the picture
+    of any graph that loads or replays never meets Python's recursion limit."""
+    # a frame: [next position, end of the body, its items, where its folded items go (None: the result)]
+    stack: list = [[lo, hi, [], None]]
+    while True:
+        frame = stack[-1]
+        p, end, items, done = frame
+        if p >= end:
+            stack.pop()
+            folded = _fold(items, ops)
+            if done is None:
+                return folded
+            done.extend(folded)
+            continue
         op = ops[p]
         t = op.target if control_of(op) == BRANCH else -1
-        if not (p < t <= hi):  # not a branch, or one this reader cannot nest: a plain op
+        if not (p < t <= end):  # not a branch, or one this reader cannot nest: a plain op
             items.append(p)
-            p += 1
+            frame[0] = p + 1
             continue
         cond = f"int32 at {region_name(op.cond.region)}+{op.cond.offset}"
         last = ops[t - 1]
-        # the branch (and the jump that closes a body) are drawn inside the cluster they control
+        # the branch (and the jump that closes a body) are drawn inside the cluster they control; a body's
+        # items go into its block when the body is done (the block is already in place in its parent)
         if t - 1 > p and control_of(last) == JUMP and last.target == p:  # while: branch; body; jump top
-            items.append(_Block(f"while {cond} != 0", [p, *_structure(ops, p + 1, t - 1, region_name), t - 1]))
-            p = t
-        elif t - 1 > p and control_of(last) == JUMP and t <= last.target <= hi:  # if / else
-            items += [_Block(f"if {cond} != 0", [p, *_structure(ops, p + 1, t - 1, region_name), t - 1]),
-                      _Block("else", _structure(ops, t, last.target, region_name))]
-            p = last.target
+            block = _Block(f"while {cond} != 0", [p])
+            items.append(block)
+            frame[0] = t
+            stack.append([p + 1, t - 1, [], _Closing(block.items, t - 1)])
+        elif t - 1 > p and control_of(last) == JUMP and t <= last.target <= end:  # if / else
+            then, otherwise = _Block(f"if {cond} != 0", [p]), _Block("else")
+            items += [then, otherwise]
+            frame[0] = last.target
+            stack.append([t, last.target, [], otherwise.items])
+            stack.append([p + 1, t - 1, [], _Closing(then.items, t - 1)])
         else:
-            items.append(_Block(f"if {cond} != 0", [p, *_structure(ops, p + 1, t, region_name)]))
-            p = t
-    return _fold(items, ops)
+            block = _Block(f"if {cond} != 0", [p])
+            items.append(block)
+            frame[0] = t
+            stack.append([p + 1, t, [], block.items])
+
+
+class _Closing:
+    """Where a body's items go when its block ends in one more position (the jump that closes it)."""
+
+    def __init__(self, items: list, last: int) -> None:
+        self.items, self.last = items, last
+
+    def extend(self, body: list) -> None:
+        self.items += [*body, self.last]
 
 
 def _fold(items: list, ops) -> list:
@@ -163,30 +194,41 @@ def to_dot(recording, bindings=(), title: str = "apic graph") -> str:
     clusters: list = []
 
     def emit(items, indent: str) -> None:
-        previous = None  # the last plain op of this list: an invisible edge keeps execution order top to bottom
-        for item in items:
+        # a stack of (items left, indent, the last plain op of the list, the block they are in), not
+        # recursion: clusters nest as deep as the graph's bodies (see _structure)
+        stack = [[iter(items), indent, None, None]]
+        while stack:
+            frame = stack[-1]
+            item = next(frame[0], None)
+            if item is None:
+                stack.pop()
+                block = frame[3]
+                if block is not None:
+                    if block.count > 1:  # the folded copies are shown by the first one (their items are positions)
+                        period = len(block.items)
+                        for copy in range(1, block.count):
+                            for first in block.items:
+                                folded[first + copy * period] = first
+                    lines.append(f"{stack[-1][1]}}}")
+                continue
+            indent = frame[1]
             if isinstance(item, _Block):
-                previous = None
+                frame[2] = None  # the invisible edges keep order within one list
                 clusters.append(item)
                 cluster = f"cluster_{len(clusters)}"
                 style = 'style="dashed"; color="#4c72b0"' if item.count > 1 else 'style="rounded"; color="#c44e52"'
                 lines.append(f'{indent}subgraph {cluster} {{ label="{escape(item.title)}"; {style};')
-                emit(item.items, indent + "  ")
-                if item.count > 1:  # the folded copies are shown by the first one (their items are positions)
-                    period = len(item.items)
-                    for copy in range(1, item.count):
-                        for first in item.items:
-                            folded[first + copy * period] = first
-                lines.append(f"{indent}}}")
+                # (indented at most _MAX_INDENT levels: the text stays linear in the ops however deep they nest)
+                stack.append([iter(item.items), indent + "  " * (len(indent) < 2 * _MAX_INDENT), None, item])
                 continue
             node = f"op{item}"
             node_of[item] = node
             label = f"#{item} {_op_label(ops[item], recording.kernels, region_name)}"
             shape = ', shape=diamond, fillcolor="#fbeeee"' if control_of(ops[item]) else ""
             lines.append(f'{indent}{node} [label="{escape(label)}"{shape}];')
-            if previous is not None:
-                lines.append(f"{indent}{previous} -> {node} [style=invis];")
-            previous = node
+            if frame[2] is not None:
+                lines.append(f"{indent}{frame[2]} -> {node} [style=invis];")
+            frame[2] = node
 
     emit(_structure(ops, 0, len(ops), region_name), "  ")
     for pos, shown in folded.items():

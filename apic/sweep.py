@@ -32,10 +32,13 @@ class Replayer:
     """
 
     def __init__(self, data, modules: Mapping | None = None, threads: int | None = None) -> None:
-        self._data, self._modules = data, modules
         self.threads = threads
         self.graph = capture_load_from_bytes(data, modules)
         self._reload = bool(self.graph.recording.handles)
+        # a graph loaded again per item is loaded from copies: the caller may reuse or release its buffers
+        # after the call, as it may after capture_load_from_bytes (the load above checked their types)
+        self._data = _owned(data) if self._reload else None
+        self._modules = {name: _owned(contents) for name, contents in (modules or {}).items()} if self._reload else None
         self._saved = None if self._reload else self._memory()
         self._scalars = {name: self.graph.get_param(name) for name in self.graph.scalars}
         self._changed: set[str] = set()  # scalars a run set, put back by the next
@@ -94,6 +97,11 @@ class Replayer:
         if name in self.graph.scalars:
             return np.asarray(self.graph.get_param(name))
         return np.array(self.graph.param_numpy(name))  # a copy: the view is the graph's memory
+
+
+def _owned(contents) -> bytes:
+    """A copy of a bytes-like buffer (bytes, bytearray, memoryview, C-contiguous NumPy array) as bytes."""
+    return memoryview(contents).tobytes()
 
 
 def describe_host() -> dict:

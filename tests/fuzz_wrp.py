@@ -21,7 +21,9 @@ The parent process saves a few real graphs (the *seeds*), then mutates them, one
 A child process (``--worker``) loads each input with ``wp.capture_load`` or
 ``wp.capture_load_from_bytes`` (alternately; sometimes with corrupted module binaries), replays every
 graph that loads (from the command line; ``fuzz(replay_all=False)``, as the smoke test uses, replays
-only graphs without kernel launches and indexed arrays), and runs ``python -m apic inspect`` (text and
+only graphs without kernel launches and indexed arrays), replays it again with ``threads=2`` from the
+same memory and compares the two bit for bit (``tests/fuzz/threaded.py``; graphs without native handles),
+and runs ``python -m apic inspect`` (text and
 ``--json``) on it in-process; a sample also runs the real ``python -m apic inspect`` in a fresh
 process. Every input must end in an ``apic.ApicError`` or a correct load. Anything else is a
 finding: another exception type (a traceback), a crash of the child (a signal), a hang (no answer
@@ -67,7 +69,7 @@ from dataclasses import dataclass, field
 import warp as wp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests/ (the fuzz package), when run as a script
-from fuzz import control_seed, fs_odd, levels_trailers, trust_paths  # noqa: E402
+from fuzz import control_seed, fs_odd, levels_trailers, threaded, trust_paths  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -856,9 +858,17 @@ def worker(response_fd: int, graph_limit: int, headroom: int) -> None:
                 graph.param_numpy(name).copy()
                 result["params"] += 1
             if request.get("replay") and (request.get("replay_all") or replay_safe(graph)):
+                initial = threaded.snapshot(graph)  # the memory as loaded, for the threaded replay below
                 wp.capture_launch(graph)
                 graph.launch(2)
                 result["replayed"] = True
+                if initial is not None:  # the same three replays with threads=2: the serial bits, or a finding
+                    problem = threaded.threaded_problem(graph, initial, 3)
+                    result["threaded"] = True
+                    result["split"] = problem is None and threaded.split_launches(graph) > 0
+                    if problem is not None:
+                        result["outcome"] = "bug"
+                        result["error"] = problem
         except apic.ApicError as error:
             result["outcome"] = "refused"
             result["error"] = f"{type(error).__name__}: {error}"
@@ -902,6 +912,8 @@ class Stats:
     refusals: dict = field(default_factory=dict)  # normalised message -> count
     deep: int = 0  # refused after the header and msgpack parse (by the field validator or loader)
     replayed: int = 0
+    threaded: int = 0  # replays also run with threads=2 and compared with serial (tests/fuzz/threaded.py)
+    split: int = 0  # of those, replays in which threads=2 split a launch
     cli_runs: int = 0
     findings: list = field(default_factory=list)  # dicts: kind, strategy, error, file
     worker_restarts: int = 0
@@ -914,7 +926,8 @@ class Stats:
 
     def summary(self) -> str:
         lines = [f"{self.inputs} inputs in {self.seconds:.0f} s ({self.inputs / max(self.seconds, 1e-9):.0f}/s); "
-                 f"outcomes {dict(sorted(self.outcomes.items()))}; replayed {self.replayed}; "
+                 f"outcomes {dict(sorted(self.outcomes.items()))}; replayed {self.replayed} "
+                 f"(of them with threads=2 as well, bit for bit: {self.threaded}, a launch split in {self.split}); "
                  f"refused past the header and msgpack {self.deep}; CLI processes {self.cli_runs}; "
                  f"worker restarts {self.worker_restarts}; one-reading/claim checks {self.trust_checks}; "
                  f"findings {len(self.findings)}"]
@@ -973,6 +986,7 @@ class Worker:
         if self.proc is None:
             self.start()
         timeout = self.timeout * (20 if self.fresh else 1)  # the first request warms Warp and Numba up
+        timeout *= request.get("slow", 1)  # an input whose load may compile a saved source (seconds)
         request = dict(request, limit_memory=True)
         try:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -1042,6 +1056,7 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
     os.makedirs(workdir, exist_ok=True)
     if seeds is None:
         seeds = make_seeds(os.path.join(workdir, "seeds"))
+        seeds["split"] = threaded.save_split(os.path.join(workdir, "seeds"))  # launches threads=2 splits
     rng = random.Random(seed)
     mutator = Mutator(rng, seeds)
     sealed = trust_paths.sealed_claims_of(seeds)  # the honest seeds' claims, those their manifests seal
@@ -1054,6 +1069,10 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
     started = time.monotonic()
     last_report = started
     names = list(seeds)
+    # the seeds without saved source: a module file damaged or missing makes a load compile a saved source
+    # (seconds, past --timeout: a "hang" that is only slow), so odd folders, edges and corrupted modules
+    # are made of these; an edit of the one with source may make it compile (given 6 times --timeout)
+    unsourced = [name for name in names if name != "split"]
     try:
         while True:
             elapsed = time.monotonic() - started
@@ -1061,13 +1080,13 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                 break
             name = names[stats.inputs % len(names)]
             if fs_every and stats.inputs % fs_every == fs_every - 1:
-                name = rng.choice(names)
+                name = rng.choice(unsourced)
                 strategy, path = fs_odd.make(rng, seeds[name], os.path.join(workdir, "odd"), stats.inputs % 8)
                 with open(path, "rb") as f:
                     data, recipe = f.read(), {"seed": name, "fs": strategy, "edits": []}
                 mode = "file"
             elif edge_every and stats.inputs % edge_every == edge_every // 2:
-                name = rng.choice(names)
+                name = rng.choice(unsourced)
                 strategy, path = levels_trailers.make(rng, seeds[name], os.path.join(workdir, "edges"),
                                                       stats.inputs % 8)
                 with open(path, "rb") as f:
@@ -1081,8 +1100,8 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                 mode = "file" if stats.inputs % 2 else "bytes"
             request = {"id": stats.inputs, "wrp": path, "modules": path[:-4] + "_modules", "mode": mode,
                        "fresh": bool(recipe and recipe.get("edge")),
-                       "corrupt_modules": mode == "bytes" and rng.random() < 0.05, "replay": True,
-                       "replay_all": replay_all, "inspect": True}
+                       "corrupt_modules": mode == "bytes" and rng.random() < 0.05 and name in unsourced, "replay": True,
+                       "replay_all": replay_all, "inspect": True, "slow": 1 if name in unsourced else 6}
             answer = worker.ask(request)
             outcome = answer["outcome"]
             if worker.proc is None:
@@ -1094,6 +1113,8 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
                              f"{_tail(worker.stderr_path, min(answer['stderr_bytes'], 300))}"}, data, recipe))
             stats.inputs += 1
             stats.replayed += bool(answer.get("replayed"))
+            stats.threaded += bool(answer.get("threaded"))
+            stats.split += bool(answer.get("split"))
             if outcome == "refused":
                 message = answer["error"]
                 stats.refusals[_normalise(message)] = stats.refusals.get(_normalise(message), 0) + 1
@@ -1125,6 +1146,7 @@ def fuzz(workdir: str, seconds: float | None = None, inputs: int | None = None, 
     with open(os.path.join(workdir, "stats.json"), "w") as f:
         json.dump({"inputs": stats.inputs, "seconds": stats.seconds, "seed": seed, "outcomes": stats.outcomes,
                    "by_strategy": stats.by_strategy, "deep": stats.deep, "replayed": stats.replayed,
+                   "threaded": stats.threaded, "split": stats.split,
                    "cli_runs": stats.cli_runs, "findings": stats.findings,
                    "refusals": dict(sorted(stats.refusals.items(), key=lambda kv: -kv[1]))}, f, indent=1)
     return stats

@@ -88,7 +88,9 @@ def check_output_path(where: str, path: str) -> None:
     """Refuse, before any work, an output path that cannot be written: a folder, in a folder that does not
     exist, or one the system will not open for writing (a read-only file system, a name too long, no
     permission), found by opening it: an existing file is opened without truncating it, a new one is
-    created and removed again (``where``: the option, for the message)."""
+    created and removed again (``where``: the option, for the message). What opens but refuses writes is
+    found by writing: nothing to an existing file (an empty write changes no file, pipe or terminal, and
+    fails where every write would, as on ``/dev/full``), one byte to a new one (a full disk)."""
     if os.path.isdir(path):
         raise UserError(f"{where}: is a folder; name a file to write")
     folder = os.path.dirname(os.path.abspath(path))
@@ -99,12 +101,15 @@ def check_output_path(where: str, path: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | (0 if existed else os.O_CREAT | os.O_EXCL), 0o666)
     except OSError as error:
         raise UserError(f"{where}: cannot write the file: {error.strerror or error}") from None
-    os.close(fd)
-    if not existed:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+    try:
+        os.write(fd, b"" if existed else b"\0")
+    except OSError as error:
+        raise UserError(f"{where}: cannot write the file: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
+        if not existed:  # the file this check created, removed again
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 @contextlib.contextmanager

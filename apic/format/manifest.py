@@ -18,6 +18,12 @@ module the graph launches:
 * ``handles``: ``[at, kinds]`` of each word that held a native handle's id at capture, with the
   handle kinds it held (``""`` among them: some launch held a plain value there).
 
+Beside the kernels, a manifest written since 2026-11-29 seals ``cpu``: ``[name, features]``, the CPU the
+object was compiled for (the saving host, or a ``cpu_target`` level) and the instruction-set features
+its code may use. A load checks them against this CPU (``cpu_refusal``), so the ``.wrp``'s
+``target.features``, the file's word, cannot make an object run on a CPU that lacks what it was built
+for: such an object is refused, or its saved source compiled here instead.
+
 The manifest travels inside the files whose code a load runs: appended to the module's object file
 and, saved with ``source_fallback=True``, to its generated source, behind a 16-byte trailer (the
 manifest's size and the magic ``apicKRN1``; Warp's object loader ignores bytes after an object's
@@ -43,8 +49,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-import msgpack
 
+from apic import _compat
 from apic.errors import FormatError
 from apic.format import schema
 from apic.record import ops as rec
@@ -157,7 +163,7 @@ def parse(data: bytes, where: str, expected: dict) -> dict:
     ``source_sha256`` must be ``expected``'s (checked: it is trusted content, but a reader of a trusted file
     still does not crash on a damaged one)."""
     try:
-        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, max_ext_len=0)
+        doc = schema.unpack_manifest(data, f"{where}: the kernel manifest")
         if doc["format"] != FORMAT or doc["version"] != VERSION:
             fail(where, f"not an apic kernel manifest of version {VERSION}")
         if "module_sha256" in expected and doc["module_sha256"] != expected["module_sha256"]:
@@ -180,3 +186,36 @@ def _layout(value) -> tuple:
                    for a, e, i, n, f, kinds in value["arrays"])
     handles = {int(at): frozenset(str(k) for k in kinds) for at, kinds in value["handles"]}
     return int(value["size"]), arrays, handles
+
+
+CPU_FIELD = "cpu"  # the manifest's [CPU name, features its object may use] (module docstring)
+
+
+def sealed_cpu(target: dict) -> list:
+    """What a manifest seals of a ``.wrp``'s ``target`` as written: ``[cpu name, sorted features]``."""
+    return [str(target["cpu"]), sorted(set(map(str, target["features"])))]
+
+
+def cpu_refusal(manifest: bytes | None, where: str) -> str | None:
+    """Why the object carrying ``manifest`` cannot run on this CPU (the features its manifest seals that this
+    CPU lacks, among those this machine's LLVM knows, as ``apic.loading.check_compatible`` counts them), or
+    None: it can, or its manifest predates the seal. ``where`` names the object."""
+    if manifest is None:
+        return None
+    value = schema.unpack_manifest(manifest, f"the kernel manifest of {where}").get(CPU_FIELD)
+    if value is None:
+        return None
+    if (not isinstance(value, list) or len(value) != 2 or not isinstance(value[0], str)
+            or len(value[0]) > schema.MAX_LABEL or not isinstance(value[1], list)
+            or len(value[1]) > schema.MAX_FEATURES
+            or not all(isinstance(f, str) and len(f) <= schema.MAX_LABEL for f in value[1])):
+        fail(f"the kernel manifest of {where}", f"{CPU_FIELD}: expected [CPU name, features]")
+    host = _compat.host_target()
+    known, have = set(host["known_features"]), set(host["features"])
+    lacking = sorted(f for f in value[1] if f in known and f not in have)
+    if not lacking:
+        return None
+    return (f"{where} was compiled for a CPU ({value[0]}) with instruction-set features this CPU "
+            f"({host['cpu']}) lacks: {', '.join(lacking)} (sealed in its kernel manifest, whatever the .wrp's "
+            "target.features says). Running it could crash with an illegal instruction; capture and save the "
+            "graph again on this kind of CPU")

@@ -9,8 +9,8 @@ import msgpack
 
 from apic.errors import CaptureError
 from apic.format import schema, sealed_claims
-from apic.format.manifest import (FLAG_HANDLE_IDS, FLAG_MESH_INDICES, FLAG_NONE, FORMAT, VERSION, carry,
-                                  contiguous_words, in_mesh_indices, mesh_indices)
+from apic.format.manifest import (CPU_FIELD, FLAG_HANDLE_IDS, FLAG_MESH_INDICES, FLAG_NONE, FORMAT, VERSION, carry,
+                                  contiguous_words, in_mesh_indices, mesh_indices, sealed_cpu)
 from apic.record import ops as rec
 from apic.targets import cpu
 
@@ -80,11 +80,12 @@ def _blob_layout(blobs: list[rec.Blob], handles, meshes, slot_kinds: dict) -> di
 
 
 def build(recording, module: int, module_sha256: str, source_sha256: str | None = None,
-          slot_kinds: dict | None = None, footprints: dict | None = None) -> bytes | None:
+          slot_kinds: dict | None = None, footprints: dict | None = None, target: dict | None = None) -> bytes | None:
     """The canonical manifest bytes of module ``module`` of a recording (None if the graph launches none
     of its kernels on the CPU); ``source_sha256``: its saved generated C++ (``source_fallback=True``);
     ``slot_kinds``: (region, offset) -> kind of each saved word that holds a handle's id; ``footprints``:
-    the graph's footprint verdicts to seal (``sealed_claims.seal_footprints``)."""
+    the graph's footprint verdicts to seal (``sealed_claims.seal_footprints``); ``target``: the ``.wrp``'s
+    target, whose CPU and features the object was compiled for (sealed: ``manifest.cpu_refusal``)."""
     slot_kinds = slot_kinds or {}
     meshes = mesh_indices(recording.handles)
     launches: dict[int, list] = {}
@@ -106,6 +107,8 @@ def build(recording, module: int, module_sha256: str, source_sha256: str | None 
            "kernels": [[symbol, *kernels[symbol]] for symbol in sorted(kernels)],
            # the kernels' parallel-replay claims, sealed with the code they describe (apic.format.sealed_claims)
            sealed_claims.FIELD: sealed_claims.seal(recording, sorted(launches))}
+    if target is not None:  # what the object's code needs of a CPU, where the object's own SHA-256 covers it
+        doc[CPU_FIELD] = sealed_cpu(target)
     symbols = {recording.kernels[index].symbol for index in launches}
     footprint = {symbol: verdicts for symbol, verdicts in sorted((footprints or {}).items()) if symbol in symbols}
     if footprint:  # (only then: the manifests of graphs without any stay as they were)
@@ -123,7 +126,7 @@ def add_manifests(recording, doc: dict, images: dict[str, bytes], footprints: di
     for index, entry in enumerate(doc["modules"]):
         source = entry.get("source")
         data = build(recording, index, entry["sha256"], None if source is None else source["sha256"], slot_kinds,
-                     footprints)
+                     footprints, doc.get("target"))
         if data is None:
             continue
         for field, suffix in ((entry, cpu.MODULE_EXTENSION), (source, ".cpp")):

@@ -38,7 +38,7 @@ from apic.format.read_ops import read_ops
 from apic.format.read_raw import read_raw_ops
 from apic.format.read_tables import ModuleEntry
 from apic.record.conditional_tree import StructureError, conditional_tree
-from apic.record.control_flow import control_flow_problem
+from apic.record.control_flow import control_flow_problem, nesting_depth
 from apic.record.effects import EFFECTS, control_of
 from apic.record.recording import ModuleInfo, Recording
 from apic.targets import cpu as cpu_target
@@ -122,32 +122,6 @@ def check_header(data: memoryview) -> tuple[int, memoryview]:
 
 
 # --- the body ---------------------------------------------------------------------------------------
-class _DuplicateKey(Exception):
-    """A msgpack map with a repeated key (raised out of the unpacker, turned into a FormatError)."""
-
-
-def _unique_map(pairs: list) -> dict:
-    """A msgpack map as a dict, refusing a repeated key: one reader keeps the first value, another the last,
-    so a file with one could mean two graphs (one checked, another run)."""
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _DuplicateKey(key)
-            seen.add(key)
-    return out
-
-
-def _unpacker(n: int) -> dict:
-    """The options every unpacking of a body of ``n`` bytes takes. No declared length may exceed what the body
-    can hold (nothing is allocated for a length the bytes do not back), extension types are refused, map keys
-    must be strings or bytes, a map may hold a key once (``_unique_map``); nesting is bounded by msgpack's own
-    stack (StackError)."""
-    return dict(strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n, max_array_len=n,
-                max_map_len=n // 2, max_ext_len=0, object_pairs_hook=_unique_map)
-
-
 def _unpacked(data, options: dict, many: bool = False):
     """The msgpack object in ``data`` (``many``: the list of the objects in it), or a FormatError."""
     try:
@@ -156,7 +130,7 @@ def _unpacked(data, options: dict, many: bool = False):
             unpacker.feed(data)
             return list(unpacker)
         return msgpack.unpackb(data, **options)
-    except _DuplicateKey as error:
+    except schema.DuplicateKey as error:
         _fail("body", f"a map has the key {error.args[0]!r} more than once (readers that keep the first or the "
                       "last value would read different graphs)")
     except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
@@ -204,7 +178,7 @@ def _split(body: memoryview, options: dict) -> tuple[dict, list] | None:
         # each value one level down, as in the body (msgpack's nesting limit counts the body's map)
         doc = {key: [] if key == "ops" else msgpack.unpackb(b"\x91" + body[start:end], **options)[0]
                for key, (start, end) in spans.items()}
-    except (_DuplicateKey, ValueError, msgpack.UnpackException):
+    except (schema.DuplicateKey, ValueError, msgpack.UnpackException):
         return None
     return doc, bounds
 
@@ -225,7 +199,7 @@ def read(data) -> SavedGraph:
     """Validate a whole ``.wrp`` (bytes-like) and return what it holds; FormatError if anything is off."""
     view = as_bytes(data)
     version, body = check_header(view)
-    options = _unpacker(len(body))
+    options = schema.unpack_options(len(body))
     # The op entries are unpacked one by one (read_raw.read_raw_ops) where the body's top level allows it
     split = _split(body, options)
     doc, bounds = split if split is not None else (_unpacked(body, options), None)
@@ -292,6 +266,10 @@ def read(data) -> SavedGraph:
     problem = control_flow_problem(ops)  # every loop passes a branch that counts it (a capped replay)
     if problem is not None:
         _fail("sequence", problem)
+    depth = nesting_depth(ops) if moves else 0  # what draws or lowers bodies nests this deep, no deeper
+    if depth > schema.MAX_CPU_NESTING:
+        _fail("sequence", f"branch and jump bodies nest {depth} deep, deeper than the {schema.MAX_CPU_NESTING} "
+                          "this reader accepts")
     if graph_target is CUDA and moves:  # conditional nodes: bodies that nest, within the reader's limits
         try:
             conditional_tree(ops, schema.MAX_CONDITIONAL_DEPTH, schema.MAX_CONDITIONAL_BODY_OPS)

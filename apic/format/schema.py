@@ -74,6 +74,9 @@ from __future__ import annotations
 
 import struct
 
+import msgpack
+
+from apic.errors import FormatError
 from apic.record.ops import OpKind
 from apic.targets import cuda as cuda_target
 from apic.targets import files
@@ -163,6 +166,7 @@ MAX_SPLIT_WRITES = 4096  # array offsets in one list of a kernel proved splittab
 MAX_KERNEL_PARAMS = 4096  # parameters of a CUDA kernel (its [offset, size] pairs)
 MAX_CONDITIONAL_DEPTH = 16  # how deep a CUDA graph's conditional nodes nest (each level is a child graph)
 MAX_CONDITIONAL_BODY_OPS = 1 << 20  # sequence positions in one body of a CUDA conditional node
+MAX_CPU_NESTING = 256  # how deep a CPU graph's capture_if / capture_while bodies nest (control_flow.nesting_depth)
 MAX_OP_KIND = 1 << 16  # an op's kind number, read before it is looked up
 MAX_SOURCE_FLAGS = 16  # compiler flags of a module's saved source (Warp's defaults are fewer)
 # handles
@@ -182,3 +186,48 @@ MAX_OPTIMIZATION_LEVEL = 3  # a saved source's optimization_level option (clang'
 # kernel manifests (checked at load)
 MAX_ID_WORDS = 1 << 20  # handle ids in one array argument: an array of more is not recorded as one
 MAX_MANIFEST_BYTES = 1 << 24  # a manifest lists at most a few thousand kernels
+
+
+# --- unpacking: every msgpack document apic reads (a body, a kernel manifest) with one set of limits ---
+class DuplicateKey(Exception):
+    """A msgpack map with a repeated key (raised out of the unpacker, turned into a FormatError)."""
+
+
+def unique_map(pairs: list) -> dict:
+    """A msgpack map as a dict, refusing a repeated key: one reader keeps the first value, another the last,
+    so a file with one could mean two graphs (one checked, another run)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
+def unpack_options(n: int) -> dict:
+    """The options every unpacking of a document of ``n`` bytes takes. No declared length may exceed what the
+    bytes can hold (nothing is allocated for a length the bytes do not back), extension types are refused, map
+    keys must be strings or bytes, a map may hold a key once (``unique_map``); nesting is bounded by msgpack's
+    own stack (StackError)."""
+    return dict(strict_map_key=True, raw=False, use_list=True, max_str_len=n, max_bin_len=n, max_array_len=n,
+                max_map_len=n // 2, max_ext_len=0, object_pairs_hook=unique_map)
+
+
+def unpack_manifest(data, what: str) -> dict:
+    """A kernel manifest's map, unpacked with the reader's options (``unpack_options``) and at most
+    ``MAX_MANIFEST_BYTES``; a ``FormatError`` naming ``what`` (the manifest, for the message) otherwise."""
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise FormatError(f"invalid apic graph file: {what} cannot be read: {len(data):,} bytes, more than the "
+                          f"{MAX_MANIFEST_BYTES:,} a manifest may hold")
+    try:
+        doc = msgpack.unpackb(data, **unpack_options(len(data)))
+    except DuplicateKey as error:
+        raise FormatError(f"invalid apic graph file: {what} cannot be read: a map has the key "
+                          f"{str(error.args[0])[:64]!r} more than once") from None
+    except (ValueError, msgpack.UnpackException) as error:  # ExtraData, FormatError, StackError, ...
+        raise FormatError(f"invalid apic graph file: {what} cannot be read ({type(error).__name__})") from None
+    if not isinstance(doc, dict):
+        raise FormatError(f"invalid apic graph file: {what} cannot be read: not a map")
+    return doc

@@ -28,7 +28,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 
-import msgpack
 
 from apic.errors import FormatError
 from apic.format import schema
@@ -90,13 +89,8 @@ def sealed(manifest: bytes, where: str) -> tuple[str | None, dict | None]:
     """``(source_sha256, claims)`` a module's carried ``manifest`` (checked by ``apic.format.manifest``)
     seals: its generated source's SHA-256 (None: saved without it), and ``symbol -> (writes, world rows or
     None, tiles)`` (None: the manifest has no ``split`` map). ``where`` names the file in errors."""
-    try:
-        doc = msgpack.unpackb(manifest, raw=False, strict_map_key=True, max_ext_len=0)
-        source = doc.get("source_sha256")
-        value = doc.get(FIELD)
-    except Exception as error:  # noqa: BLE001 - any shape a damaged file can take
-        raise FormatError(f"invalid apic graph file: the kernel manifest of {where} cannot be read "
-                          f"({type(error).__name__})") from None
+    doc = schema.unpack_manifest(manifest, f"the kernel manifest of {where}")
+    source, value = doc.get("source_sha256"), doc.get(FIELD)
     source = source if isinstance(source, str) else None
     if value is None:
         return source, None
@@ -114,11 +108,7 @@ def sealed(manifest: bytes, where: str) -> tuple[str | None, dict | None]:
 
 def sealed_footprints(manifest: bytes, where: str) -> dict:
     """``symbol -> SealedFootprint`` a module's carried ``manifest`` seals (empty: no ``footprint`` map)."""
-    try:
-        value = msgpack.unpackb(manifest, raw=False, strict_map_key=True, max_ext_len=0).get(FOOTPRINT_FIELD)
-    except Exception as error:  # noqa: BLE001 - any shape a damaged file can take
-        raise FormatError(f"invalid apic graph file: the kernel manifest of {where} cannot be read "
-                          f"({type(error).__name__})") from None
+    value = schema.unpack_manifest(manifest, f"the kernel manifest of {where}").get(FOOTPRINT_FIELD)
     if value is None:
         return {}
     if not isinstance(value, dict):

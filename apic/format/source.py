@@ -220,13 +220,19 @@ def images(saved, fetch, origin: str, refused: IncompatibleGraphError | None) ->
                     raise
                 why = f"the packaged binary: {error}"
             else:
-                found[module.file], manifest = kernel_manifest.carried(saved_object, f"module file '{module.file}'")
-                bound = None
-                if manifest is not None:
-                    manifests[index] = (manifest, {"module_sha256": hashlib.sha256(found[module.file]).hexdigest()})
-                    bound = sealed_claims.sealed(manifest, f"module file '{module.file}'")[0]
-                _keep_if_bound(module, fetch, found, bound)
-                continue
+                bare, manifest = kernel_manifest.carried(saved_object, f"module file '{module.file}'")
+                # the CPU the object needs, sealed where its own SHA-256 covers it (not the .wrp's target)
+                why = kernel_manifest.cpu_refusal(manifest, f"module file '{module.file}'")
+                if why is None:
+                    found[module.file] = bare
+                    bound = None
+                    if manifest is not None:
+                        manifests[index] = (manifest, {"module_sha256": hashlib.sha256(bare).hexdigest()})
+                        bound = sealed_claims.sealed(manifest, f"module file '{module.file}'")[0]
+                    _keep_if_bound(module, fetch, found, bound)
+                    continue
+                if module.source is None:
+                    raise IncompatibleGraphError(why)
         data, manifest = kernel_manifest.carried(checked_source(module, fetch, origin, why),
                                                  f"source file '{module.source.file}'")
         if not _utf8(data):  # Warp generates UTF-8 C++; range entries are made from the text

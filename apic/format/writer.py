@@ -40,6 +40,7 @@ from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
 from apic.record import handle_words
 from apic.record.conditional_tree import StructureError, conditional_tree, has_conditionals
+from apic.record.control_flow import nesting_depth
 from apic.targets import target as targets
 from apic.targets.cpu import MODULE_EXTENSION, module_file_name
 from apic.targets import handle_kinds as hk
@@ -343,6 +344,11 @@ def serialize(graph, inputs=None, outputs=None, source_fallback: bool = False,
     Everything is made before anything is returned, so a failure raises and leaves nothing behind;
     ``save`` hands the result to ``apic.format.publish``."""
     parts = _PARTS[target_of(graph.recording).name]
+    depth = nesting_depth(graph.recording.ops)  # what a reader takes, refused before writing
+    if depth > schema.MAX_CPU_NESTING:
+        raise UnsupportedOperationError(
+            "saving a graph whose wp.capture_if / wp.capture_while bodies nest deeper than a reader accepts",
+            f"they nest {depth} deep; a reader takes at most {schema.MAX_CPU_NESTING}")
     parts.check_saveable(graph)
     doc, images = document(graph, collect_bindings(graph, inputs, outputs), cpu_level)
     if source_fallback:  # each module's generated source (C++, or CUDA .cu) and build options too

@@ -231,15 +231,25 @@ def _check_claimed(value, expected: tuple, np_dtype: np.dtype, where: str) -> No
     if claimed is not None and claimed != expected:
         raise BindingError(f"{where}: shape {claimed} (expected {expected})")
     dtype = getattr(value, "dtype", None)
-    if isinstance(dtype, np.dtype) and not np.can_cast(dtype, np_dtype, casting="same_kind"):
-        raise BindingError(f"{where}: dtype {dtype} (expected {np_dtype})")
+    if isinstance(dtype, np.dtype):
+        _check_cast(dtype, np_dtype, where)
+
+
+def _check_cast(dtype: np.dtype, np_dtype: np.dtype, where: str) -> None:
+    """Refuse an array of ``dtype`` for a binding of ``np_dtype`` unless every value converts exactly
+    (NumPy's ``safe`` casting: float32 into float64, int16 into int32, never float64 into float32)."""
+    if not np.can_cast(dtype, np_dtype, casting="safe"):
+        raise BindingError(f"{where}: dtype {dtype} (expected {np_dtype}; an array is converted only where every "
+                           f"value converts exactly: convert it to {np_dtype} first)")
 
 
 def array_like_copy(binding: Binding, value, where: str) -> np.ndarray:
     """A new NumPy array holding ``value`` (NumPy, list, memoryview, torch tensor, anything
     ``np.array`` takes) with the binding's element type and ``shape + elem_shape``; always a copy, so
     the graph never aliases the caller's memory. The shape and dtype ``value`` says it has are checked
-    first, so a value of the wrong size is refused without being converted."""
+    first, so a value of the wrong size is refused without being converted. An array's dtype converts only
+    where every value converts exactly (float32 into a float64 binding, not float64 into float32); a list's
+    numbers are converted as ``np.array(value).astype(dtype)`` does, an integer that does not fit refused."""
     if binding.np_dtype is None:
         raise BindingError(f"{where}: binding dtype {binding.dtype} has no NumPy equivalent; pass a Warp array")
     expected = tuple(binding.shape) + tuple(binding.elem_shape)
@@ -247,6 +257,9 @@ def array_like_copy(binding: Binding, value, where: str) -> np.ndarray:
     _check_claimed(value, expected, target, where)
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor (maybe on a GPU or needing grad)
         value = value.detach().cpu().numpy()
+    # an array (NumPy, torch, a memoryview: anything with its own element type) keeps its dtype's meaning;
+    # nested lists and Python numbers have none, and are read as NumPy reads them, then converted
+    typed = not isinstance(value, (list, tuple, numbers.Number))
     try:
         source = np.array(value, copy=True)
     except (ValueError, TypeError) as error:  # a ragged nesting, an object NumPy cannot read
@@ -254,7 +267,12 @@ def array_like_copy(binding: Binding, value, where: str) -> np.ndarray:
     if source.shape != expected:
         raise BindingError(f"{where}: shape {source.shape} (expected {expected})")
     if source.dtype != target:
-        if not np.can_cast(source.dtype, target, casting="same_kind"):
+        if typed:  # an array's own dtype: converted only where exact (never narrowed silently)
+            _check_cast(source.dtype, target, where)
+        elif not np.can_cast(source.dtype, target, casting="same_kind"):
             raise BindingError(f"{where}: dtype {source.dtype} (expected {target})")
-        source = source.astype(target)
+        converted = source.astype(target)
+        if not typed and target.kind in "iub" and not np.array_equal(converted, source):
+            raise BindingError(f"{where}: {short_repr(value)} holds values a {target} cannot hold")
+        source = converted
     return source

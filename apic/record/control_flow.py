@@ -130,3 +130,23 @@ def control_flow_problem(ops) -> str | None:
                 return (f"the jump at position {position} goes back to position {op.target}, which is not the "
                         f"branch that ends a loop around it: it could loop forever without a condition")
     return None
+
+
+def nesting_depth(ops) -> int:
+    """How deep bodies nest in an op sequence: the most forward spans of branches and jumps (from the
+    position after one to its target) that hold one position. Any reading of the sequence as nested
+    bodies (the DOT picture's ``if`` / ``else`` / ``while`` clusters, CUDA's conditional nodes) nests no
+    deeper, since each body lies inside the span of the branch or jump before it; the reader bounds it.
+    Linear in the length, with no recursion: a hostile file's depth is measured before anything nests."""
+    if not any(EFFECTS[kind].control for kind in set(map(type, ops))):
+        return 0
+    opened = [0] * (len(ops) + 1)  # +1 where a span opens, -1 where it closes
+    for position, op in enumerate(ops):
+        if control_of(op) and op.target > position + 1:
+            opened[position + 1] += 1
+            opened[min(op.target, len(ops))] -= 1
+    depth = deepest = 0
+    for change in opened:
+        depth += change
+        deepest = max(deepest, depth)
+    return deepest

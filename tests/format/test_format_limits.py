@@ -71,6 +71,15 @@ def _scalar(doc: dict, np_dtype: str, elem_shape: list) -> None:
                             "np_dtype": np_dtype, "elem_shape": elem_shape, "value": bytes(nbytes)})
 
 
+def _nested_ifs(doc: dict, n: int) -> None:
+    """``n`` ifs (on the first int32 of region 0), each inside the one before, around the graph's first op."""
+    import numpy as np
+
+    first = np.frombuffer(doc["sequence"], dtype="<u4")[0]
+    doc["ops"].append({"kind": schema.WireOp.BRANCH, "cond": [0, 0], "target": n + 1})
+    doc["sequence"] = np.array([len(doc["ops"]) - 1] * n + [first], dtype="<u4").tobytes()
+
+
 def _source(doc: dict) -> dict:
     return doc["modules"][0]["source"]
 
@@ -151,6 +160,8 @@ CASES = [
      r"handles\[\d+\]\.options\.dim_x: .* invalid value", True),
     ("MAX_LEAF_SIZE", "mesh", lambda d, n: d["handles"][0]["options"].update(bvh_leaf_size=n),
      r"handles\[0\]\.options\.bvh_leaf_size: .* invalid value", True),
+    ("MAX_CPU_NESTING", "cpu", lambda d, n: _nested_ifs(d, n), r"sequence: branch and jump bodies nest \d+ deep",
+     True),
     ("MIN_POINTER_BITS", "cpu", _set(("target", "pointer_bits")), r"target\.pointer_bits: .* is outside", True),
     ("MAX_POINTER_BITS", "cpu", _set(("target", "pointer_bits")), r"target\.pointer_bits: .* is outside", True),
     ("MAX_SOURCE_BYTES", "cpu", lambda d, n: _source(d).update(size=n), r"modules\[0\]\.source\.size", True),
