@@ -39,7 +39,7 @@ from apic.format.module_folder import fetch_verified
 from apic.format.reader import SavedGraph
 from apic.replay import backends, budget
 from apic.replay.backends.cpu import loaded_modules  # noqa: F401  (public here, as before)
-from apic.targets.cpu import CPU_LEVELS
+from apic.targets.cpu import CPU_LEVELS, cpu_family
 
 #: The most memory one load may allocate, in bytes: its regions, its handles' native memory and its
 #: replay program (``apic.replay.budget``). A graph needing more is refused with ``apic.GraphMemoryError``
@@ -70,6 +70,8 @@ def check_compatible(saved: SavedGraph) -> None:
     saved_target = saved.target
     for key, what in (("system", "operating system"), ("machine", "machine architecture"),
                       ("byteorder", "byte order"), ("pointer_bits", "pointer size")):
+        if key == "machine" and cpu_family(saved_target.get(key)) is not cpu_family(host[key]):
+            raise IncompatibleGraphError(_other_family(saved_target.get(key), host[key]))
         if saved_target.get(key) != host[key]:
             raise IncompatibleGraphError(
                 f"this graph was saved on a different {what} ({saved_target.get(key)}; this host: {host[key]}); "
@@ -107,6 +109,15 @@ def check_compatible(saved: SavedGraph) -> None:
                     f"{saved_warp} (which saved this graph) and {wp.config.version} (running here). Load it with "
                     f"warp-lang {saved_warp}, or save it again with {wp.config.version}"
                 )
+
+
+def _other_family(saved: object, here: str) -> str:
+    """Why objects compiled for another CPU family (``saved``, a machine name) cannot run ``here``."""
+    family, local = cpu_family(saved if isinstance(saved, str) else None), cpu_family(here)
+    return (f"this graph's kernels were compiled for {family.NAME if family else 'another CPU family'} ({saved}); "
+            f"this host is {local.NAME if local else 'another CPU family'} ({here}), and objects run only on the "
+            f"family they were compiled for. A graph saved with its modules' source "
+            f"(capture_save(..., source_fallback=True)) moves between families: its source is compiled here")
 
 
 def verified_images(saved: SavedGraph, fetch, origin: str) -> dict[str, bytes]:
