@@ -78,14 +78,16 @@ setup() {
     host_tools
     make_root
     make_site
-    mkdir -p "$KERNELS"
+    mkdir -p "$KERNELS" "$CACHE/$KEY/home/.cache"
 }
 
-# apy ARGS...: the emulated AArch64 Python, with the site folder and this checkout on its path
+# apy ARGS...: the emulated AArch64 Python, with the site folder and this checkout on its path. Its caches
+# (Warp's kernels, Numba's, apic's) are the tier's own, never the host's: an x86-64 Warp and an AArch64 one
+# must not share a kernel cache.
 apy() {
-    env -i PATH=/usr/bin:/bin HOME="$HOME" LANG=C.UTF-8 PYTHONPATH="$REPO:$SITE:$REPO/tests" \
-        PYTHONDONTWRITEBYTECODE=1 APIC_AARCH64_KERNELS="$KERNELS" APIC_AARCH64_WORK="$WORK" \
-        NUMBA_CACHE_DIR="$CACHE/$KEY/numba" \
+    env -i PATH=/usr/bin:/bin HOME="$CACHE/$KEY/home" XDG_CACHE_HOME="$CACHE/$KEY/home/.cache" LANG=C.UTF-8 \
+        PYTHONPATH="$REPO:$SITE:$REPO/tests" PYTHONDONTWRITEBYTECODE=1 APIC_AARCH64_KERNELS="$KERNELS" \
+        WARP_CACHE_PATH="$KERNELS" NUMBA_CACHE_DIR="$CACHE/$KEY/numba" \
         qemu-aarch64 -L "$ROOT" "$ROOT/usr/bin/python$PYV" "$@"
 }
 
@@ -107,7 +109,7 @@ run() {
     for name in x acc out wide counter; do outputs+=(--output "$name=$WORK/aarch64/cli_$name.npy"); done
     apy -m apic replay "$WORK/aarch64/graph.wrp" --iters 2 "${outputs[@]}"
     apy -m apic inspect "$WORK/aarch64/graph.wrp" >"$WORK/inspect.txt"
-    grep -q "launch" "$WORK/inspect.txt"
+    grep -q "loads here: yes" "$WORK/inspect.txt"
     log "x86-64: the AArch64 files (compiled here from source; objects refused), the CLI's outputs"
     PYTHONPATH="$REPO:$REPO/tests" "$HOST_PYTHON" tests/aarch64/tier.py load-host "$WORK/aarch64"
     log "AArch64: python -m apic demo"

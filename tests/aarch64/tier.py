@@ -30,12 +30,13 @@ import sys
 import numpy as np
 import warp as wp
 
-wp.config.quiet = True
 if os.environ.get("APIC_AARCH64_KERNELS"):  # the tier keeps Warp's kernel cache between runs
     wp.config.kernel_cache_dir = os.environ["APIC_AARCH64_KERNELS"]
 
 import apic  # noqa: E402
 from apic import _compat  # noqa: E402
+
+_compat.quiet_warp()
 from apic.targets import cpu as cpu_facts  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +54,10 @@ def check_same(what: str, got: dict, expected: dict) -> None:
         fail(f"{what}: {', '.join(differ)} differ from the expected run")
 
 
-def save(folder: str) -> dict:
+LEVEL, BELOW = "armv8.2-a", "armv8-a"  # a level the emulated CPU has, and one without its atomics and CRC
+
+
+def save(folder: str, argv_level: bool = True) -> dict:
     import tier_kernels as tk
 
     os.makedirs(folder, exist_ok=True)
@@ -64,6 +68,8 @@ def save(folder: str) -> dict:
     graph, s = tk.capture()
     tk.save(graph, s, os.path.join(folder, "graph.wrp"), source_fallback=True)
     tk.save(graph, s, os.path.join(folder, "objects.wrp"))
+    if argv_level:  # objects for an AArch64 level: Warp's clang given target("arch=<level>") on every function
+        tk.save(graph, s, os.path.join(folder, "level.wrp"), cpu_target=LEVEL)
     return {"saved": folder, "machine": platform.machine()}
 
 
@@ -91,6 +97,20 @@ def load(folder: str, x86: str | None = None) -> dict:
     if chunks < 2:
         fail(f"the threaded replay split no launch ({threaded_graph.parallel_report(2)})")
     report["threaded_chunks"] = chunks
+    if os.path.exists(os.path.join(folder, "level.wrp")):
+        check_same(f"the objects saved for {LEVEL}", tk.replayed(_loaded(os.path.join(folder, "level.wrp"))),
+                   expected)
+        os.environ["APIC_TEST_HOST_CPU"] = BELOW  # the host probe's test hook: a CPU of that level
+        try:
+            _loaded(os.path.join(folder, "level.wrp"))
+        except apic.IncompatibleGraphError as error:
+            if LEVEL not in str(error) or "lse" not in str(error):
+                fail(f"objects for {LEVEL} refused on an {BELOW} CPU without naming the level: {error}")
+            report["level refused"] = str(error)
+        else:
+            fail(f"objects for {LEVEL} loaded on an {BELOW} CPU")
+        finally:
+            del os.environ["APIC_TEST_HOST_CPU"]
     if x86:
         moved = _loaded(os.path.join(x86, "graph.wrp"))
         check_same("the x86-64 file, compiled here from its source", tk.replayed(moved), expected)
@@ -136,7 +156,7 @@ def main(argv: list[str]) -> None:
     else:
         if (argv[0] == "save") != (platform.machine().lower() in ("aarch64", "arm64")):
             fail(f"`{argv[0]}` runs on {'AArch64' if argv[0] == 'save' else 'x86-64'}")
-        report = save(argv[1])
+        report = save(argv[1], argv_level=argv[0] == "save")
     print(json.dumps(report))
 
 
