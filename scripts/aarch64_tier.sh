@@ -21,7 +21,13 @@ REPO="$PWD"
 WARP_VERSION="${APIC_AARCH64_WARP:-1.19.0}"
 PYV=3.11
 CACHE="${APIC_AARCH64_CACHE:-$HOME/.cache/apic-aarch64}"
-KEY="bookworm-py${PYV}-warp${WARP_VERSION}-v1"
+# the wheels, pinned where apic pins them and otherwise as pip resolves them for cp311 aarch64 (pytest: to
+# debug inside the emulator; the tier's checks do not use it)
+WHEELS=("warp-lang==${WARP_VERSION}" numpy numba llvmlite "msgpack>=1.0" pytest)
+# the arm64 packages whose dependency closure makes the root: Python, and the C++ runtime Warp and LLVM use
+ROOT_PACKAGES=(python3.11 libstdc++6 libgcc-s1)
+# a change to what is installed is a new cache folder
+KEY="bookworm-py${PYV}-warp${WARP_VERSION}-$(echo "${WHEELS[*]} ${ROOT_PACKAGES[*]}" | sha256sum | cut -c1-8)"
 ROOT="$CACHE/$KEY/root"
 SITE="$CACHE/$KEY/site"
 DEBS="$CACHE/$KEY/debs"
@@ -29,10 +35,6 @@ KERNELS="$CACHE/$KEY/warp-kernels"
 WORK="${APIC_AARCH64_WORK:-$(mktemp -d)}"
 # the x86-64 half (saving the files AArch64 loads, loading AArch64's): a Python with apic and warp-lang
 HOST_PYTHON="${APIC_AARCH64_HOST_PYTHON:-$REPO/.venv-warp-${WARP_VERSION}/bin/python}"
-# the wheels, pinned where apic pins them and otherwise as pip resolves them for cp311 aarch64
-WHEELS=("warp-lang==${WARP_VERSION}" numpy numba llvmlite "msgpack>=1.0" pytest)
-# the arm64 packages whose dependency closure makes the root: Python, and the C++ runtime Warp and LLVM use
-ROOT_PACKAGES=(python3.11 libstdc++6 libgcc-s1)
 
 log() { echo "[aarch64 $(date +%H:%M:%S)] $*"; }
 
@@ -67,7 +69,7 @@ make_site() {
     [ -f "$SITE/.done" ] && return 0
     log "aarch64 wheels into $SITE"
     rm -rf "$SITE" && mkdir -p "$SITE"
-    python3 -m pip install -q --disable-pip-version-check --no-compile --target "$SITE" \
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-compile --target "$SITE" \
         --platform manylinux_2_34_aarch64 --platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64 \
         --platform manylinux2014_aarch64 --only-binary=:all: --python-version "$PYV" --implementation cp \
         --abi "cp${PYV/./}" "${WHEELS[@]}"
