@@ -42,7 +42,7 @@ from apic.format.reader import SavedGraph
 from apic.graph import Graph
 from apic.replay import backends, budget
 from apic.replay.backends.cpu import loaded_modules  # noqa: F401  (public here, as before)
-from apic.targets.cpu import CPU_LEVELS
+from apic.targets.cpu import CPU_LEVELS, cpu_family
 
 #: The most memory one load may allocate, in bytes: its regions, its handles' native memory and its
 #: replay program (``apic.replay.budget``). A graph needing more is refused with ``apic.GraphMemoryError``
@@ -73,6 +73,8 @@ def check_compatible(saved: SavedGraph) -> None:
     saved_target = saved.target
     for key, what in (("system", "operating system"), ("machine", "machine architecture"),
                       ("byteorder", "byte order"), ("pointer_bits", "pointer size")):
+        if key == "machine" and cpu_family(saved_target.get(key)) is not cpu_family(host[key]):
+            raise IncompatibleGraphError(_other_family(saved_target.get(key), host[key]))
         if saved_target.get(key) != host[key]:
             raise IncompatibleGraphError(
                 f"this graph was saved on a different {what} ({saved_target.get(key)}; this host: {host[key]}); "
@@ -112,6 +114,15 @@ def check_compatible(saved: SavedGraph) -> None:
                 )
 
 
+def _other_family(saved: object, here: str) -> str:
+    """Why objects compiled for another CPU family (``saved``, a machine name) cannot run ``here``."""
+    family, local = cpu_family(saved if isinstance(saved, str) else None), cpu_family(here)
+    return (f"this graph's kernels were compiled for {family.NAME if family else 'another CPU family'} ({saved}); "
+            f"this host is {local.NAME if local else 'another CPU family'} ({here}), and objects run only on the "
+            f"family they were compiled for. A graph saved with its modules' source "
+            f"(capture_save(..., source_fallback=True)) moves between families: its source is compiled here")
+
+
 def check_memory(saved: SavedGraph) -> None:
     """Refuse a graph whose load needs more memory than ``memory_limit()``, before allocating any."""
     limit = memory_limit()
@@ -146,7 +157,7 @@ def _rebuild_fixes(saved: SavedGraph) -> bool:
     host = _compat.host_target()
     local = dataclasses.replace(  # modules compiled here are built for this host, not for the file's CPU level
         saved,
-        target={**saved.target, "cpu": host["cpu"], "features": list(host["features"])},
+        target={**saved.target, "cpu": host["cpu"], "features": list(host["features"]), "machine": host["machine"]},
         writer={**saved.writer, "warp": _compat.WARP_VERSION},
     )
     try:

@@ -47,8 +47,10 @@ def capture_save(graph, path, inputs: dict | None = None, outputs: dict | None =
             CPU (``-march=native``), so it loads only on CPUs with every feature this one has. An x86-64
             level, ``"x86-64-v2"``, ``"x86-64-v3"`` or ``"x86-64-v4"``, compiles each module's generated
             source for that level instead (plus the features Warp's compiler always uses: AVX and F16C),
-            and the file records it: the graph then loads on any such CPU. Needs the generated source
-            (Warp's kernel cache, or a loaded graph saved with ``source_fallback=True``).
+            and the file records it: the graph then loads on any such CPU. On AArch64 the levels are
+            ``"armv8-a"``, ``"armv8.2-a"`` (Jetson Orin), ``"armv9-a"`` (Grace) and ``"armv9.2-a"`` (Jetson
+            Thor); a level is one of this machine's CPU family (``apic.targets.cpu.CPU_LEVELS``). Needs the
+            generated source (Warp's kernel cache, or a loaded graph saved with ``source_fallback=True``).
 
     A named array no captured operation touches is saved as extra graph memory (its current
     contents), as upstream does: the loaded graph's ``set_param`` / ``get_param`` reach it, and no

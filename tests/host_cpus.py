@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
+from apic.targets import aarch64
 from apic.targets.x86_64 import CPU_LEVELS
 
 # CPUs a test can pretend the host is: a level, or a real CPU whose features a test wants, as LLVM names
@@ -21,6 +22,16 @@ HOST_CPUS = {
         "rdpid", "rdpru", "rdrnd", "rdseed", "sha", "shstk", "sse4a", "vaes", "vpclmulqdq", "wbnoinvd", "xsavec",
         "xsaveopt", "xsaves"},
 }
+# AArch64: its levels, and real CPUs by their LLVM names with the features Linux reports on them. Orin's
+# Cortex-A78AE is Armv8.2-A with the 8.3/8.4 features Arm added to it (no SVE); Grace's Neoverse V2 is Armv9.0-A
+# with 8.6's BF16 and Int8 matrix multiply.
+ARM_LEVELS = aarch64.CPU_LEVELS
+HOST_CPUS.update({
+    **ARM_LEVELS,
+    "cortex-a78ae": ARM_LEVELS["armv8.2-a"] | {"aes", "sha2", "fullfp16", "dotprod", "rcpc", "ssbs"},
+    "neoverse-v2": ARM_LEVELS["armv9-a"] | {"aes", "sha2", "sha3", "sm4", "fp16fml", "bf16", "i8mm"},
+    "neoverse-v3ae": ARM_LEVELS["armv9.2-a"] | {"aes", "sha2", "sha3", "sm4", "fp16fml"},
+})
 VARIABLE = "APIC_TESTS_HOST_CPU"  # the CPU a test's child process pretends to be (PRELUDE reads it)
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -19,7 +19,6 @@ import warp as wp
 from apic._probes import cache_store, host
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS
-from apic.targets import x86_64
 from apic.targets.cpu import check_cpu_level, cpu_family
 from apic.targets.cpu import KERNEL_SUFFIX as CPU_KERNEL_SUFFIX
 
@@ -50,7 +49,7 @@ BOUNDS_BY_VALUE: bool = _probe_bounds_by_value()
 
 # How a by-value 32-byte struct is passed on this platform. SysV x86-64 puts it on the stack after
 # the six register arguments; Win64 and AArch64 pass a pointer to a caller-owned copy instead.
-SYSV_X86_64: bool = cpu_family(platform.machine()) is x86_64 and sys.platform != "win32"
+SYSV_X86_64: bool = getattr(cpu_family(platform.machine()), "BIG_STRUCT_ON_STACK", False) and sys.platform != "win32"
 
 # Name of the ABI, written into saved files so a loader can refuse an incompatible one.
 KERNEL_ABI: str = ABI_BY_VALUE if BOUNDS_BY_VALUE else ABI_BY_POINTER
@@ -211,6 +210,11 @@ def _llvm_target() -> dict:
         known = sorted(llvm_binding.get_host_cpu_features().keys())
     except Exception:  # pragma: no cover - llvmlite without host queries
         cpu, features, known = "unknown", [], []
+    probed = host.cpu_features()  # the family's probe decides the features it reads off the CPU itself
+    if probed is not None:
+        cpu = probed["cpu"] or cpu
+        features = sorted(set(features) - probed["known"] | probed["features"])
+        known = sorted(set(known) | probed["known"])
     return {
         "system": sys.platform,
         "machine": platform.machine().lower(),

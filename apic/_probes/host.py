@@ -8,7 +8,7 @@ import importlib.util
 import os
 import platform
 
-from apic._probes import x86_64
+from apic._probes import aarch64, x86_64
 
 
 def distribution_version(package: str) -> str:
@@ -33,9 +33,19 @@ def distribution_version(package: str) -> str:
 @functools.lru_cache(maxsize=None)
 def cpu_identity() -> str | None:
     """This CPU's vendor, model and instruction-set flags, as the CPU itself reports them, from the probe
-    of its family (``apic._probes.x86_64``: CPUID); None for a family without one (ask LLVM then)."""
+    of its family (``apic._probes.x86_64``: CPUID; ``apic._probes.aarch64``: MIDR_EL1 and the capability
+    words); None for a family without one (ask LLVM then)."""
     probe = _IDENTITY_PROBES.get(platform.machine().lower())
     return None if probe is None else probe()
 
 
-_IDENTITY_PROBES = {machine: x86_64.cpu_identity for machine in x86_64.MACHINES}
+def cpu_features() -> dict | None:
+    """What this CPU's family probe says of it where LLVM's own answer is not to be trusted (LLVM reads
+    ``/proc/cpuinfo`` on AArch64 Linux, the host's under an emulator): ``cpu`` (a core name or None),
+    ``features`` and ``known`` (the features the probe decides), in LLVM's names; None elsewhere."""
+    probe = _FEATURE_PROBES.get(platform.machine().lower())
+    return None if probe is None else probe()
+
+
+_IDENTITY_PROBES = {machine: family.cpu_identity for family in (x86_64, aarch64) for machine in family.MACHINES}
+_FEATURE_PROBES = {machine: aarch64.cpu_features for machine in aarch64.MACHINES}

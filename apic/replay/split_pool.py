@@ -50,6 +50,7 @@ from apic.replay import thread_count
 from apic.replay._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4, call4_i32,
                                      call10, load_i64_at)
 from apic.replay.jit_cache import CACHE
+from apic.targets.cpu import FAMILY_NAMES, cpu_family
 
 # The control block: int64 slots, the contended ones on cache lines of their own.
 _CLAIM = 0  # (generation << 32) | next chunk to claim
@@ -62,7 +63,7 @@ _SYSCALL, _YIELD, _FUTEX_NR, _MEMCMP = 40, 41, 42, 43  # libc's syscall, sched_y
 _SLOTS = 48
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT / FUTEX_WAKE | FUTEX_PRIVATE_FLAG
 _SPINS = 20_000  # idle polls before a worker sleeps (a few tens of microseconds)
-_FUTEX_NUMBERS = {"x86_64": 202, "AMD64": 202, "aarch64": 98, "arm64": 98}
+_FAMILY = cpu_family(platform.machine())  # its FUTEX_SYSCALL: the futex call's number on this machine
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.ITEM_ENTRY, _table.ITEM_BOUNDS, _table.ITEM_ARGS, _table.ITEM_TASKS, _table.ITEM_CHUNKS,
@@ -184,8 +185,8 @@ def unavailable() -> str | None:
     """Why split launches cannot run here (None when they can)."""
     if not sys.platform.startswith("linux"):
         return f"parallel replay needs Linux (futexes); this is {sys.platform}"
-    if platform.machine() not in _FUTEX_NUMBERS:
-        return f"parallel replay supports x86-64 and AArch64 Linux; this is {platform.machine()}"
+    if _FAMILY is None:
+        return f"parallel replay supports {' and '.join(FAMILY_NAMES)} Linux; this is {platform.machine()}"
     return None
 
 
@@ -201,7 +202,7 @@ class _Pool:
         self.block[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
         self.block[_YIELD] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
         self.block[_MEMCMP] = ctypes.cast(libc.memcmp, ctypes.c_void_p).value
-        self.block[_FUTEX_NR] = _FUTEX_NUMBERS[platform.machine()]
+        self.block[_FUTEX_NR] = _FAMILY.FUTEX_SYSCALL
         self.started = 0
         self.pid = os.getpid()
 

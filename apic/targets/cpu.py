@@ -20,7 +20,7 @@ from __future__ import annotations
 import reprlib
 import struct
 
-from apic.targets import files, x86_64
+from apic.targets import aarch64, files, x86_64
 
 NAME = "cpu"
 
@@ -79,12 +79,13 @@ HASH_GRID_RESERVE = "hash_grid_reserve_host"
 HANDLE_CALLS = ("mesh_refit_host", "bvh_refit_host", "bvh_rebuild_host", HASH_GRID_BUILD, HASH_GRID_RESERVE)
 
 
-# --- CPU families: instruction-set levels (``capture_save(cpu_target=...)``), feature macros ---------------------
-# One module per family (targets/x86_64.py); a family adds its module here, and a CPUID-like probe of
-# its own in apic._probes (apic._probes.host.cpu_identity dispatches on the machine).
-_FAMILIES = (x86_64,)
+# --- CPU families: instruction-set levels (``capture_save(cpu_target=...)``), feature macros ------------------
+# One module per family (targets/x86_64.py, targets/aarch64.py); a family adds its module here, and a CPUID-like
+# probe of its own in apic._probes (apic._probes.host.cpu_identity dispatches on the machine).
+_FAMILIES = (x86_64, aarch64)
 CPU_LEVELS = {name: f for family in _FAMILIES for name, f in family.CPU_LEVELS.items()}
 FEATURE_MACROS = {name: m for family in _FAMILIES for name, m in family.FEATURE_MACROS.items()}
+FAMILY_NAMES = tuple(family.NAME for family in _FAMILIES)  # for messages that list what apic runs on
 
 
 def cpu_family(machine: str | None = None, level: str | None = None):

@@ -78,7 +78,8 @@ def test_missing_symbol_is_refused(saved, tmp_path):
 
 
 @pytest.mark.parametrize("key, value, message", [
-    ("machine", "aarch64", "different machine architecture"),
+    ("machine", "aarch64", r"compiled for AArch64 \(aarch64\).*source_fallback=True"),
+    ("machine", "riscv64", r"compiled for another CPU family \(riscv64\)"),
     ("system", "win32", "different operating system"),
     ("byteorder", "big", "different byte order"),
 ])

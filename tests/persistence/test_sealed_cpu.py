@@ -5,7 +5,7 @@ re-sealed) to list fewer features, a load on a CPU lacking the rest ran the obje
 each module's object carries (covered by the object's own SHA-256, which the ``.wrp`` names) now seals the
 CPU and features the object was compiled for, and a load checks them: the object is refused on a CPU
 that lacks one, or its saved source is compiled here instead (and replays as eagerly). The host is
-emulated with ``APIC_TEST_HOST_CPU`` (this CPU's features less those the named one lacks).
+emulated with ``host_cpus.pretend`` (this CPU's features less those the named one lacks).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import warp as wp
 
 import apic
 from apic import _compat
-from apic._probes.cpu import TEST_HOST_CPU_VARIABLE, TEST_HOST_CPUS
 from apic.format import manifest
+from host_cpus import HOST_CPUS, pretend
 from persist_helpers import rewrite_wrp, same_bits, wrp_body
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
@@ -38,8 +38,8 @@ def _lesser_host() -> str:
     """A CPU apic can emulate that lacks some feature this one has (known to its LLVM)."""
     native = _compat.native_target()
     have, known = set(native["features"]), set(native["known_features"])
-    for name, features in sorted(TEST_HOST_CPUS.items()):
-        if (have & known) - features:
+    for name, features in sorted(HOST_CPUS.items()):
+        if features <= known and (have & known) - features:  # a CPU of this family that lacks one
             return name
     pytest.skip("every CPU apic emulates has all of this CPU's features")
 
@@ -79,7 +79,7 @@ def test_features_dropped_from_the_wrp_do_not_make_an_object_run_on_a_cpu_lackin
     path, eager = _save(tmp_path, source_fallback=False)
     _forge_no_features(path)
     wp.capture_load(path)  # on this CPU, which has them all: loads
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, host)
+    pretend(host, monkeypatch)
     with pytest.raises(apic.IncompatibleGraphError, match=rf"compiled for a CPU .* this CPU \({host}\) lacks: .*"
                                                           r"sealed in its kernel manifest"):
         wp.capture_load(path)
@@ -94,7 +94,7 @@ def test_with_its_source_the_module_is_compiled_here_instead(tmp_path, monkeypat
     host = _lesser_host()
     path, eager = _save(tmp_path, source_fallback=True)
     _forge_no_features(path)
-    monkeypatch.setenv(TEST_HOST_CPU_VARIABLE, host)
+    pretend(host, monkeypatch)
     graph = wp.capture_load(path)
     assert graph.recording.modules  # compiled from the saved source, for this (emulated) CPU
     wp.capture_launch(graph)
