@@ -138,19 +138,8 @@ class CpuPlans:
             return repeats - timed
 
     def report(self, threads: int | None = None) -> list[dict]:
-        """What a replay on ``threads`` threads (default :attr:`threads`) splits: one entry per distinct
-        launch of a kernel proved splittable, ``{"kernel", "tasks", "chunks", "together", "count", "why",
-        "basis"}``:
-        ``chunks`` its tasks are cut into (1: run whole on one thread, at the same time as the independent
-        launches next to it), ``together`` the launches of its ``OP_SPLIT`` row (1: split alone), ``count``
-        its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
-        serially; ``basis`` what decided either way (its tasks, or its measured time against the plan's
-        boundary: ``apic.replay.plan_costs``; for a launch split by footprint, also that it runs serially at
-        a replay whose index data differ from what it was judged on, and "(they differ now)" where the
-        memory holds such data now). Then one entry per other kernel
-        launched (``tasks`` 0, ``count`` its launches), with why it was not proved splittable.
-
-        ``threads`` is checked and bounded as in :meth:`launch`: the report is that of the replay that runs."""
+        """What a replay on ``threads`` threads (default: the graph's) splits; ``apic.Graph.parallel_report``
+        says what each entry holds."""
         threads = self.threads if threads is None else _check_threads(threads)
         program = self.program_for(threads)
         basis_of = self._basis.get((_planned_threads(threads), self.min_tasks), {})
