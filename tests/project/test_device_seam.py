@@ -191,3 +191,27 @@ def test_a_capture_on_the_cpu_is_apics_own_and_only_cpu_graphs_inline_into_it():
     assert backends.get("cpu_native").conditional_body(graph, None, None) is graph  # Warp's own refuses it
     if wp.is_cuda_available():
         assert backends.apic_captures(wp.get_device("cuda:0")) is False
+
+
+def test_the_cuda_backend_gives_warp_a_captured_graphs_warp_graph_and_a_loaded_one_as_a_replaying_callable():
+    # stand-ins for the two apic CUDA graphs (no GPU here): the part reads only ``warp_graph`` / ``launch``
+    class Captured:
+        warp_graph = object()
+
+    class Loaded:
+        def __init__(self):
+            self.streams = []
+
+        def launch(self, stream=None):
+            self.streams.append(stream)
+
+    class Device:
+        stream = "the device's current stream"
+
+    cuda = backends.get("cuda")
+    assert cuda.conditional_body(Captured(), None, Device()) is Captured.warp_graph
+    loaded = Loaded()
+    body = cuda.conditional_body(loaded, None, Device())
+    body(some_kwarg=1)  # Warp calls a body with the conditional's keyword arguments
+    cuda.conditional_body(loaded, "the condition's stream", Device())()
+    assert loaded.streams == ["the device's current stream", "the condition's stream"]
