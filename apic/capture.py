@@ -57,7 +57,7 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
         capture_mode: The CUDA stream capture mode (ignored on the CPU).
     """
     dev = _resolve_device(device, stream)
-    if not dev.is_cpu:
+    if not backends.apic_captures(dev):
         kwargs = _warp_kwargs(
             "capture_begin", stream=stream, force_module_load=force_module_load, external=external,
             capture_mode=capture_mode,
@@ -85,11 +85,12 @@ def capture_begin(device=None, stream=None, force_module_load=None, external=Fal
 def capture_end(device=None, stream=None):
     """End the capture of a graph and return it (a :class:`apic.Graph` for a CPU capture)."""
     recorder = active_recorder.active()
-    if recorder is not None and (device is None and stream is None or _resolve_device(device, stream).is_cpu):
+    if recorder is not None and (device is None and stream is None or
+                                 backends.apic_captures(_resolve_device(device, stream))):
         recording = recorder.end()
         return Graph(recording, recorder.device, apic=recorder.apic, keepalive=[recorder.keepalive, recording.modules])
     dev = _resolve_device(device, stream)
-    if dev.is_cpu:
+    if backends.apic_captures(dev):
         if active_recorder.paused_list():
             raise CaptureError(
                 "the CPU graph capture on this thread is paused; call wp.capture_resume() before wp.capture_end()"
@@ -205,7 +206,7 @@ def _device_is_capturing(original):
     """``Device.is_capturing``, also True for the CPU device while this thread records an apic capture."""
 
     def is_capturing(self) -> bool:
-        if self.is_cpu:
+        if backends.apic_captures(self):
             recorder = active_recorder.active()
             if recorder is not None and recorder.device == self:
                 return True

@@ -11,10 +11,9 @@ import ctypes
 import warp as wp
 
 from apic._compat import wp_context, wp_types
-from apic.cuda_graph import CapturedCudaGraph
 from apic.errors import UnsupportedOperationError
-from apic.graph import Graph
 from apic.record import active_recorder, cuda_recorder
+from apic.replay import backends
 
 ORIGINALS: dict[str, object] = {}  # Warp's own capture API, saved by ``apic.capture.patch`` (CUDA work goes there)
 
@@ -55,7 +54,7 @@ def capture_pause(device=None, stream=None, **kwargs):
     On CUDA this is Warp's own ``capture_pause``.
     """
     recorder = active_recorder.active()
-    if recorder is not None and stream is None and (device is None or wp.get_device(device).is_cpu):
+    if recorder is not None and stream is None and (device is None or backends.apic_captures(wp.get_device(device))):
         return PausedCapture(active_recorder.pause())
     refuse_in_cuda_recording("wp.capture_pause")
     return original("capture_pause")(device=device, stream=stream, **kwargs)
@@ -93,7 +92,8 @@ def _record_body(recorder, body, what: str, kwargs: dict):
     """A callable that records a branch body into ``recorder``: a Graph inline, a callable by calling it."""
     if body is None:
         return None
-    if isinstance(body, Graph):
+    backend = _backend_of(body)
+    if backend is not None and backend.records_inline:  # an apic CPU graph (a CUDA one is refused below)
         return lambda: recorder.record_graph(body)
     if isinstance(body, _warp_graph_type()):
         raise UnsupportedOperationError(
@@ -105,16 +105,17 @@ def _record_body(recorder, body, what: str, kwargs: dict):
 
 
 def _warp_body(body, stream, device):
-    """A branch body Warp's own CUDA ``capture_if`` / ``capture_while`` takes: an apic graph captured with
-    ``apic=True`` as its Warp graph (a child graph node); a loaded one as a callable that replays it on the
-    stream Warp uses (``stream``, else ``device``'s current one), so that it is ordered with the condition
-    and, inside a capture, its ops become nodes of the body graph (``apic.replay.cuda_loaded_graph``); anything else
-    as is."""
-    if isinstance(body, CapturedCudaGraph):
-        return body.warp_graph
-    if _is_graph(body) and not isinstance(body, (Graph, _warp_graph_type())):  # a loaded CUDA graph
-        return lambda **_kwargs: body.launch(stream=stream if stream is not None else device.stream)
-    return body
+    """A branch body Warp's own CUDA ``capture_if`` / ``capture_while`` takes: for an apic graph, what its
+    backend gives (``conditional_body``: an apic CUDA graph captured with ``apic=True`` as its Warp graph, a
+    loaded one as a callable that replays it on Warp's stream); anything else as is."""
+    backend = _backend_of(body)
+    return body if backend is None else backend.conditional_body(body, stream, device)
+
+
+def _backend_of(body):
+    """The replay backend of an apic graph, else None (a callable may have a ``backend`` of its own)."""
+    backend = getattr(body, "backend", None)
+    return backend if isinstance(backend, backends.Backend) else None
 
 
 def _cuda_recording_of(condition, api: str, **bodies):
@@ -133,7 +134,7 @@ def _cuda_recording_of(condition, api: str, **bodies):
 
 def _is_graph(body) -> bool:
     """Whether ``body`` is a graph: an apic one (it has a replay backend) or Warp's own."""
-    return getattr(body, "backend", None) is not None or isinstance(body, _warp_graph_type())
+    return _backend_of(body) is not None or isinstance(body, _warp_graph_type())
 
 
 def _warp_graph_type() -> type:
@@ -158,7 +159,7 @@ def capture_if(condition, on_true=None, on_false=None, stream=None, **kwargs):
     if on_true is None and on_false is None:
         return
     _check_condition(condition)
-    if not condition.device.is_cpu:
+    if not backends.apic_captures(condition.device):
         recording = _cuda_recording_of(condition, "capture_if", on_true=on_true, on_false=on_false)
         if recording is not None:  # Warp builds the conditional node; apic records its bodies as Warp calls them
             warp_if = original("capture_if")
@@ -197,7 +198,7 @@ def capture_while(condition, while_body, stream=None, **kwargs):
     Any additional keyword arguments are forwarded to the callback function.
     """
     _check_condition(condition)
-    if not condition.device.is_cpu:
+    if not backends.apic_captures(condition.device):
         recording = _cuda_recording_of(condition, "capture_while", while_body=while_body)
         if recording is not None:
             warp_while = original("capture_while")

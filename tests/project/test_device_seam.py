@@ -4,9 +4,9 @@
 The scan reads the package's AST (no import runs) and fails on:
 
 1. a type test on an apic graph class (``isinstance`` / ``issubclass`` / ``type(x) is``) outside the backends;
-2. a branch on a device kind in the modules that capture-launch, load, replay, copy bindings, free and save
-   (``SEAM``): ``.is_cpu`` / ``.is_cuda``, a comparison with ``"cpu"`` / ``"cuda"`` / ``"cuda:N"`` or with a
-   ``device_kind``, a saved graph's ``device`` compared with None;
+2. a branch on a device kind in the modules that capture (with control flow), launch, load, replay, copy
+   bindings, free and save (``SEAM``): ``.is_cpu`` / ``.is_cuda``, a comparison with ``"cpu"`` / ``"cuda"`` /
+   ``"cuda:N"`` or with a ``device_kind``, a saved graph's ``device`` compared with None;
 3. a private part of a backend reached from outside the backends (``backend._run_table``).
 
 A planted module proves that each rule catches what it is for. It also checks that every part of the
@@ -28,20 +28,14 @@ pytestmark = [pytest.mark.once]
 _PACKAGE = os.path.dirname(os.path.abspath(apic.__file__))
 _BACKENDS = os.path.join("replay", "backends")
 GRAPH_CLASSES = frozenset({"Graph", "CudaGraph", "CapturedCudaGraph", "LoadedCudaGraph"})
-# the modules of the seam's callers (relative to the package), and for capture.py the one function that
-# replays: capture_begin / capture_end choose between Warp's CUDA capture and apic's CPU recorder, which
-# records and replays nothing
-SEAM = {"capture.py": ("capture_launch",), "persist.py": None, "loading.py": None, "graph.py": None,
+# the modules of the seam's callers (relative to the package), each scanned whole (None) or in the functions
+# named; whether a capture on a device is apic's own or Warp's is ``backends.apic_captures``
+SEAM = {"capture.py": None, "capture_flow.py": None, "persist.py": None, "loading.py": None, "graph.py": None,
         "cuda_graph.py": None, "sweep.py": None, "replay/program.py": None, "replay/cpu_plans.py": None,
         "replay/named_params.py": None}
-# (module, line text) type tests on graph classes that remain, each with why; may only shrink
-KNOWN_TYPE_TESTS = {
-    # a CPU capture inlines an apic CPU graph given as a conditional's body; Warp's CUDA conditional takes
-    # a graph captured with apic=True as its Warp graph (a child node), and a loaded one as a callable
-    ("capture_flow.py", "if isinstance(body, Graph):"),
-    ("capture_flow.py", "if isinstance(body, CapturedCudaGraph):"),
-    ("capture_flow.py", "if _is_graph(body) and not isinstance(body, (Graph, _warp_graph_type())):"),
-}
+# (module, line text) type tests on graph classes that remain, each with why; may only shrink (it is empty:
+# a conditional's body asks its graph's backend: ``records_inline``, ``conditional_body``)
+KNOWN_TYPE_TESTS: set = set()
 _DEVICE_WORDS = ("cpu", "cuda")
 
 
@@ -178,9 +172,46 @@ def test_no_private_part_of_a_backend_is_reached_from_outside():
 def test_every_part_of_the_interface_has_a_caller_outside_the_backends():
     parts = {name for name, value in vars(backends.Backend).items() if not name.startswith("_") and
              (callable(value) or isinstance(value, bool)) and name not in ("name", "device_kind")}
-    assert parts == {"device", "load", "launch", "write_binding", "read_binding", "free", "keeps_untouched_arrays"}
+    assert parts == {"device", "load", "launch", "write_binding", "read_binding", "free", "keeps_untouched_arrays",
+                     "records_inline", "conditional_body"}
     used = set()
     for relative, _, tree in _modules():
         if _outside_backends(relative):
             used |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     assert parts - used == set(), "a part nothing calls: remove it from the interface"
+
+
+def test_a_capture_on_the_cpu_is_apics_own_and_only_cpu_graphs_inline_into_it():
+    import warp as wp
+
+    assert backends.apic_captures(wp.get_device("cpu")) is True
+    assert backends.get("cpu_native").records_inline and backends.get("cpu_reference").records_inline
+    assert backends.get("cuda").records_inline is False
+    graph = object()
+    assert backends.get("cpu_native").conditional_body(graph, None, None) is graph  # Warp's own refuses it
+    if wp.is_cuda_available():
+        assert backends.apic_captures(wp.get_device("cuda:0")) is False
+
+
+def test_the_cuda_backend_gives_warp_a_captured_graphs_warp_graph_and_a_loaded_one_as_a_replaying_callable():
+    # stand-ins for the two apic CUDA graphs (no GPU here): the part reads only ``warp_graph`` / ``launch``
+    class Captured:
+        warp_graph = object()
+
+    class Loaded:
+        def __init__(self):
+            self.streams = []
+
+        def launch(self, stream=None):
+            self.streams.append(stream)
+
+    class Device:
+        stream = "the device's current stream"
+
+    cuda = backends.get("cuda")
+    assert cuda.conditional_body(Captured(), None, Device()) is Captured.warp_graph
+    loaded = Loaded()
+    body = cuda.conditional_body(loaded, None, Device())
+    body(some_kwarg=1)  # Warp calls a body with the conditional's keyword arguments
+    cuda.conditional_body(loaded, "the condition's stream", Device())()
+    assert loaded.streams == ["the device's current stream", "the condition's stream"]

@@ -225,6 +225,24 @@ def test_loaded_graph_as_body(tmp_path):
 
 
 # --- failures --------------------------------------------------------------------------------------
+def test_a_callable_body_with_a_backend_attribute_is_called_not_taken_for_a_graph():
+    s = make_state()
+
+    class Step:
+        backend = "not a replay backend"  # a user's callable may carry an attribute of that name
+
+        def __call__(self):
+            launch(add, s["x"], 1.0)
+
+    start = s["x"].numpy().copy()
+    with wp.ScopedCapture(device=CPU) as capture:
+        wp.capture_if(s["flag"], on_true=lambda: None, on_false=Step())  # flag 0
+    wp.capture_launch(capture.graph)
+    np.testing.assert_array_equal(s["x"].numpy(), start + 1.0)
+    wp.capture_if(s["flag"], on_true=lambda: None, on_false=Step())  # no capture: runs now
+    np.testing.assert_array_equal(s["x"].numpy(), start + 1.0 + 1.0)  # as the kernel adds
+
+
 def test_bad_condition_and_body_types():
     s = make_state()
     floats = wp.zeros(1, dtype=wp.float32, device=CPU)

@@ -16,6 +16,10 @@ captured with ``apic=True``, a loaded one) has a ``backend`` attribute; the call
   out (``set_param`` / ``get_param``);
 * ``keeps_untouched_arrays``: whether a save adds named arrays no operation touches as extra graph memory
   (``apic.persist``);
+* ``records_inline``: whether a graph of it used as a branch body inside an apic CPU capture has its operations
+  recorded inline (``apic.capture_flow``; a graph of another device there is refused);
+* ``conditional_body(graph, stream, device)``: what Warp's own CUDA ``capture_if`` / ``capture_while`` takes
+  for ``graph`` as a branch body (``apic.capture_flow``);
 * ``free()``: give back what graphs collected while it could not be given back left (a CUDA stream capture
   in progress); ``wp.capture_end`` calls it for every backend in use. What ``load`` took is otherwise tied
   to the graph object (buffers, module handles, a driver finalizer): dropping it frees them.
@@ -26,7 +30,9 @@ interpreter, a second implementation of every opcode) and ``cuda`` (cuda-python 
 own graph for a CUDA capture with ``apic=True``). A CPU graph's interpreter is its backend's:
 ``APIC_REPLAY`` names the CPU backend (``numba``, the default, is ``cpu_native``; ``reference`` is
 ``cpu_reference``; any other value is a backend's module name). A saved graph's ``device.kind`` (none: the
-CPU) names the backend that loads it (:func:`for_saved`).
+CPU) names the backend that loads it (:func:`for_saved`). Whether a capture on a device is apic's own
+(recorded by apic, the CPU) or Warp's (CUDA, with apic recording alongside for ``apic=True``) is
+:func:`apic_captures`.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class Backend:
     name = ""  # its module's name in apic.replay.backends
     device_kind = ""  # the saved ``device.kind`` it loads: "cpu" or "cuda"
     keeps_untouched_arrays = False  # a save keeps named arrays no operation touches as extra graph memory
+    records_inline = False  # a graph of it as a branch body of an apic CPU capture is recorded inline
 
     def device(self, requested):
         """The device a graph loaded onto ``requested`` (None: this kind's default) replays on; ``ValueError``
@@ -67,6 +74,12 @@ class Backend:
     def read_binding(self, graph, binding, arr) -> None:
         """Copy the graph memory of ``binding`` into ``arr`` (checked against its type first)."""
         raise NotImplementedError
+
+    def conditional_body(self, graph, stream, device):
+        """What Warp's own CUDA ``capture_if`` / ``capture_while`` on ``device`` (``stream``: where the condition
+        was written, or None) takes for ``graph`` as a branch body: ``graph`` itself unless the backend says
+        otherwise."""
+        return graph
 
     def free(self) -> None:
         """Give back what graphs collected while it could not be given back left (``wp.capture_end`` calls
@@ -116,6 +129,14 @@ def for_saved(device: dict | None) -> Backend:
     if backend is None or backend.device_kind != kind:
         raise ValueError(f"no replay backend loads a graph saved for device kind {kind!r}")
     return backend
+
+
+def apic_captures(device) -> bool:
+    """Whether a capture on the Warp device ``device`` is apic's own, recorded by apic's CPU recorder and
+    replayed by a CPU backend (``wp.capture_begin`` / ``capture_end``, the control flow and pause of
+    ``apic.capture_flow``); else it is Warp's own CUDA capture, with apic recording alongside for
+    ``apic=True``."""
+    return device.is_cpu
 
 
 def in_use() -> tuple[Backend, ...]:

@@ -29,6 +29,15 @@ class Cuda(Backend):
         refuse_while_recording("wp.capture_launch of a CUDA graph")  # it would become an unrecorded child graph
         graph.launch(stream=stream)
 
+    def conditional_body(self, graph, stream, device):
+        # one captured with apic=True: its Warp graph (a child graph node); a loaded one: a callable that
+        # replays it on the stream Warp uses (``stream``, else ``device``'s current one), so that it is ordered
+        # with the condition and, inside a capture, its ops become nodes of the body graph
+        warp_graph = getattr(graph, "warp_graph", None)
+        if warp_graph is not None:
+            return warp_graph
+        return lambda **_kwargs: graph.launch(stream=stream if stream is not None else device.stream)
+
     def write_binding(self, graph, binding, arr) -> None:
         cuda_binding_io.write_binding(graph, binding, arr)
 
