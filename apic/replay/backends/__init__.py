@@ -16,6 +16,8 @@ captured with ``apic=True``, a loaded one) has a ``backend`` attribute; the call
   out (``set_param`` / ``get_param``);
 * ``keeps_untouched_arrays``: whether a save adds named arrays no operation touches as extra graph memory
   (``apic.persist``);
+* ``memory_on_host``: whether the graph's memory (``graph.region_addresses``) is host memory this process can
+  copy with ``ctypes`` (``apic.sweep`` keeps a copy of it as loaded; elsewhere it loads the graph again);
 * ``free()``: give back what graphs collected while it could not be given back left (a CUDA stream capture
   in progress); ``wp.capture_end`` calls it for every backend in use. What ``load`` took is otherwise tied
   to the graph object (buffers, module handles, a driver finalizer): dropping it frees them.
@@ -45,6 +47,7 @@ class Backend:
     name = ""  # its module's name in apic.replay.backends
     device_kind = ""  # the saved ``device.kind`` it loads: "cpu" or "cuda"
     keeps_untouched_arrays = False  # a save keeps named arrays no operation touches as extra graph memory
+    memory_on_host = False  # graph.region_addresses are host addresses (ctypes can copy them)
 
     def device(self, requested):
         """The device a graph loaded onto ``requested`` (None: this kind's default) replays on; ``ValueError``

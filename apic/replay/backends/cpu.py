@@ -35,6 +35,7 @@ class CpuBackend(Backend):
 
     device_kind = "cpu"
     keeps_untouched_arrays = True
+    memory_on_host = True
     # the native serial run (``native_interpreter.SERIAL_RUN``), or False where ``_run_table`` (a
     # Python-called interpreter: the Numba dispatcher or the reference one) runs tables; None until bound
     _native = None
