@@ -90,9 +90,8 @@ class Replayer:
                 self._changed.add(name)
             self.graph.set_param(name, value)
         threads = self.threads if threads is None else threads
-        backend = self.graph.backend  # every device replays through its backend (a CPU graph: Graph.launch)
-        for _ in range(steps):
-            backend.launch(self.graph, None, threads)
+        if steps:  # every device replays through its backend (a CPU graph: all steps in one native call)
+            self.graph.backend.launch_many(self.graph, steps, threads)
         return {name: self._read(name) for name in names}
 
     def _read(self, name: str) -> np.ndarray:

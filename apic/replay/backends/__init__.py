@@ -11,7 +11,8 @@ captured with ``apic=True``, a loaded one) has a ``backend`` attribute; the call
   are the verified module files; ``services`` are what the file format and the graph types provide (a
   module's saved source, the checks of handle data, the graph type a CPU load makes), handed in by the
   loader so that replay never imports the format nor the graph types above it;
-* ``launch(graph, stream, threads)``: one replay (``wp.capture_launch``);
+* ``launch(graph, stream, threads)``: one replay (``wp.capture_launch``); ``launch_many(graph, repeats,
+  threads)``: ``repeats`` of them one after another (``apic.sweep``), in one call where the backend can;
 * ``write_binding(graph, binding, arr)`` / ``read_binding(graph, binding, arr)``: copy a named array in and
   out (``set_param`` / ``get_param``);
 * ``keeps_untouched_arrays``: whether a save adds named arrays no operation touches as extra graph memory
@@ -62,6 +63,12 @@ class Backend:
         """One replay of ``graph`` (``wp.capture_launch``): on ``stream`` where the device has streams, split
         over ``threads`` where the backend splits launches (else ``threads`` must be None)."""
         raise NotImplementedError
+
+    def launch_many(self, graph, repeats: int, threads=None) -> None:
+        """``repeats`` replays of ``graph`` one after another on its default stream (``apic.sweep``); a backend
+        that repeats in one call (the CPU ones: one native call) gives its own."""
+        for _ in range(repeats):
+            self.launch(graph, None, threads)
 
     def write_binding(self, graph, binding, arr) -> None:
         """Copy ``arr`` into the graph memory of ``binding`` (checked against its type first)."""

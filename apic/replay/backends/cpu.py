@@ -80,6 +80,9 @@ class CpuBackend(Backend):
     def launch(self, graph, stream=None, threads=None) -> None:
         graph.launch(1, threads)  # positional: keyword arguments cost time on every launch
 
+    def launch_many(self, graph, repeats: int, threads=None) -> None:
+        graph.launch(repeats, threads)  # every repeat in one native call
+
     def write_binding(self, graph, binding, arr) -> None:
         address = graph.region_addresses[binding.region]
         if b.is_warp_array(arr):
