@@ -28,21 +28,16 @@ try:
 except ImportError as error:  # pragma: no cover - where Ray is installed
     raise ImportError('apic.ray needs Ray: pip install "apic-warp[ray]"') from error
 
-from apic import errors as apic_errors
 from apic._compat import quiet_warp
-from apic.errors import ApicError
 from apic.persist import capture_save_to_bytes
 from apic.sweep import Replayer, describe_host
+from apic.sweep_plan import Schedule, WorkerError, WorkerReply, load_worker, raise_reply, run_batch, where
 
-__all__ = ["DEFAULT_LOAD_TIMEOUT", "GraphPool", "Replayer", "WorkerError", "put_graph"]
+__all__ = ["DEFAULT_LOAD_TIMEOUT", "GraphPool", "Replayer", "WorkerError", "WorkerReply", "put_graph"]
 
 #: Seconds a pool waits for its workers to load the graph (a worker's first load imports Warp and
 #: Numba, and compiles nothing: about a second or two) before it reports the ones that did not.
 DEFAULT_LOAD_TIMEOUT = 120.0
-
-
-class WorkerError(ApicError, RuntimeError):
-    """A Ray worker of a ``GraphPool`` failed, died for good, or did not answer in time; the message names it."""
 
 
 def put_graph(graph, inputs=None, outputs=None, **save_options):
@@ -55,55 +50,43 @@ def put_graph(graph, inputs=None, outputs=None, **save_options):
 
 
 class _Worker:
-    """The actor: one loaded graph. Its methods return ``("ok", value)`` or ``("error", type name, message)``."""
+    """The actor: one loaded graph. Its methods return a :class:`apic.sweep_plan.WorkerReply`, never raise."""
 
     def __init__(self, refs, threads):
         quiet_warp()  # this process is the worker's: Warp's banner would reach the driver's output
         self._host = describe_host()
         self._host["node"] = ray.get_runtime_context().get_node_id()[:12]
-        try:
+
+        def load():
             # the ref comes inside a list, so that Ray leaves it to this constructor: at every (re)start it
             # fetches the bytes from the object store, which the pool's reference keeps there
             data, modules = ray.get(refs[0])
-            self._replayer, self._error = Replayer(data, modules, threads), None
-        except Exception as error:  # reported by ready() and each run, raised at the caller
-            self._replayer, self._error = None, (type(error).__name__, str(error))
+            return Replayer(data, modules, threads)
 
-    def ready(self):
-        return ("ok", self._host) if self._error is None else ("error", *self._error, self._host)
+        self._replayer, self._failed = load_worker(load, self._host)
 
-    def run(self, batch, steps, outputs, threads):
-        """Each parameter set of ``batch`` in turn: ``("ok", [results])``, or the first error and its place."""
-        if self._error is not None:
-            return ("error", *self._error, self._host, 0)
-        done = []
-        for k, params in enumerate(batch):
-            try:
-                done.append(self._replayer.run(params, steps, outputs, threads))
-            except Exception as error:
-                return ("error", type(error).__name__, str(error), self._host, k)
-        return ("ok", done)
+    def ready(self) -> WorkerReply:
+        return self._failed if self._failed is not None else WorkerReply(self._host)
+
+    def run(self, batch, steps, outputs, threads) -> WorkerReply:
+        """Each parameter set of ``batch`` in turn: every result, or the first error and its place."""
+        return run_batch(self._replayer, self._failed, self._host, batch, steps, outputs, threads)
 
 
 _Remote = ray.remote(_Worker)
 
 
-def _where(index: int, host: dict | None) -> str:
-    if not host:
-        return f"Ray worker {index}"
-    return (f"Ray worker {index} (pid {host['pid']} on {host['host']}, node {host.get('node', '?')}, "
-            f"warp-lang {host['warp']}, apic {host['apic']})")
-
-
-def _raise(index: int, kind: str, message: str, host: dict | None, what: str):
-    """apic's error for what worker ``index`` reported: the same apic class (or built-in type) where the
-    worker raised one, else ``WorkerError``; the message names the worker."""
-    text = f"{_where(index, host)}: {what}: {kind}: {message}"
-    cls = getattr(apic_errors, kind, None)
-    if not (isinstance(cls, type) and issubclass(cls, ApicError)) or issubclass(cls, OSError) \
-            or cls is apic_errors.UnsupportedOperationError:  # their constructors take other arguments
-        cls = {"TypeError": TypeError, "ValueError": ValueError}.get(kind, WorkerError)
-    raise cls(text)
+def actor_options_for(threads: int | None, num_gpus: float | None, max_restarts: int, max_task_retries: int,
+                  extra: Mapping | None) -> dict:
+    """The Ray options each actor is made with: ``num_cpus`` (the replay's thread count), ``num_gpus`` where
+    the graph replays on a GPU, Ray's restart counts, then ``extra`` (``actor_options``) over them."""
+    if num_gpus is not None and (isinstance(num_gpus, bool) or not isinstance(num_gpus, (int, float))
+                                 or num_gpus < 0):
+        raise ValueError(f"num_gpus must be a number >= 0, got {num_gpus!r}")
+    options = {"num_cpus": threads or 1, "max_restarts": max_restarts, "max_task_retries": max_task_retries}
+    if num_gpus:
+        options["num_gpus"] = num_gpus
+    return {**options, **dict(extra or {})}
 
 
 class GraphPool:
@@ -116,14 +99,18 @@ class GraphPool:
     otherwise); above 1, a graph saved here is saved with ``source_fallback=True`` unless ``save_options``
     says otherwise: the actors' replays split only launches whose module's generated source they hold
     (docs/PARALLEL.md, "Saved graphs"). ``max_restarts`` / ``max_task_retries``:
-    Ray's, for actors whose process dies. ``load_timeout``: seconds to wait for the actors to load the
-    graph; a worker that cannot load it (another CPU, another warp-lang that refuses the file) raises
-    apic's error naming the worker, and the pool is shut down.
+    Ray's, for actors whose process dies. ``num_gpus``: the GPUs (a fraction shares one) Ray gives each actor,
+    for a graph that replays on a GPU (a CUDA graph: each actor loads it onto the GPU Ray gave it; the
+    actors' replays take no ``threads``). ``load_timeout``: seconds to wait for the actors to load the graph
+    (or to be given what they asked for: a GPU the cluster lacks is reported so); a worker
+    that cannot load it (another CPU, another warp-lang that refuses the file) raises apic's error naming the
+    worker, and the pool is shut down.
     """
 
     def __init__(self, graph, actors: int = 1, *, inputs=None, outputs=None, threads: int | None = None,
                  max_restarts: int = 3, max_task_retries: int = 3, load_timeout: float = DEFAULT_LOAD_TIMEOUT,
-                 actor_options: Mapping | None = None, save_options: Mapping | None = None) -> None:
+                 actor_options: Mapping | None = None, save_options: Mapping | None = None,
+                 num_gpus: float | None = None) -> None:
         if type(actors) is not int or actors < 1:
             raise ValueError(f"actors must be an int >= 1, got {actors!r}")
         if not isinstance(graph, ray.ObjectRef):
@@ -131,8 +118,7 @@ class GraphPool:
         self.ref = graph if isinstance(graph, ray.ObjectRef) else put_graph(graph, inputs, outputs, **save_options)
         self.threads = threads
         self._load_timeout = load_timeout
-        options = {"num_cpus": threads or 1, "max_restarts": max_restarts, "max_task_retries": max_task_retries,
-                   **dict(actor_options or {})}
+        options = actor_options_for(threads, num_gpus, max_restarts, max_task_retries, actor_options)
         self._actors = [_Remote.options(**options).remote([self.ref], threads) for _ in range(actors)]
         self._hosts: list[dict | None] = [None] * actors
         self._next = 0
@@ -153,17 +139,17 @@ class GraphPool:
                                   "(is the cluster short of CPUs for the actors' num_cpus?)")
             index = pending.pop(done[0])
             reply = self._get(done[0], index, "loading the graph")
-            if reply[0] != "ok":
-                _raise(index, reply[1], reply[2], reply[3], "cannot load the graph")
-            self._hosts[index] = reply[1]
+            if not reply.ok:
+                raise_reply(index, reply, "cannot load the graph")
+            self._hosts[index] = reply.host
 
     def _get(self, ref, index: int, what: str, timeout: float | None = None):
         try:
             return ray.get(ref, timeout=timeout)
         except ray_errors.GetTimeoutError as error:
-            raise WorkerError(f"{_where(index, self._hosts[index])}: {what}: no answer within {timeout:g} s") from error
+            raise WorkerError(f"{where(index, self._hosts[index])}: {what}: no answer within {timeout:g} s") from error
         except ray_errors.RayActorError as error:  # died and not restarted (max_restarts spent), or unreachable
-            raise WorkerError(f"{_where(index, self._hosts[index])}: {what}: the actor died and Ray did not bring it "
+            raise WorkerError(f"{where(index, self._hosts[index])}: {what}: the actor died and Ray did not bring it "
                               f"back (max_restarts / max_task_retries spent): {error}") from error
 
     @property
@@ -176,7 +162,7 @@ class GraphPool:
         has a new pid; one that does not answer within ``load_timeout`` raises ``WorkerError``)."""
         refs = [actor.ready.remote() for actor in self._actors]  # asked of all at once; a restarting one answers late
         replies = [self._get(ref, i, "asking where it runs", self._load_timeout) for i, ref in enumerate(refs)]
-        self._hosts = [reply[-1] if reply[0] != "ok" else reply[1] for reply in replies]
+        self._hosts = [reply.host for reply in replies]
         return list(self._hosts)
 
     def run(self, params: Mapping | None = None, steps: int = 1, outputs=None, threads: int | None = None,
@@ -196,27 +182,19 @@ class GraphPool:
         any call finishing before ``WorkerError`` (None: no limit).
         """
         items = list(param_sets)
-        if type(chunk) is not int or chunk < 1:
-            raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
         if threads is None:
             threads = self.threads
-        results: list = [None] * len(items)
+        schedule = Schedule(len(items), len(self._actors), chunk, in_flight, self._next)
         pending: dict = {}  # ObjectRef -> (index of its first item, actor index)
-        queued = iter(range(0, len(items), chunk))
 
-        def submit(actor: int) -> bool:
-            first = next(queued, None)
-            if first is None:
-                return False
-            ref = self._actors[actor].run.remote(items[first:first + chunk], steps, outputs, threads)
-            pending[ref] = (first, actor)
-            return True
+        def submit(call) -> None:
+            if call is not None:
+                actor, first, end = call
+                pending[self._actors[actor].run.remote(items[first:end], steps, outputs, threads)] = (first, actor)
 
-        start = self._next
-        for k in range(len(self._actors) * max(1, in_flight)):
-            if not submit((start + k) % len(self._actors)):
-                break
-        self._next = (start + 1) % len(self._actors)
+        for call in schedule.first_calls():
+            submit(call)
+        self._next = (self._next + 1) % len(self._actors)
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
@@ -226,18 +204,18 @@ class GraphPool:
                                       f"{', '.join(map(str, busy))} still running")
                 first, actor = pending.pop(done[0])
                 reply = self._get(done[0], actor, f"running item {first}")
-                if reply[0] != "ok":
-                    self._hosts[actor] = reply[3]
-                    _raise(actor, reply[1], reply[2], reply[3], f"item {first + reply[4]}")
-                results[first:first + len(reply[1])] = reply[1]
-                submit(actor)
+                if not reply.ok:
+                    self._hosts[actor] = reply.host
+                    raise_reply(actor, reply, f"item {first + reply.item}")
+                schedule.done(first, reply)
+                submit(schedule.next_call(actor))
         finally:
             for ref in pending:  # after an error: what is still queued is not wanted
                 try:
                     ray.cancel(ref)
                 except Exception:  # a Ray that cannot cancel an actor call: the result is dropped all the same
                     pass
-        return results
+        return schedule.results
 
     def shutdown(self) -> None:
         """Stop the actors (idempotent); the graph's bytes leave the object store with the last reference."""

@@ -27,14 +27,17 @@ class Replayer:
 
     ``threads``: the replay's default thread count (``wp.capture_launch(graph, threads=...)``); a run may
     pass its own. The graph's memory as loaded is kept (a copy as large as the graph's regions), or,
-    for a graph with native handles (a Mesh, Bvh, ...: their native state is not graph memory), the bytes,
-    and each run loads the graph again.
+    for a graph with native handles (a Mesh, Bvh, ...: their native state is not graph memory) or whose
+    memory is a device's (a CUDA graph), the bytes, and each run loads the graph again. Every replay goes
+    through the graph's backend (``graph.backend.launch``), so a CUDA graph replays on its device;
+    ``threads`` is for CPU graphs only (a CUDA graph's backend refuses it).
     """
 
     def __init__(self, data, modules: Mapping | None = None, threads: int | None = None) -> None:
         self.threads = threads
         self.graph = capture_load_from_bytes(data, modules)
-        self._reload = bool(self.graph.recording.handles)
+        # a graph whose memory is not host memory (a CUDA graph's is the device's) is loaded again per run too
+        self._reload = bool(self.graph.recording.handles) or not self.graph.backend.memory_on_host
         # a graph loaded again per item is loaded from copies: the caller may reuse or release its buffers
         # after the call, as it may after capture_load_from_bytes (the load above checked their types)
         self._data = _owned(data) if self._reload else None
@@ -89,14 +92,23 @@ class Replayer:
             if name in self.graph.scalars:
                 self._changed.add(name)
             self.graph.set_param(name, value)
-        if steps:
-            self.graph.launch(steps, self.threads if threads is None else threads)
+        threads = self.threads if threads is None else threads
+        if steps:  # every device replays through its backend (a CPU graph: all steps in one native call)
+            self.graph.backend.launch_many(self.graph, steps, threads)
         return {name: self._read(name) for name in names}
 
     def _read(self, name: str) -> np.ndarray:
         if name in self.graph.scalars:
             return np.asarray(self.graph.get_param(name))
-        return np.array(self.graph.param_numpy(name))  # a copy: the view is the graph's memory
+        if self.graph.backend.memory_on_host:
+            return np.array(self.graph.param_numpy(name))  # a copy: the view is the graph's memory
+        binding = self.graph.bindings[name]
+        dtype = getattr(wp, binding.dtype, None)  # a Warp scalar, vector or matrix type's name
+        if dtype is None:
+            raise BindingError(f"cannot return {name!r}: its type {binding.dtype} has no Warp type of that name")
+        host = wp.empty(binding.shape, dtype=dtype, device="cpu")
+        self.graph.get_param(name, host)  # a synchronous copy from the device
+        return host.numpy()
 
 
 def _owned(contents) -> bytes:

@@ -134,6 +134,26 @@ def test_import_apic_does_not_import_ray():
     assert done.returncode == 0, done.stderr
 
 
+def test_the_actor_options_ask_ray_for_gpus_only_when_told():
+    """``num_gpus`` reaches each actor's options (a CUDA graph's actors each get a GPU); no cluster is needed."""
+    options = apic_ray.actor_options_for(None, None, 3, 4, None)
+    assert options == {"num_cpus": 1, "max_restarts": 3, "max_task_retries": 4}
+    assert apic_ray.actor_options_for(2, 1, 0, 0, None)["num_gpus"] == 1
+    assert apic_ray.actor_options_for(None, 0.25, 0, 0, {"num_cpus": 0.5}) == {
+        "num_cpus": 0.5, "num_gpus": 0.25, "max_restarts": 0, "max_task_retries": 0}
+    assert apic_ray.actor_options_for(None, 1, 0, 0, {"num_gpus": 2})["num_gpus"] == 2  # actor_options win
+    for bad in (-1, True, "1", [1]):
+        with pytest.raises(ValueError, match="num_gpus"):
+            apic_ray.actor_options_for(None, bad, 0, 0, None)
+
+
+def test_a_pool_asking_for_a_gpu_the_cluster_lacks_is_reported_not_waited_for(cluster, bundle):
+    if cluster.cluster_resources().get("GPU"):
+        pytest.skip("this cluster has a GPU: an actor asking for one starts")
+    with pytest.raises(apic_ray.WorkerError, match="did not load the graph within"):
+        apic_ray.GraphPool(bundle, actors=1, num_gpus=1, load_timeout=3, actor_options=SHARE)
+
+
 def test_a_sweep_returns_every_result_in_input_order_bit_for_bit(pool, bundle):
     rng = np.random.default_rng(3)
     items = _items(7)

@@ -172,8 +172,8 @@ def test_no_private_part_of_a_backend_is_reached_from_outside():
 def test_every_part_of_the_interface_has_a_caller_outside_the_backends():
     parts = {name for name, value in vars(backends.Backend).items() if not name.startswith("_") and
              (callable(value) or isinstance(value, bool)) and name not in ("name", "device_kind")}
-    assert parts == {"device", "load", "launch", "write_binding", "read_binding", "free", "keeps_untouched_arrays",
-                     "records_inline", "conditional_body"}
+    assert parts == {"device", "load", "launch", "launch_many", "write_binding", "read_binding", "free",
+                     "keeps_untouched_arrays", "memory_on_host", "records_inline", "conditional_body"}
     used = set()
     for relative, _, tree in _modules():
         if _outside_backends(relative):

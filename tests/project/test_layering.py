@@ -55,7 +55,7 @@ LAYERS = (
     ("loading", ("apic.loading",)),
     # apic.c_library: a saved graph linked into a C library (apic.export; it loads the file as capture_load does)
     ("capture and persistence API", ("apic.dot", "apic.persist", "apic.capture", "apic.capture_flow", "apic.demo",
-                                     "apic.sweep", "apic.c_library", "apic.c_library.*")),
+                                     "apic.sweep", "apic.sweep_plan", "apic.c_library", "apic.c_library.*")),
     ("installation", ("apic.installation", "apic")),
     ("tools", ("apic.cli", "apic.cli.*", "apic.bench", "apic.bench.*", "apic.__main__")),
     # integrations with other systems, each an optional extra that `import apic` never imports

@@ -11,7 +11,8 @@ captured with ``apic=True``, a loaded one) has a ``backend`` attribute; the call
   are the verified module files; ``services`` are what the file format and the graph types provide (a
   module's saved source, the checks of handle data, the graph type a CPU load makes), handed in by the
   loader so that replay never imports the format nor the graph types above it;
-* ``launch(graph, stream, threads)``: one replay (``wp.capture_launch``);
+* ``launch(graph, stream, threads)``: one replay (``wp.capture_launch``); ``launch_many(graph, repeats,
+  threads)``: ``repeats`` of them one after another (``apic.sweep``), in one call where the backend can;
 * ``write_binding(graph, binding, arr)`` / ``read_binding(graph, binding, arr)``: copy a named array in and
   out (``set_param`` / ``get_param``);
 * ``keeps_untouched_arrays``: whether a save adds named arrays no operation touches as extra graph memory
@@ -20,6 +21,8 @@ captured with ``apic=True``, a loaded one) has a ``backend`` attribute; the call
   recorded inline (``apic.capture_flow``; a graph of another device there is refused);
 * ``conditional_body(graph, stream, device)``: what Warp's own CUDA ``capture_if`` / ``capture_while`` takes
   for ``graph`` as a branch body (``apic.capture_flow``);
+* ``memory_on_host``: whether the graph's memory (``graph.region_addresses``) is host memory this process can
+  copy with ``ctypes`` (``apic.sweep`` keeps a copy of it as loaded; elsewhere it loads the graph again);
 * ``free()``: give back what graphs collected while it could not be given back left (a CUDA stream capture
   in progress); ``wp.capture_end`` calls it for every backend in use. What ``load`` took is otherwise tied
   to the graph object (buffers, module handles, a driver finalizer): dropping it frees them.
@@ -52,6 +55,7 @@ class Backend:
     device_kind = ""  # the saved ``device.kind`` it loads: "cpu" or "cuda"
     keeps_untouched_arrays = False  # a save keeps named arrays no operation touches as extra graph memory
     records_inline = False  # a graph of it as a branch body of an apic CPU capture is recorded inline
+    memory_on_host = False  # graph.region_addresses are host addresses (ctypes can copy them)
 
     def device(self, requested):
         """The device a graph loaded onto ``requested`` (None: this kind's default) replays on; ``ValueError``
@@ -66,6 +70,12 @@ class Backend:
         """One replay of ``graph`` (``wp.capture_launch``): on ``stream`` where the device has streams, split
         over ``threads`` where the backend splits launches (else ``threads`` must be None)."""
         raise NotImplementedError
+
+    def launch_many(self, graph, repeats: int, threads=None) -> None:
+        """``repeats`` replays of ``graph`` one after another on its default stream (``apic.sweep``); a backend
+        that repeats in one call (the CPU ones: one native call) gives its own."""
+        for _ in range(repeats):
+            self.launch(graph, None, threads)
 
     def write_binding(self, graph, binding, arr) -> None:
         """Copy ``arr`` into the graph memory of ``binding`` (checked against its type first)."""

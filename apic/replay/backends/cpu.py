@@ -36,6 +36,7 @@ class CpuBackend(Backend):
     device_kind = "cpu"
     keeps_untouched_arrays = True
     records_inline = True  # an apic CPU graph as a branch body of a CPU capture: its ops, inline (record_graph)
+    memory_on_host = True
     # the native serial run (``native_interpreter.SERIAL_RUN``), or False where ``_run_table`` (a
     # Python-called interpreter: the Numba dispatcher or the reference one) runs tables; None until bound
     _native = None
@@ -79,6 +80,9 @@ class CpuBackend(Backend):
 
     def launch(self, graph, stream=None, threads=None) -> None:
         graph.launch(1, threads)  # positional: keyword arguments cost time on every launch
+
+    def launch_many(self, graph, repeats: int, threads=None) -> None:
+        graph.launch(repeats, threads)  # every repeat in one native call
 
     def write_binding(self, graph, binding, arr) -> None:
         address = graph.region_addresses[binding.region]
