@@ -242,7 +242,7 @@ def test_a_worker_that_cannot_load_the_graph_raises_apic_error_naming_it(cluster
     start = time.monotonic()
     with pytest.raises(apic.IncompatibleGraphError,
                        match=r"Ray worker \d \(pid \d+ on .*warp-lang .*cannot load the graph: IncompatibleGraphError: "
-                             r".*different machine architecture \(s390x"):
+                             r".*compiled for another CPU family \(s390x\)"):
         apic_ray.GraphPool(_foreign(bundle), actors=2, load_timeout=60, actor_options=SHARE)
     assert time.monotonic() - start < 60
 
