@@ -56,9 +56,12 @@ def make(rng: random.Random, seed_wrp: str, dest: str, n: int, strategy: str | N
 
 
 def _level(rng: random.Random, doc: dict, strategy: str) -> None:
-    from apic import _compat
-    from apic.targets.cpu import CPU_LEVELS
+    import platform
 
+    from apic import _compat
+    from apic.targets.cpu import cpu_family
+
+    CPU_LEVELS = cpu_family(platform.machine()).CPU_LEVELS  # this host's family's levels, lowest first
     levels = list(CPU_LEVELS)
     target = doc["target"]
     if strategy == "level-above-features":
