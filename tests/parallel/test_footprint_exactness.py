@@ -19,9 +19,10 @@ import pytest
 import warp as wp
 
 import footprint_far_funcs as far
+from footprint_helpers import evaluate
 from apic.record import footprint_shapes as shapes
 from apic.record.footprint import written_params
-from apic.record.footprint_eval import Array, Evaluation, Refused, View
+from apic.record.footprint_eval import Evaluation, Refused
 from apic.replay import footprint_cache
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install, pytest.mark.interpreter]
@@ -89,15 +90,6 @@ def far_defaults(out: wp.array(dtype=float)):
     far.later_put(out, t)
 
 
-def _evaluate(kernel, values: dict, tasks: int) -> Evaluation:
-    written = written_params(kernel)
-    args = {label: View(Array(label, v.ctypes.data, v.shape, v.strides, v.dtype, label in written))
-            if isinstance(v, np.ndarray) else v for label, v in values.items()}
-    evaluation = Evaluation(kernel, args, (tasks,), 100_000)
-    evaluation.run()
-    return evaluation
-
-
 def _floats(n=8):
     return np.zeros(n, np.float32)
 
@@ -112,19 +104,19 @@ def _floats(n=8):
 ])
 def test_evaluator_refuses_what_it_does_not_model_exactly(kernel, values, reason):
     with pytest.raises(Refused, match=reason):
-        _evaluate(kernel, values, 4)
+        evaluate(kernel, values, 4)
 
 
 def test_a_counter_that_stays_in_int32_runs():
     """The bound is exact: a loop whose counter ends inside int32 is followed."""
-    evaluation = _evaluate(counter_wraps, {"n": 1073741823, "out": _floats()}, 4)
+    evaluation = evaluate(counter_wraps, {"n": 1073741823, "out": _floats()}, 4)
     assert evaluation.writes["out"][0] == [0, 1, 2, 3]
 
 
 def test_defaults_are_those_bound_at_definition_in_the_functions_module():
     """``put``'s default is its module's ``SPREAD`` (0), not this module's nor the caller's; ``later_put``'s
     is 0 although its module rebinds ``LATER`` to 1 after the definition."""
-    evaluation = _evaluate(far_defaults, {"out": _floats()}, 3)
+    evaluation = evaluate(far_defaults, {"out": _floats()}, 3)
     assert evaluation.writes["out"] == ([0, 0, 0, 0, 0, 0], [0, 0, 1, 1, 2, 2])
     assert far.LATER == 1
 

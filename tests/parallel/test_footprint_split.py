@@ -21,6 +21,7 @@ import pytest
 import warp as wp
 
 import footprint_kernels as fk
+from footprint_helpers import evaluate
 from apic.record.footprint import written_params
 from apic.replay import table as tbl
 from persist_helpers import child_env
@@ -167,17 +168,6 @@ def writes_through_made_array(address: wp.uint64, out: wp.array(dtype=float)):
         made[k] = float(t)
 
 
-def _evaluate(kernel, values: dict, tasks: int):
-    from apic.record.footprint_eval import Array, Evaluation, View
-
-    written = written_params(kernel)
-    args = {label: View(Array(label, v.ctypes.data, v.shape, v.strides, v.dtype, label in written))
-            if isinstance(v, np.ndarray) else v for label, v in values.items()}
-    evaluation = Evaluation(kernel, args, (tasks,), 100_000)
-    evaluation.run()
-    return evaluation
-
-
 @pytest.mark.parametrize(("kernel", "values", "reason"), [
     (binds_in_one_branch, {"x": np.ones(4, np.float32), "out": np.zeros(8, np.float32)}, "not known"),
     (zero_step, {"n": 3, "out": np.zeros(8, np.float32)}, "range is not known"),
@@ -192,7 +182,7 @@ def test_evaluator_refuses_what_it_cannot_follow(kernel, values, reason):
     from apic.record.footprint_eval import Refused
 
     with pytest.raises(Refused, match=reason):
-        _evaluate(kernel, values, 4)
+        evaluate(kernel, values, 4)
 
 
 def test_report_says_a_footprint_split_holds_only_for_its_index_data():
