@@ -139,7 +139,7 @@ def capture_launch(graph, stream=None, threads=None):
             if status:
                 graph.fast_replay_failed(status)
             return
-    backend = getattr(graph, "backend", None)  # every apic graph replays through its backend
+    backend = backends.of(graph)  # every apic graph replays through its backend
     if backend is not None:
         return backend.launch(graph, stream, threads)
     if threads is not None:

@@ -92,7 +92,7 @@ def _record_body(recorder, body, what: str, kwargs: dict):
     """A callable that records a branch body into ``recorder``: a Graph inline, a callable by calling it."""
     if body is None:
         return None
-    backend = _backend_of(body)
+    backend = backends.of(body)
     if backend is not None and backend.records_inline:  # an apic CPU graph (a CUDA one is refused below)
         return lambda: recorder.record_graph(body)
     if isinstance(body, _warp_graph_type()):
@@ -108,14 +108,8 @@ def _warp_body(body, stream, device):
     """A branch body Warp's own CUDA ``capture_if`` / ``capture_while`` takes: for an apic graph, what its
     backend gives (``conditional_body``: an apic CUDA graph captured with ``apic=True`` as its Warp graph, a
     loaded one as a callable that replays it on Warp's stream); anything else as is."""
-    backend = _backend_of(body)
+    backend = backends.of(body)
     return body if backend is None else backend.conditional_body(body, stream, device)
-
-
-def _backend_of(body):
-    """The replay backend of an apic graph, else None (a callable may have a ``backend`` of its own)."""
-    backend = getattr(body, "backend", None)
-    return backend if isinstance(backend, backends.Backend) else None
 
 
 def _cuda_recording_of(condition, api: str, **bodies):
@@ -134,7 +128,7 @@ def _cuda_recording_of(condition, api: str, **bodies):
 
 def _is_graph(body) -> bool:
     """Whether ``body`` is a graph: an apic one (it has a replay backend) or Warp's own."""
-    return _backend_of(body) is not None or isinstance(body, _warp_graph_type())
+    return backends.of(body) is not None or isinstance(body, _warp_graph_type())
 
 
 def _warp_graph_type() -> type:

@@ -129,6 +129,13 @@ def cpu_backend() -> Backend:
     return backend
 
 
+def of(graph) -> Backend | None:
+    """The replay backend of an apic graph (its ``backend``), else None: a Warp graph has none, and a user's
+    object may have an attribute of that name that is no backend."""
+    backend = getattr(graph, "backend", None)
+    return backend if isinstance(backend, Backend) else None
+
+
 def for_saved(device: dict | None) -> Backend:
     """The backend that loads a saved graph whose ``device`` map is ``device`` (None: a CPU graph, loaded by
     the CPU backend ``APIC_REPLAY`` names)."""
