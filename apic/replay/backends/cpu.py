@@ -220,6 +220,23 @@ def _rebuild_handles(saved, addresses: list[int], views: list[np.ndarray], check
             raise FormatError(f"invalid apic graph file: handles[{index}]: Warp could not build the "
                               f"wp.{handle.kind} it describes: {error}") from error
         rebuilt.append(dataclasses.replace(handle, obj=obj))
-    for region, offset, index in saved.handle_slots:
-        views[region][offset : offset + 8].view(np.uint64)[0] = rebuilt[index].obj.id
+    _write_slot_ids(saved.handle_slots, [handle.obj.id for handle in rebuilt], views)
     return tuple(rebuilt)
+
+
+def _write_slot_ids(slots, ids: list[int], views: list[np.ndarray]) -> None:
+    """Write each slot's handle id into the loaded memory: region by region with NumPy where the slots are
+    whole aligned words (an array of a million mesh ids), else one at a time."""
+    if not slots:
+        return
+    table = np.array(slots, dtype=np.int64)
+    values = np.array(ids, dtype=np.uint64)[table[:, 2]]
+    for region in np.unique(table[:, 0]).tolist():
+        view = views[region]
+        rows = table[:, 0] == region
+        offsets = table[rows, 1]
+        if view.nbytes % 8 == 0 and view.ctypes.data % 8 == 0 and not (offsets % 8).any():
+            view.view(np.uint64)[offsets // 8] = values[rows]
+            continue
+        for offset, value in zip(offsets.tolist(), values[rows].tolist()):
+            view[offset : offset + 8].view(np.uint64)[0] = value
