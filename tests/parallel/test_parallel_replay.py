@@ -11,8 +11,8 @@ import warp as wp
 
 from apic.replay import threaded_launch
 from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
-from tests import kernels as K
-from tests import persist_kernels as P
+import kernels as K
+import persist_kernels as P
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
 

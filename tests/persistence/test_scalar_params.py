@@ -69,15 +69,17 @@ _CHILD = textwrap.dedent(
     wp.config.quiet = True
     import apic
 
-    job = json.loads(sys.argv[1])
-    graph = wp.capture_load(job["path"])
-    for run, value in enumerate(job["values"]):
-        graph.set_param("p", value)
-        wp.capture_launch(graph)
-        for name in job["outputs"]:
-            np.save(f"{job['out']}_{run}_{name}.npy", graph.param_numpy(name))
+    params = []
+    for job in json.loads(sys.argv[1]):
+        graph = wp.capture_load(job["path"])
+        for run, value in enumerate(job["values"]):
+            graph.set_param("p", value)
+            wp.capture_launch(graph)
+            for name in job["outputs"]:
+                np.save(f"{job['out']}_{run}_{name}.npy", graph.param_numpy(name))
+        params.append(sorted(graph.params))
     assert "param_kernels" not in sys.modules, "the child imported the kernels' module"
-    print(json.dumps({"params": sorted(graph.params)}))
+    print(json.dumps(params))
     """
 )
 
@@ -86,23 +88,37 @@ def _json_value(value):
     return np.asarray(value).tolist() if isinstance(value, (np.ndarray, tuple)) else value
 
 
+@pytest.fixture(scope="module")
+def loaded_runs(tmp_path_factory):
+    """Every case captured and saved, then loaded, set and replayed in one fresh process that never imports
+    the kernels (one Python start for all cases: each loads its own file): per case, its job and the
+    child's list of the loaded graph's parameters."""
+    folder = tmp_path_factory.mktemp("loaded")
+    jobs = {}
+    for case in CASES:
+        graph, state = _capture(case)
+        stem = folder / case
+        wp.capture_save(graph, stem, outputs={n: state[n] for n in ARRAYS})
+        assert schema.HEADER.unpack_from(stem.with_suffix(".wrp").read_bytes())[1] == schema.PARAMS_VERSION
+        _, _, _, initial, values = PK.CASES[case]
+        jobs[case] = {"path": str(stem), "values": [_json_value(v) for v in [initial, *values]],
+                      "outputs": list(ARRAYS), "out": str(folder / f"out_{case}")}
+    result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(list(jobs.values()))], cwd=folder,
+                            env=child_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    params = json.loads(result.stdout.strip().splitlines()[-1])
+    return {case: (job, found) for (case, job), found in zip(jobs.items(), params)}
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_loaded_graph_follows_every_set_param(case, tmp_path):
+def test_loaded_graph_follows_every_set_param(case, loaded_runs):
     """Saved, then loaded in a fresh process that never imports the kernels: set, replay, compare."""
     expected = _eager_sequence(case)
-    graph, state = _capture(case)
-    wp.capture_save(graph, tmp_path / "g", outputs={n: state[n] for n in ARRAYS})
-    assert schema.HEADER.unpack_from((tmp_path / "g.wrp").read_bytes())[1] == schema.PARAMS_VERSION
-    _, _, _, initial, values = PK.CASES[case]
-    job = {"path": str(tmp_path / "g"), "values": [_json_value(v) for v in [initial, *values]],
-           "outputs": list(ARRAYS), "out": str(tmp_path / "out")}
-    result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], cwd=tmp_path, env=child_env(),
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1])["params"] == sorted([*ARRAYS, "p"])
+    job, params = loaded_runs[case]
+    assert params == sorted([*ARRAYS, "p"])
     for run in range(len(job["values"])):
         for name in ARRAYS:
-            got = np.load(tmp_path / f"out_{run}_{name}.npy")
+            got = np.load(f"{job['out']}_{run}_{name}.npy")
             assert np.array_equal(expected[run][name], np.ascontiguousarray(got).view(np.uint8).reshape(-1)), (
                 f"{case}: loaded replay {run}: {name}")
 
