@@ -53,6 +53,7 @@ status=0
 bash scripts/pytest_passes.sh "$venv/bin/python" "$@" || status=$?
 if [ -n "$client_python" ]; then
     echo "=== client tier (mujoco-warp, newton) on warp-lang ${warp_version} ==="
-    "$client_python" -m pytest tests/clients -q -ra || status=$?
+    # one worker per client (each file in one worker): mujoco-warp and newton compile and run side by side
+    "$client_python" -m pytest tests/clients -q -ra -n 2 --dist loadfile || status=$?
 fi
 exit "$status"
