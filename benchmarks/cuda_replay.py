@@ -12,7 +12,7 @@ Methods, each with its own memory (a one-element int32 counter that every launch
 * ``apic loaded, graph``: apic's ``wp.capture_save`` / ``wp.capture_load`` of an ``apic=True`` capture, replayed
   as one CUDA graph (one ``cuGraphLaunch`` per replay);
 * ``apic loaded, launch``: the same file, replayed op by op (``graph.mode = "launch"``: one ``cuLaunchKernel``
-  per node, called by address from apic's native interpreter, ``apic.replay.cuda_rows``);
+  per node, called by address from apic's native interpreter, ``apic.replay.cuda.rows``);
 * ``C floor``: the floor of op-by-op replay (``benchmarks/cuda_floor.py``): a C loop (compiled at run time with
   the system's C compiler; where there is none, the same loop in LLVM IR through llvmlite) making the same
   ``cuLaunchKernel`` calls as ``apic loaded, launch`` on a third load of the file, in one ctypes call per
@@ -134,7 +134,7 @@ def gpu_reason(device: str) -> str | None:
         wp.get_device(device)
     except Exception as error:  # noqa: BLE001  (Warp raises ValueError or RuntimeError for a bad name)
         return f"no device {device!r}: {error}"
-    from apic.replay import cuda_loaded_graph as cuda_replay
+    from apic.replay.cuda import loaded_graph as cuda_replay
 
     return cuda_replay.unavailable_reason()
 
