@@ -43,7 +43,7 @@ kernel's array of handle ids held at capture); otherwise stop the replay there (
 loaded graph has one before each op whose native code indexes with such values (an indexed array's
 index buffer) and after each op that may write a Mesh's triangle indices (``guards.py``).
 
-The CUDA opcodes run a loaded CUDA graph's replay (``cuda_rows.py``): each calls a CUDA driver function by
+The CUDA opcodes run a loaded CUDA graph's replay (``apic/replay/cuda/rows.py``): each calls a CUDA driver function by
 address and stops the replay where it returns an error (status ``-(row + 1)``; the call was made and failed,
 the rows before it were issued). ``cuda`` is the address of the table's CUDA block (``CUDA_*`` words below):
 the stream every row issues on, the graph's context, the ``CUresult`` of the call that failed.

@@ -17,7 +17,7 @@ module images and hands them here) does, in order:
 
 ``graph.mode = "launch"`` walks the ops with ``cuLaunchKernel`` / ``cuMemcpyDtoDAsync`` /
 ``cuMemsetD*Async`` instead. Both modes run as op-table rows in one call of apic's native interpreter
-(``cuda_rows.py``: the driver called by address, no Python per op), but for ``mode="launch"`` of a graph with
+(``rows.py``: the driver called by address, no Python per op), but for ``mode="launch"`` of a graph with
 ``wp.capture_if`` / ``capture_while``: its conditions are read on the host, one stream synchronisation per test
 (``apic.replay.cuda.conditional``). Everything the graph allocated is freed when it is.
 
