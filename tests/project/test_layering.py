@@ -7,7 +7,8 @@ The graph comes from ``scripts/import_graph.py`` (stdlib ``ast``; no import of a
    function is still a cycle), except the ones listed in ``KNOWN_CYCLES``;
 3. every import goes down (or sideways) the layer order ``LAYERS``, except ``KNOWN_INVERSIONS``; the file
    format and replay share a layer and do not import each other (``SEPARATE``): loading, above both,
-   joins them;
+   joins them; record and replay are each split into floors by folder (each folder's ``__init__`` says what
+   it holds and what it may import), and the CPU and CUDA recorders do not import each other;
 4. an import inside a function is a lazy optional dependency (``LAZY``: numba and the apic modules that
    import it, cuda-python, matplotlib) or kept out of ``import apic`` for start-up time
    (``LAZY_FOR_STARTUP``), on a line with a comment saying so, or is listed in ``KNOWN_LOCAL`` (what is
@@ -109,8 +110,8 @@ LAZY_FOR_STARTUP = {
                      "apic.format.writer", "apic.loading"},
 }
 
-# Packages of one layer that import nothing of each other, either way: the reader never sees replay, and
-# replay never sees the file.
+# Packages that import nothing of each other, either way: the reader never sees replay, and replay never sees
+# the file; the CPU and the CUDA recorders are apart, and the CUDA recorder needs none of the split proofs.
 SEPARATE = (("apic.format", "apic.replay"), ("apic.record.cpu", "apic.record.cuda"),
             ("apic.record.cuda", "apic.record.parallel"))
 
