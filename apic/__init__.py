@@ -15,7 +15,7 @@ from apic.record.params import Param, param
 from apic.persist import capture_load, capture_load_from_bytes, capture_save, capture_save_to_bytes
 from apic.installation import install, is_installed, uninstall
 from apic.replay.program import max_loop_iterations, set_max_loop_iterations
-from apic.replay.profile import ProfileReport, profile
+from apic.replay.cpu.profile import ProfileReport, profile
 # The default CPU backend's modules load with the package (about 2 ms here), not inside the first
 # wp.capture_launch, whose latency users see; its interpreter is still loaded at the first replay.
 from apic.replay.backends import cpu_native as _cpu_native  # noqa: F401

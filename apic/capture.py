@@ -4,7 +4,7 @@
 
 Same names, signatures and semantics as Warp 1.19's. A CPU capture is apic's own record-only
 capture; a CUDA capture goes to Warp as before (without Warp's native APIC recorder), and with
-``apic=True`` apic records the same operations alongside (``apic.record.cuda_recorder``) so it can be saved.
+``apic=True`` apic records the same operations alongside (``apic.record.cuda.recorder``) so it can be saved.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from apic.capture_flow import refuse_in_cuda_recording as _refuse_in_cuda_record
 from apic.cuda_graph import CapturedCudaGraph
 from apic.errors import CaptureError
 from apic.graph import Graph
-from apic.record import active_recorder, cuda_recorder
-from apic.record.recorder import Recorder
+from apic.record.cpu import active_recorder
+from apic.record.cuda import recorder as cuda_recorder
+from apic.record.cpu.recorder import Recorder
 from apic.replay import backends
 
 _recording_threads = active_recorder.recording_threads
@@ -126,10 +127,10 @@ def capture_launch(graph, stream=None, threads=None):
     each launch whose kernel is proved splittable, and that is large enough, split over that many
     threads, bit-identical to the serial replay; everything else runs as before (docs/PARALLEL.md).
     ``threads`` must be an ``int`` >= 1 (else ``ValueError``); a count above what can run is bounded by
-    the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.thread_count``).
+    the CPUs the process may use and a hard cap (``Graph.launch``, ``apic.replay.parallel.thread_count``).
     """
     # The common replay in one bound native call, where the graph has made one for this thread count
-    # (apic.replay.cpu_plans; an exact int: 2.0 or True must still be refused); whether a capture records can
+    # (apic.replay.cpu.plans; an exact int: 2.0 or True must still be refused); whether a capture records can
     # change at any time: checked per call, on every thread at once (cheaper).
     fast = getattr(graph, "fast_replays", None)
     if fast is not None and (threads is None or type(threads) is int) and not _recording_threads:

@@ -12,7 +12,8 @@ import warp as wp
 
 from apic._compat import wp_context, wp_types
 from apic.errors import UnsupportedOperationError
-from apic.record import active_recorder, cuda_recorder
+from apic.record.cpu import active_recorder
+from apic.record.cuda import recorder as cuda_recorder
 from apic.replay import backends
 
 ORIGINALS: dict[str, object] = {}  # Warp's own capture API, saved by ``apic.capture.patch`` (CUDA work goes there)

@@ -3,7 +3,7 @@
 ``wp.ScopedCapture(device="cuda:0", apic=True)`` hands out a :class:`CapturedCudaGraph`: Warp's
 ``warp.Graph`` (which ``wp.capture_launch`` replays, exactly as without apic) plus the apic
 recording of the same operations, which ``wp.capture_save`` writes. ``wp.capture_load`` of such a
-file returns an ``apic.replay.cuda_loaded_graph.LoadedCudaGraph``, replayed with cuda-python alone. Both are
+file returns an ``apic.replay.cuda.loaded_graph.LoadedCudaGraph``, replayed with cuda-python alone. Both are
 replayed, saved and freed through the ``cuda`` backend (``apic.replay.backends.cuda``).
 """
 

@@ -7,14 +7,14 @@ import numpy as np
 from apic.record import bindings as b
 from apic.record.params import pack
 from apic.record.ops import HandleRef
-from apic.record.active_recorder import active
+from apic.record.cpu.active_recorder import active
 from apic.record.recording import Recording
 from apic.replay import backends
-from apic.replay.cpu_plans import CpuPlans
+from apic.replay.cpu.plans import CpuPlans
 from apic.replay.named_params import NamedParams
 from apic.replay.lowering import lower
 from apic.replay.program import Program, raise_status, replay_limits
-from apic.replay.thread_count import check as _check_threads
+from apic.replay.parallel.thread_count import check as _check_threads
 
 
 class Graph(NamedParams):
@@ -66,8 +66,8 @@ class Graph(NamedParams):
         """Threads a plain ``wp.capture_launch(graph)`` splits launches over (by default 1, serial).
 
         An ``int`` >= 1, else ``ValueError``. Any count is accepted and bounded where it is used: launches
-        are cut for at most ``apic.replay.thread_count.MAX_THREADS`` threads, and run on no more OS
-        threads than the process may use (its CPU affinity; see ``apic.replay.thread_count``)."""
+        are cut for at most ``apic.replay.parallel.thread_count.MAX_THREADS`` threads, and run on no more OS
+        threads than the process may use (its CPU affinity; see ``apic.replay.parallel.thread_count``)."""
         return self.plans.threads
 
     @threads.setter
@@ -100,7 +100,7 @@ class Graph(NamedParams):
         launches next to it), ``together`` the launches of its ``OP_SPLIT`` row (1: split alone), ``count``
         its executions per replay; ``chunks`` and ``together`` 0 and ``why`` the reason when it runs
         serially; ``basis`` what decided either way (its tasks, or its measured time against the plan's
-        boundary: ``apic.replay.plan_costs``; for a launch split by footprint, also that it runs serially at
+        boundary: ``apic.replay.parallel.plan_costs``; for a launch split by footprint, also that it runs serially at
         a replay whose index data differ from what it was judged on, and "(they differ now)" where the
         memory holds such data now). Then one entry per other kernel
         launched (``tasks`` 0, ``count`` its launches), with why it was not proved splittable.
@@ -126,7 +126,7 @@ class Graph(NamedParams):
         proved splittable and large enough over that many threads (docs/PARALLEL.md); the results are the
         serial replay's, bit for bit. A count above what can run is bounded: launches are cut for at most
         ``MAX_THREADS`` threads, run on at most as many OS threads as the process may use
-        (``apic.replay.thread_count``).
+        (``apic.replay.parallel.thread_count``).
         During a CPU capture on this thread, record its operations ``repeats`` times instead.
         """
         recorder = active()
@@ -153,7 +153,7 @@ class Graph(NamedParams):
         packed = pack(scalar, value, f"set_param('{scalar.name}')")
         offsets = self.program.param_offsets.get(scalar.name)
         if offsets is not None:  # every launch argument block that received it, in the replay arena
-            from apic.replay.param_slots import write_slots  # lazy: imports Numba (a jitted loop)
+            from apic.replay.cpu.param_slots import write_slots  # lazy: imports Numba (a jitted loop)
 
             write_slots(self.program.arena, offsets, np.frombuffer(packed, dtype=np.uint8))
         self.param_values[scalar.name] = packed

@@ -3,13 +3,13 @@
 ``import apic`` calls :func:`install`; ``apic.uninstall()`` calls :func:`uninstall`, which undoes every
 patch in reverse order and leaves warp exactly as it was. What is patched where:
 
-* at install, the Python-level shims (``apic.record.shims``, ``apic.record.launch_shims``), the Mesh/Bvh/HashGrid methods
-  (``apic.record.handle_shims``), warp.sparse (``apic.record.sparse``), the capture API
+* at install, the Python-level shims (``apic.record.cpu.shims``, ``apic.record.cpu.launch_shims``), the Mesh/Bvh/HashGrid methods
+  (``apic.record.cpu.handle_shims``), warp.sparse (``apic.record.cpu.sparse``), the capture API
   (``apic.capture``), saving and loading (``apic.persist``), and the CUDA recording's wrappers
-  (``apic.record.cuda_shims``), layered on top of the CPU shims;
+  (``apic.record.cuda.shims``), layered on top of the CPU shims;
 * at the first ``apic.param`` (or at install, when one exists), Warp's ``pack_arg``
-  (``apic.record.launch_shims.enable_params``: no cost for programs that never make one);
-* at the first CPU capture, Warp's native host functions (``apic.record.native_sinks``; they need an initialised runtime) and warp.fem's
+  (``apic.record.cpu.launch_shims.enable_params``: no cost for programs that never make one);
+* at the first CPU capture, Warp's native host functions (``apic.record.cpu.native_sinks``; they need an initialised runtime) and warp.fem's
   temporaries (once warp.fem is imported); at the first ``apic=True`` CUDA capture, the CUDA natives.
 
 Nothing below this module imports it: a capture reaches the lazy steps through ``apic.patches.before_capture``.
@@ -23,7 +23,8 @@ from apic import _compat, capture, patches, persist
 from apic.record import params
 from apic._compat import wp_context
 from apic.errors import CaptureError
-from apic.record import cuda_shims, fem, handle_shims, launch_shims, native_sinks, shims, sparse
+from apic.record.cuda import shims as cuda_shims
+from apic.record.cpu import fem, handle_shims, launch_shims, native_sinks, shims, sparse
 
 _python = patches.Patches()  # Python-level patches, from install on
 _native = patches.Patches()  # Warp's native host functions, from the first CPU capture on

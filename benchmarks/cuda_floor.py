@@ -92,13 +92,13 @@ def _built_with_llvmlite():
 class Floor:
     """The floor of a loaded graph's op-by-op replay (``FLOOR_SOURCE``): its kernel launches, in one native loop.
 
-    ``entries`` are the driver's entry points (``apic.replay.cuda_rows.driver_entries``); by default the
+    ``entries`` are the driver's entry points (``apic.replay.cuda.rows.driver_entries``); by default the
     graph's own. A graph with copies or memsets is refused (the floor would leave them out) unless
     ``launches_only``. ``compiler``: ``"cc"`` (the C source; the default where a C compiler is found) or
     ``"llvmlite"`` (the same loop in LLVM IR). Raises ``RuntimeError`` where the entry points cannot be had."""
 
     def __init__(self, graph, folder: str, entries=None, launches_only: bool = False, compiler=None) -> None:
-        from apic.replay import cuda_rows
+        from apic.replay.cuda import rows as cuda_rows
         from benchmarks.cuda_standin import compiler as c_compiler
 
         entries = entries or cuda_rows.driver_entries(graph._cu)

@@ -9,7 +9,7 @@ function that does nothing (``ctypes no-op``), the least any Python caller of th
 
 * ``ctypes no-op``: the floor;
 * ``three ctypes calls``: what a replay cost before the op-table rows (cuCtxPushCurrent, cuGraphLaunch,
-  cuCtxPopCurrent through ctypes, as ``apic.replay.cuda_driver`` made them);
+  cuCtxPopCurrent through ctypes, as ``apic.replay.cuda.driver`` made them);
 * ``rows``: the graph-mode op table run by the native interpreter (one prebuilt ctypes call);
 * ``graph.launch()`` and ``wp.capture_launch(graph)``: the whole path a user's replay takes.
 
@@ -50,9 +50,9 @@ class _Device:
 
 def loaded_graph(standin, plan=None):
     """A ``LoadedCudaGraph`` set up for replay as a load leaves it (see the module docstring); its steps
-    ``plan`` (``apic.replay.cuda_lowering.lower``'s; default one memset)."""
-    from apic.replay import cuda_loaded_graph, cuda_rows
-    from apic.replay.cuda_resources import Resources
+    ``plan`` (``apic.replay.cuda.lowering.lower``'s; default one memset)."""
+    from apic.replay.cuda import loaded_graph as cuda_loaded_graph, rows as cuda_rows
+    from apic.replay.cuda.resources import Resources
 
     graph = cuda_loaded_graph.LoadedCudaGraph.__new__(cuda_loaded_graph.LoadedCudaGraph)
     graph.mode = "graph"
@@ -110,7 +110,7 @@ def per_node(standin, folder: str, launches: int) -> dict:
 
     graph = loaded_graph(standin, [("kernel", 0x8000 + k, (1, 1, 1), (256, 1, 1), 0, 0x9000) for k in range(launches)])
     graph.mode = "launch"
-    from apic.replay import cuda_rows
+    from apic.replay.cuda import rows as cuda_rows
 
     floor = Floor(graph, folder, cuda_rows.driver_entries(None, library=standin.path))
     return {"op by op (rows)": graph.launch, f"floor ({floor.compiler})": floor.run}

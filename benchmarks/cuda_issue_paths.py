@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 
 from apic.targets.cuda import DRIVER_LIBRARY
-from benchmarks.cuda_replay import Method, _read
+from benchmarks.cuda_methods import Method, read_counter
 
 
 def issue_path_methods(stem: str, device: str, like) -> list[Method]:
@@ -33,12 +33,12 @@ def issue_path_methods(stem: str, device: str, like) -> list[Method]:
     exec_, stream = int(loaded._resources.exec), int(loaded._resources.stream)
     loaded._cu("cuCtxSetCurrent", loaded._resources.context)  # the calls below need it current, as the rows do
     found.append(Method("apic exec, ctypes", lambda: _check(lib.cuGraphLaunch(exec_, stream)),
-                        lambda g=loaded: _read(g, "x", like)))
+                        lambda g=loaded: read_counter(g, "x", like)))
     on_warps = wp.capture_load(stem, device=device)
     warp_stream = int(wp.get_device(device).stream.cuda_stream)
     other_exec = int(on_warps._resources.exec)
     found.append(Method("apic exec, ctypes, Warp's stream", lambda: _check(lib.cuGraphLaunch(other_exec, warp_stream)),
-                        lambda g=on_warps: _read(g, "x", like)))
+                        lambda g=on_warps: read_counter(g, "x", like)))
 
     captured = wp.capture_load(stem, device=device)
     cu, driver = captured._cu, captured._cu.cu
@@ -53,7 +53,7 @@ def issue_path_methods(stem: str, device: str, like) -> list[Method]:
     built_exec, built_stream = int(built), int(own)
     captured._issue_paths_keep = (graph, built, own)  # alive as long as the graph (and its memory)
     found.append(Method("apic plan, captured exec", lambda: _check(lib.cuGraphLaunch(built_exec, built_stream)),
-                        lambda g=captured: _read(g, "x", like)))
+                        lambda g=captured: read_counter(g, "x", like)))
     return found
 
 

@@ -28,7 +28,8 @@ import time
 
 import numpy as np
 
-from benchmarks.cuda_replay import Method, gpu_reason, summarise, time_rounds, write_json
+from benchmarks.cuda_methods import Method
+from benchmarks.cuda_replay import gpu_reason, summarise, time_rounds, write_json
 
 _STARTED = time.monotonic()
 

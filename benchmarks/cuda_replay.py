@@ -12,7 +12,7 @@ Methods, each with its own memory (a one-element int32 counter that every launch
 * ``apic loaded, graph``: apic's ``wp.capture_save`` / ``wp.capture_load`` of an ``apic=True`` capture, replayed
   as one CUDA graph (one ``cuGraphLaunch`` per replay);
 * ``apic loaded, launch``: the same file, replayed op by op (``graph.mode = "launch"``: one ``cuLaunchKernel``
-  per node, called by address from apic's native interpreter, ``apic.replay.cuda_rows``);
+  per node, called by address from apic's native interpreter, ``apic.replay.cuda.rows``);
 * ``C floor``: the floor of op-by-op replay (``benchmarks/cuda_floor.py``): a C loop (compiled at run time with
   the system's C compiler; where there is none, the same loop in LLVM IR through llvmlite) making the same
   ``cuLaunchKernel`` calls as ``apic loaded, launch`` on a third load of the file, in one ctypes call per
@@ -42,8 +42,8 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+
+from benchmarks.cuda_methods import Method, read_counter
 
 NO_GPU_EXIT = 3
 IDLE_SAMPLES = 3  # single replays timed per method and round, each after the GPU has finished everything
@@ -134,25 +134,12 @@ def gpu_reason(device: str) -> str | None:
         wp.get_device(device)
     except Exception as error:  # noqa: BLE001  (Warp raises ValueError or RuntimeError for a bad name)
         return f"no device {device!r}: {error}"
-    from apic.replay import cuda_loaded_graph as cuda_replay
+    from apic.replay.cuda import loaded_graph as cuda_replay
 
     return cuda_replay.unavailable_reason()
 
 
 # --- the methods ----------------------------------------------------------------------------------------------
-@dataclass
-class Method:
-    """One way of replaying the graph: ``launch`` replays once; ``counter`` reads the counter (exact)."""
-
-    name: str
-    launch: Callable[[], None]
-    counter: Callable[[], int]
-    replays: int = 0
-    total: list = field(default_factory=list)
-    issue: list = field(default_factory=list)
-    issue_idle: list = field(default_factory=list)  # one replay issued with nothing queued on the GPU
-
-
 def _kernel():
     """The one-thread kernel every launch runs (its Warp module is this file's)."""
     global wp  # Warp resolves the annotation (a string: this module's annotations are postponed) in its globals
@@ -170,15 +157,6 @@ def _launches(kernel, x, device: str, count: int) -> None:
 
     for _ in range(count):
         wp.launch(kernel, dim=1, inputs=[x], device=device)
-
-
-def _read(graph, name: str, like) -> int:
-    """The counter a loaded graph holds (read into a device array: Warp's and apic's graphs both take one)."""
-    import warp as wp
-
-    out = wp.zeros_like(like)
-    graph.get_param(name, out)
-    return int(out.numpy()[0])
 
 
 def warp_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[Method], dict]:
@@ -216,7 +194,7 @@ def _warp_apic(kernel, device: str, launches: int, folder: str, warp_launch) -> 
     stem = os.path.join(folder, "warp_apic")
     wp.capture_save(cap.graph, stem, inputs={"x": x})
     graph = wp.capture_load(stem, device=device)  # its counter starts at 0, as x was when saved
-    return Method("warp APIC loaded", lambda: warp_launch(graph), lambda: _read(graph, "x", x))
+    return Method("warp APIC loaded", lambda: warp_launch(graph), lambda: read_counter(graph, "x", x))
 
 
 def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[Method], dict]:
@@ -234,7 +212,7 @@ def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[
         graph = wp.capture_load(stem, device=device)
         graph.mode = mode
         found.append(Method(f"apic loaded, {mode}", lambda g=graph: wp.capture_launch(g),
-                            lambda g=graph: _read(g, "x", x)))
+                            lambda g=graph: read_counter(g, "x", x)))
     from benchmarks.cuda_floor import Floor
 
     graph = wp.capture_load(stem, device=device)
@@ -242,7 +220,7 @@ def apic_methods(kernel, device: str, launches: int, folder: str) -> tuple[list[
         floor = Floor(graph, folder)
     except Exception as error:  # noqa: BLE001 - no entry points or no build: reported, the other methods still run
         return found, {"C floor": str(error)}
-    found.append(Method("C floor", floor.run, lambda g=graph: _read(g, "x", x)))
+    found.append(Method("C floor", floor.run, lambda g=graph: read_counter(g, "x", x)))
     from benchmarks.cuda_issue_paths import issue_path_methods
 
     try:

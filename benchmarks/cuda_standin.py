@@ -1,7 +1,7 @@
 """A stand-in CUDA driver library, compiled at run time, that records the calls a loaded graph's replay makes.
 
 It is a real shared object (C, built with the system's C compiler into a folder of the caller's) exporting the
-driver entry points apic's op-table rows call by address (``apic.replay.cuda_rows.SYMBOLS``): each call is
+driver entry points apic's op-table rows call by address (``apic.replay.cuda.rows.SYMBOLS``): each call is
 recorded (which call, its arguments as 64-bit words, and for ``cuLaunchKernel`` the bytes of each kernel
 parameter, for the kernels whose parameter sizes were registered) and returns ``CUDA_SUCCESS``, or the error
 it was told to return at a given call. The context calls keep a small stack of current contexts.

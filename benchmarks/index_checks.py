@@ -49,7 +49,7 @@ def loaded_graph(n: int, folder: str):
 
 
 def main() -> None:
-    from apic.replay.interpreter import run_table
+    from apic.replay.cpu.interpreter import run_table
 
     limits = program.replay_limits()
     with tempfile.TemporaryDirectory() as folder:

@@ -16,7 +16,7 @@ import time
 import warp as wp
 
 import apic  # noqa: F401  (installs the capture)
-from apic.replay.interpreter import run_table
+from apic.replay.cpu.interpreter import run_table
 
 ROUNDS = 31
 

@@ -29,7 +29,7 @@ import warp as wp
 
 import apic
 from apic._compat import quiet_warp
-from apic.replay.plan_costs import TIMED_REPLAYS
+from apic.replay.parallel.plan_costs import TIMED_REPLAYS
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "clients"))
 

@@ -35,7 +35,7 @@ import warp as wp
 import apic
 
 from apic._compat import quiet_warp
-from apic.replay.plan_costs import TIMED_REPLAYS
+from apic.replay.parallel.plan_costs import TIMED_REPLAYS
 
 from benchmarks.parallel import interleaved
 

@@ -4,7 +4,7 @@
 
 Starts ``--runs`` fresh processes one after another; each captures one ``mjw.step`` (the scenes of
 ``benchmarks.parallel``, default settings), replays it on ``--threads`` threads until its timed replays
-are done (``apic.replay.plan_costs.TIMED_REPLAYS``) and prints the launches its plan splits. The
+are done (``apic.replay.parallel.plan_costs.TIMED_REPLAYS``) and prints the launches its plan splits. The
 summary says how many distinct plans the runs made, and for the rows whose time decides, their
 measured times nearest the boundary (how far the nearest is from flipping). Needs mujoco-warp.
 """
@@ -24,7 +24,7 @@ def _one(args) -> dict:
     import warp as wp
 
     from apic._compat import quiet_warp
-    from apic.replay.plan_costs import TIMED_REPLAYS
+    from apic.replay.parallel.plan_costs import TIMED_REPLAYS
 
     from benchmarks.parallel import _capture, _scene
 

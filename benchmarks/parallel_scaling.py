@@ -4,7 +4,7 @@
                                           [--rounds 5] [--steps 2] [--json PATH]
 
 Captures one ``mjw.step`` (the scenes of ``benchmarks.parallel``, default settings: the plan of each
-thread count is the one users get, after the timed replays of ``apic.replay.plan_costs``) in two graphs
+thread count is the one users get, after the timed replays of ``apic.replay.parallel.plan_costs``) in two graphs
 from identical states. The first replays serially, the second on each thread count in turn, as many
 replays; every ``Data`` array must then be the same bit for bit. Then the rounds interleave the thread
 counts (the order reversed every other round) and the minimum per step of each gives its speed-up
@@ -23,7 +23,7 @@ import sys
 import warp as wp
 
 from apic._compat import quiet_warp
-from apic.replay.plan_costs import TIMED_REPLAYS
+from apic.replay.parallel.plan_costs import TIMED_REPLAYS
 
 from benchmarks.parallel import _capture, _scene, differing, interleaved
 

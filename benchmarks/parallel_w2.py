@@ -21,7 +21,7 @@ import warp as wp
 import apic  # noqa: F401  (installs the CPU capture)
 from apic._compat import quiet_warp
 from apic.bench import workloads
-from apic.replay.table import OP_SPLIT
+from apic.replay.cpu.table import OP_SPLIT
 
 
 def _captured(ops: int, dim: int, branches: int):

@@ -22,7 +22,7 @@ wp.config.quiet = True
 
 import apic  # noqa: E402
 from apic.demo import Chain  # noqa: E402
-from apic.replay import profile as _profile  # noqa: E402
+from apic.replay.cpu import profile as _profile  # noqa: E402
 
 
 @wp.kernel

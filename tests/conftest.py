@@ -56,7 +56,7 @@ def _load_test_kernels():
 def _no_capture_leaks():
     """A test must never leave a capture running on this thread."""
     yield
-    from apic.record.recorder import active
+    from apic.record.cpu.recorder import active
 
     leaked = active()
     if leaked is not None:

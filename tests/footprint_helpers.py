@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from apic.record.footprint import written_params
-from apic.record.footprint_eval import Array, Evaluation, View
+from apic.record.parallel.footprint import written_params
+from apic.record.parallel.footprint_eval import Array, Evaluation, View
 
 
 def evaluate(kernel, values: dict, tasks: int) -> Evaluation:

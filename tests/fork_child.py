@@ -1,12 +1,13 @@
 """``os.fork()`` while other threads replay split: run as a script by ``test_thread_pools.py``.
 
 Two threads keep the parallel replay's two pools busy: one replays a graph with ``threads=2`` (the
-splitter's pool, ``apic.replay.split_pool``), one runs ``apic.replay.threaded_launch.launch(threads=2)`` (the
-range-entry pool, ``apic.replay.range_entry``). The main thread forks while both pools' locks are
-held (``FORKS`` times, or until a child hangs). Each child first notes which of the inherited locks
-were held, then replays another graph with ``threads=2`` and runs a split ``threaded_launch.launch``, each
-three times, compared bit for bit with the same launches run eagerly in the child; it reports on a
-pipe and leaves with ``os._exit``. A child that does not finish within ``CHILD_SECONDS`` is killed
+splitter's pool, ``apic.replay.parallel.split_pool``), one runs
+``apic.replay.parallel.threaded_launch.launch(threads=2)`` (the range-entry pool,
+``apic.replay.parallel.range_entry``). The main thread forks while both pools' locks are held (``FORKS``
+times, or until a child hangs). Each child first notes which of the inherited locks were held, then
+replays another graph with ``threads=2`` and runs a split ``threaded_launch.launch``, each three times,
+compared bit for bit with the same launches run eagerly in the child; it reports on a pipe and leaves with
+``os._exit``. A child that does not finish within ``CHILD_SECONDS`` is killed
 and reported as hung. The last line of stdout is a JSON report.
 
 With ``--from-thread`` the fork is taken from a non-main thread instead (nothing else running), and
@@ -32,7 +33,7 @@ from apic._compat import quiet_warp  # noqa: E402
 
 quiet_warp()
 import persist_kernels as P  # noqa: E402
-from apic.replay import range_entry, split_pool, threaded_launch  # noqa: E402
+from apic.replay.parallel import range_entry, split_pool, threaded_launch  # noqa: E402
 from apic.replay import program as program_module  # noqa: E402
 
 CPU = "cpu"

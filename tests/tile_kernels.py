@@ -3,7 +3,7 @@ proof accepts or refuses, and a runner that replays them split and eagerly.
 
 Each accepted kernel's tile code goes through Warp's CPU tile memory (``tile_matmul``,
 ``tile_cholesky`` and ``tile_map`` results live there): run by two threads in one loaded module, the
-tiles of one thread land in the other's memory (``apic.replay.range_entry.per_thread_entries``).
+tiles of one thread land in the other's memory (``apic.replay.parallel.range_entry.per_thread_entries``).
 Imported by ``test_world_split_tiles.py`` and by its child processes.
 """
 

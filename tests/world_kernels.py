@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from apic.replay import reference
+from apic.replay.cpu import reference
 
 CPU = "cpu"
 WORLDS, TASKS = 61, 37

@@ -1,11 +1,11 @@
 """The one store of every file apic keeps between processes, and its one pruning rule.
 
 Two places, one rule. In apic's own cache folder (:func:`cache_folder`): the native serial interpreter's
-object (``serial-interpreter-*.o``, ``apic.replay.native_interpreter``) and the host's CPU target
+object (``serial-interpreter-*.o``, ``apic.replay.cpu.native_interpreter``) and the host's CPU target
 (``host-target-*.json``, ``apic._probes.cpu``). In Warp's kernel cache folder, one sub-folder per kind, what
 the parallel replay keeps (:func:`kept_path`, :func:`load_kept`, :func:`keep`): range objects
-(``apic-range``, ``apic.replay.range_cache``) and footprint verdicts (``apic-footprint``,
-``apic.replay.footprint_cache``), each switched off by its own environment variable set to ``"0"``.
+(``apic-range``, ``apic.replay.parallel.range_cache``) and footprint verdicts (``apic-footprint``,
+``apic.replay.parallel.footprint_cache``), each switched off by its own environment variable set to ``"0"``.
 
 Every file is named ``<kind>-<32 hex digits>.<ext>`` and starts with its kind's magic bytes; a kept file
 ends with the SHA-256 of what precedes it, so that a truncated or damaged one (a process killed while

@@ -15,7 +15,7 @@ import warp as wp
 
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen
 
-# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda_recorder, apic.targets.cuda) ----------
+# --- CUDA (recording alongside Warp's CUDA graph capture; apic.record.cuda.recorder, apic.targets.cuda) ----------
 # wp_cuda_launch_kernel's parameters by warp-lang version, told apart by their number (argtypes):
 # <= 1.12: 8; 1.13-1.14 add a trailing APICLaunchInfo*; 1.15+ add grid_stride and cluster_dim.
 _CUDA_LAUNCH_PARAMS = {
@@ -78,7 +78,7 @@ def cuda_module_binary_path(module, module_exec) -> str:
     )
 
 
-# --- cuda-python (replaying a saved CUDA graph; apic.replay.cuda_loaded_graph) -----------------------------------
+# --- cuda-python (replaying a saved CUDA graph; apic.replay.cuda.loaded_graph) -----------------------------------
 def cuda_driver():
     """cuda-python's driver bindings: ``cuda.bindings.driver`` (cuda-python 11.8.4+/12.6+; the only
     name from 13.0, which removed ``cuda.cuda``), else ``cuda.cuda`` (older releases)."""

@@ -196,7 +196,7 @@ def _numba_loop():
     if _NUMBA_LOOP is None:
         from numba import njit  # lazy: only the fallback floor (no C compiler) needs Numba
 
-        from apic.replay._intrinsics import call2, call3, call4, call5, call10  # lazy: imports Numba
+        from apic.replay.cpu._intrinsics import call2, call3, call4, call5, call10  # lazy: imports Numba
 
         @njit(nogil=True)
         def loop(rows, repeats):

@@ -17,7 +17,7 @@ import numpy as np
 
 from apic import _compat
 from apic.errors import ApicError
-from apic.replay import table as tbl
+from apic.replay.cpu import table as tbl
 
 # what a relocation points at (the runtime's APIC_TARGET_*)
 TARGET_REGION, TARGET_ARENA, TARGET_KERNEL, TARGET_NATIVE = 1, 2, 3, 4

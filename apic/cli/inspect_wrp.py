@@ -16,7 +16,7 @@ from apic.format import reader, writer
 from apic.format.module_folder import ModuleFolder, read_regular
 from apic.record.params import unpack
 from apic.record import ops as rec
-from apic.replay.cuda_loaded_graph import unavailable_reason
+from apic.replay.cuda.loaded_graph import unavailable_reason
 
 
 def add_parser(subparsers):

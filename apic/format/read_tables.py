@@ -253,7 +253,7 @@ def _split_world(value, where: str, refused: bool, args_size: int | None) -> dic
 
     Only a CPU forward kernel may have it; with ``args_size`` (the kernel's recorded argument struct),
     every offset must leave room for an array descriptor in it. The lowering checks each launch as for
-    a kernel proved at capture (``apic.record.world_launch.world_launch_refusal``)."""
+    a kernel proved at capture (``apic.record.parallel.world_launch.world_launch_refusal``)."""
     if refused:
         _fail(where, "only a CPU forward kernel may be split")
     value = _map(value, where, ("writes", "rows"))

@@ -37,7 +37,7 @@ from apic.format.read_context import Context
 from apic.format.read_ops import read_ops
 from apic.format.read_raw import read_raw_ops
 from apic.format.read_tables import ModuleEntry
-from apic.record.conditional_tree import StructureError, conditional_tree
+from apic.record.cuda.conditional_tree import StructureError, conditional_tree
 from apic.record.control_flow import control_flow_problem, nesting_depth
 from apic.record.effects import EFFECTS, control_of
 from apic.record.recording import ModuleInfo, Recording

@@ -61,7 +61,7 @@ strictly: ``source.options.extra_flags`` takes only Warp's default compiler flag
 
 2026-11-28, every version (no new version: an older reader refuses such a file, naming op kind 8, rather than
 misreading it): CUDA graphs may hold ``branch`` and ``jump`` (``wp.capture_if`` / ``capture_while``), which must
-nest as conditional nodes (``apic.record.conditional_tree``; docs/FORMAT.md 8.1) within
+nest as conditional nodes (``apic.record.cuda.conditional_tree``; docs/FORMAT.md 8.1) within
 ``MAX_CONDITIONAL_DEPTH`` and ``MAX_CONDITIONAL_BODY_OPS``. Golden file: ``tests/data/golden/cuda-conditional``.
 
 Compatibility promise (docs/FORMAT.md, section 6.1): an apic release reads every format version from

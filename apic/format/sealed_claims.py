@@ -13,10 +13,10 @@ save and a load takes them from there:
   whose claim for a kernel differs from it is refused. A manifest without the map (written before it, or a
   module whose file carries none) seals nothing: its kernels' claims are dropped and they replay serially.
 * a kernel's **footprint verdicts** (``footprint``: ``symbol -> [writes, [[digest, index offsets], ...]]``):
-  a kernel claimed by the footprint rule (``apic.record.footprint``) has no claim a load could check, since
+  a kernel claimed by the footprint rule (``apic.record.parallel.footprint``) has no claim a load could check, since
   its verdicts rest on the index data each launch held; a save made with the generated source (which a
   threaded replay needs) seals the digest of each launch the parallel replay splits
-  (``apic.record.footprint.sealed_digest``), and a load splits a launch of that kernel only where it
+  (``apic.record.parallel.footprint.sealed_digest``), and a load splits a launch of that kernel only where it
   has one of those digests. A manifest without the map seals none: those launches replay serially.
 * the module's **generated source** (``source_fallback=True``), which a threaded replay compiles to range
   entries: the manifest names its SHA-256 (``source_sha256``). A source whose SHA-256 is another is not
@@ -31,7 +31,7 @@ import dataclasses
 
 from apic.errors import FormatError
 from apic.format import schema
-from apic.record.footprint import SealedFootprint, sealed_digest
+from apic.record.parallel.footprint import SealedFootprint, sealed_digest
 from apic.targets import files
 
 FIELD = "split"  # the manifest key of the sealed claims

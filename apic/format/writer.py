@@ -39,7 +39,7 @@ from apic.format.write_ops import blob as blob_wire
 from apic.format.write_ops import ops_and_sequence
 from apic.record import ops as rec
 from apic.record import handle_words
-from apic.record.conditional_tree import StructureError, conditional_tree, has_conditionals
+from apic.record.cuda.conditional_tree import StructureError, conditional_tree, has_conditionals
 from apic.record.control_flow import nesting_depth
 from apic.targets import target as targets
 from apic.targets.cpu import MODULE_EXTENSION, module_file_name

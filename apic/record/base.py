@@ -1,7 +1,7 @@
 """What the CPU and the CUDA recorders share: noting the values an operation uses, allocations, the
 module and kernel tables, and the plain memory ops.
 
-A recorder (``apic.record.recorder.Recorder`` for the CPU, ``apic.record.cuda_recorder.CudaRecorder`` for CUDA)
+A recorder (``apic.record.cpu.recorder.Recorder`` for the CPU, ``apic.record.cuda.recorder.CudaRecorder`` for CUDA)
 says which memory is its device's (``_accepts``) and what else a value may be (``_note_value``); the
 rest is here, so that both record an allocation, a copy or a module the same way.
 """

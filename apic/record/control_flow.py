@@ -1,7 +1,7 @@
 """Control flow in a CPU capture: ``wp.capture_if`` / ``wp.capture_while`` bodies recorded inline, and a
 finished graph launched inside a capture (its ops, inline, as a CUDA child graph).
 
-A mixin of ``apic.record.recorder.Recorder``: it uses the recorder's op list, noting and interning; and
+A mixin of ``apic.record.cpu.recorder.Recorder``: it uses the recorder's op list, noting and interning; and
 ``control_flow_problem``, the rule every op sequence keeps (the reader checks a file's, lowering its own).
 """
 

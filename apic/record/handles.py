@@ -3,7 +3,7 @@
 A handle's ``id`` is the address of a native struct in this process, so a graph cannot carry the
 number itself. apic records *what the object was built from* instead, and rebuilds it on load:
 
-* **Registry.** ``apic.record.handle_shims`` wraps the four classes' ``__init__`` (and ``HashGrid.build``) so every
+* **Registry.** ``apic.record.cpu.handle_shims`` wraps the four classes' ``__init__`` (and ``HashGrid.build``) so every
   object made after ``import apic`` is known by id, with the constructor options Warp does not keep
   as attributes. Objects made before are found once, on demand, by a sweep of the garbage collector.
 * **Capture.** A kernel argument (a ``uint64``/``int64``/``wp.handle`` scalar or struct field) or a
@@ -121,7 +121,7 @@ def lookup(value: int):
 
 def lookup_any(value: int):
     """The live handle object, on the CPU or a GPU, whose id is ``value``, or None (a CUDA graph cannot carry
-    such an id: ``apic.record.cuda_recorder`` refuses to save it)."""
+    such an id: ``apic.record.cuda.recorder`` refuses to save it)."""
     found = lookup(value)
     return found if found is not None else _device_registry.get(value)
 
@@ -143,7 +143,7 @@ def live_ids() -> np.ndarray:
     return np.array(sorted(_registry.keys()), dtype=np.uint64)
 
 
-# The native exports a CPU capture records for a handle method (see ``apic.record.handle_shims``).
+# The native exports a CPU capture records for a handle method (see ``apic.record.cpu.handle_shims``).
 NATIVE_CALLS = HANDLE_CALLS
 
 

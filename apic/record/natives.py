@@ -3,7 +3,7 @@
 ``wp.utils.array_scan``, ``radix_sort_pairs``, ``segmented_sort_pairs``, ``runlength_encode``,
 ``array_sum`` and ``array_inner``, and the ``warp.sparse`` functions that build a BSR topology
 natively (``bsr_set_from_triplets``, ``bsr_axpy``, ``bsr_mm``, ``bsr_assign``, ``bsr_set_transpose``,
-``bsr_compress``: see ``apic.record.sparse``), end in a call of a ``wp_*_host`` export of Warp's core
+``bsr_compress``: see ``apic.record.cpu.sparse``), end in a call of a ``wp_*_host`` export of Warp's core
 library with integer and pointer arguments only. A capture records that call (the export's name and
 its arguments, pointers as region references) and replay makes it again, from the interpreter.
 
@@ -20,7 +20,7 @@ its row offsets give: as upstream does, apic keeps those offsets as they are whe
 captured, restores them (a ``memtile`` op) right before the call at replay, and records the call with
 the capacity appended as a trailing argument of its own (``Signature.extra``; not passed to Warp), so
 that the bytes it reaches are known from its arguments; the replay checks the restored offsets
-against that capacity before the call (``apic.replay.table.OP_PADDED_TRANSPOSE``, whose entry in
+against that capacity before the call (``apic.replay.cpu.table.OP_PADDED_TRANSPOSE``, whose entry in
 ``table.OPCODES`` names this call).
 
 ``segmented_sort_pairs`` reads its segment bounds from graph memory at replay time; the replay
@@ -47,7 +47,7 @@ _INT_MAX = (1 << 31) - 1
 PTR = "ptr"
 INT = "int"
 OPT = "opt"  # a pointer that may be null (recorded and saved as the integer 0 then)
-MAX_ARGS = 20  # the most arguments a native call may have (apic.replay.table.ARGV_ARGS; the longest here has 17)
+MAX_ARGS = 20  # the most arguments a native call may have (apic.replay.cpu.table.ARGV_ARGS; the longest here has 17)
 
 # Bytes per scalar of each type suffix in the export names.
 _SCALAR = {"int": 4, "uint": 4, "float": 4, "double": 8, "int64": 8, "uint64": 8}
@@ -150,7 +150,7 @@ for _t in ("float", "double"):
         {4: _s, 5: _s},
     )
 
-# --- warp.sparse (warp/native/sparse.cpp), reached from the functions apic.record.sparse wraps --------
+# --- warp.sparse (warp/native/sparse.cpp), reached from the functions apic.record.cpu.sparse wraps --------
 _ANY64 = (-((1 << 63) - 1), (1 << 63) - 1)  # a uint64 zero-value mask, as its signed 64-bit pattern
 _BLOCK = (1, 1 << 16)  # scalars per block
 _SCALAR_BYTES = (0, 8)  # 0 when no values are passed

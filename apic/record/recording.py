@@ -35,19 +35,19 @@ class KernelInfo:
     # their dispatcher through wp_take_cpu_block_error, which a replay must check, as eager Warp does
     cpu_blocks: bool = False
     # Parallel replay (docs/PARALLEL.md): for a forward kernel proved splittable at capture
-    # (apic.record.splittable.written_offsets), the byte offsets in its packed arguments of the arrays it
+    # (apic.record.parallel.splittable.written_offsets), the byte offsets in its packed arguments of the arrays it
     # writes; None for every other entry point, which always runs serially
     split_writes: tuple[int, ...] | None = None
-    # ... or, for a kernel proved splittable by world instead (apic.record.world_split), the byte offsets
+    # ... or, for a kernel proved splittable by world instead (apic.record.parallel.world_split), the byte offsets
     # of the arrays it accesses only at the world's row; its launches split into ranges of whole worlds
     split_world: tuple[int, ...] | None = None
     # ... and it uses tiles: each thread runs its chunks in its own loaded copy of the range object, whose
-    # tile memory no other thread's code points into (apic.replay.range_entry.per_thread_entries)
+    # tile memory no other thread's code points into (apic.replay.parallel.range_entry.per_thread_entries)
     split_tiles: bool = False
-    # why a forward CPU kernel's launches stay serial (apic.record.world_split.split_refusal), for
+    # why a forward CPU kernel's launches stay serial (apic.record.parallel.world_split.split_refusal), for
     # parallel_report; not saved
     split_refused: str = ""
-    # ... or, for a kernel neither rule proved, its claim to the footprint rule (apic.record.footprint): each
+    # ... or, for a kernel neither rule proved, its claim to the footprint rule (apic.record.parallel.footprint): each
     # launch is judged at lowering on the index data it holds. Live: a FootprintClaim (it holds the kernel,
     # not saved); loaded: the SealedFootprint its module's manifest seals (apic.format.sealed_claims)
     split_footprint: Any = field(default=None, repr=False, compare=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from apic.record.effects import EFFECTS
-from apic.replay import table as tbl
+from apic.replay.cpu import table as tbl
 from apic.targets import handle_kinds as hk
 
 REGION_ALIGN = 64  # each region is allocated with this much slack for alignment

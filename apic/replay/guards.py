@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from apic.record import ops as rec
 from apic.record.effects import EFFECTS, control_of, effects_of
-from apic.replay import table as tbl
+from apic.replay.cpu import table as tbl
 from apic.targets import handle_kinds as hk
 
 

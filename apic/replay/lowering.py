@@ -17,7 +17,7 @@ import numpy as np
 from apic.record import ops as rec
 from apic.record.control_flow import control_flow_problem
 from apic.record.effects import EFFECTS, JUMP, control_of
-from apic.replay import table as tbl
+from apic.replay.cpu import table as tbl
 from apic.replay.guards import blobs_of, guard_row, guarded_ops, ids_blob, kept_guards, mesh_indices
 from apic.replay.lowering_rows import LOWER, Lowering, argv_blob, launch_row, lower_op
 from apic.replay.lowering_splits import splits as _splits

@@ -9,7 +9,7 @@ import struct
 from apic import _compat
 from apic.record import natives
 from apic.record import ops as rec
-from apic.replay import table as tbl
+from apic.replay.cpu import table as tbl
 from apic.replay.relocate import Arena
 from apic.targets.cpu import ABI_BY_VALUE
 
@@ -143,5 +143,5 @@ LOWER = {  # op type -> (op, Lowering) -> one table row, or None for an op of no
     rec.Jump: lambda op, low: [tbl.OP_JUMP, 0, low.row_at(op.target)],
     rec.NativeCall: _lower_native_call,
     rec.HandleCall: _lower_handle_call,
-    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda_loaded_graph"),
+    rec.CudaLaunch: rec.Refused("cannot lower op {type}: a CUDA graph replays through apic.replay.cuda.loaded_graph"),
 }

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from apic.record.splittable import graph_launch_refusal
-from apic.record.footprint import SealedFootprint, index_spans
-from apic.replay.footprint_launch import Guards, footprint_refusal, sealed_refusal
-from apic.record.world_launch import world_launch_refusal
-from apic.replay import split_planner
+from apic.record.parallel.splittable import graph_launch_refusal
+from apic.record.parallel.footprint import SealedFootprint, index_spans
+from apic.replay.parallel.footprint_launch import Guards, footprint_refusal, sealed_refusal
+from apic.record.parallel.world_launch import world_launch_refusal
+from apic.replay.parallel import split_planner
 from apic.replay.program import Split
 from apic.replay.relocate import Arena
 from apic.targets.cpu import ARRAY_T_SIZE, INDEXEDARRAY_T_SIZE

@@ -22,8 +22,10 @@ import numpy as np
 
 from apic.errors import LoopLimitError, ReplayError
 from apic.record import ops as rec
-from apic.replay import backends, native_interpreter, split_planner
-from apic.replay import table as tbl
+from apic.replay import backends
+from apic.replay.cpu import native_interpreter
+from apic.replay.parallel import split_planner
+from apic.replay.cpu import table as tbl
 
 
 
@@ -137,7 +139,7 @@ class Program:
     def parallel(self, threads: int, min_tasks_per_thread: int, range_entry_of, row_ns=None,
                  basis: dict | None = None) -> Program:
         """This program on ``threads`` threads (sharing this arena): its large split launches, and its
-        runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.split_planner``); ``self``
+        runs of independent split launches, become ``OP_SPLIT`` rows (``apic.replay.parallel.split_planner``); ``self``
         if nothing fans out.
 
         ``range_entry_of(kernel, slots)`` is the address of a kernel's range entry, or None (it stays
@@ -145,7 +147,7 @@ class Program:
         each row's measured time in a serial replay, or None; ``basis`` a dict the planner fills with what
         decided each launch (by table row).
         """
-        from apic.replay import split_pool  # lazy: imports Numba, which only a parallel replay needs
+        from apic.replay.parallel import split_pool  # lazy: imports Numba, which only a parallel replay needs
 
         found = split_planner.plan(self.table, self.splits, threads, min_tasks_per_thread, range_entry_of,
                                    split_pool.splitter_address(), split_pool.pool().base, row_ns, basis)
@@ -211,7 +213,7 @@ class Program:
         call = np.array([self._address, self._rows, repeats, _LIMITS_MAIN_AT if main else _LIMITS_THREAD_AT,
                          self.loops, counts.ctypes.data], dtype=np.int64)
         if self.threads > 1:
-            from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
+            from apic.replay.parallel.split_pool import workers  # imported already: Program.parallel made the table
 
             with workers(self.threads):
                 return native(call.ctypes.data)

@@ -2,7 +2,7 @@
 rewritten to the live addresses of the regions (and handles) they refer to.
 
 The CPU program (``apic.replay.program``) runs its launches from this arena; a loaded CUDA graph
-(``apic.replay.cuda_lowering``) points each kernel's ``kernelParams`` into it.
+(``apic.replay.cuda.lowering``) points each kernel's ``kernelParams`` into it.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ PORTABLE_LEVEL = "x86-64-v2"  # the level to save at for objects that load on an
 PORTABLE_HINT = "objects run on any x86-64 CPU with AVX and F16C"  # what saving at PORTABLE_LEVEL gives
 # The ABI and system facts other modules need of the family: the System V ABI passes a struct over 16 bytes
 # by value on the stack (warp <= 1.12's 32-byte launch bounds; Win64 passes a pointer to a copy instead);
-# Linux's futex system call number (the threaded replay's wait, apic.replay.split_pool).
+# Linux's futex system call number (the threaded replay's wait, apic.replay.parallel.split_pool).
 BIG_STRUCT_ON_STACK = True
 FUTEX_SYSCALL = 202
 

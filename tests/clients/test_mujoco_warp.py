@@ -76,7 +76,7 @@ def test_step_eager_vs_replay_every_data_array(scene):
 def test_step_split_over_threads_every_data_array(scene):
     """Parallel replay (docs/PARALLEL.md): with every launch of a splittable kernel split (threshold 1
     task per thread), three threads, every Data array stays as eager's."""
-    from apic.replay import table as tbl
+    from apic.replay.cpu import table as tbl
 
     m, fresh = scene
     eager, replayed = fresh(), fresh()

@@ -132,7 +132,7 @@ def test_saved_step_replays_in_a_process_without_mujoco(scene, warp_reference, t
 def test_the_conditional_step_records_its_while(scene):
     """With graph_conditional the recording holds the solver's capture_while as a conditional node (at any
     depth); without, none."""
-    from apic.record.conditional_tree import conditional_tree, depth_of
+    from apic.record.cuda.conditional_tree import conditional_tree, depth_of
 
     m, fresh = scene
     with wp.ScopedDevice(DEV):

@@ -81,7 +81,7 @@ def test_scene_eager_vs_replay(warmed):
 def test_scene_split_over_threads(warmed):
     """Parallel replay (docs/PARALLEL.md): every launch of a splittable kernel split (threshold 1 task
     per thread) over three threads; every array stays as eager's."""
-    from apic.replay import table as tbl
+    from apic.replay.cpu import table as tbl
 
     eager, replayed = Scene(), Scene()
     with wp.ScopedCapture() as capture:

@@ -21,7 +21,7 @@ import warp as wp
 
 import cuda_conditional_workload as cc
 import cuda_kernels as ck
-from apic.record.conditional_tree import IfNode, WhileNode, conditional_tree, depth_of
+from apic.record.cuda.conditional_tree import IfNode, WhileNode, conditional_tree, depth_of
 from persist_helpers import child_env
 from test_cuda_gpu import cu_call, driver, needs_conditional_nodes, needs_cuda_python
 

@@ -1,5 +1,5 @@
 """``wp.capture_if`` / ``wp.capture_while`` in saved CUDA graphs, without a GPU: the bodies read back from the
-branch-and-jump layout (``apic.record.conditional_tree``), the file format and its limits, and the lowering to
+branch-and-jump layout (``apic.record.cuda.conditional_tree``), the file format and its limits, and the lowering to
 CUDA conditional nodes checked call by call against the stand-in driver of tests/test_cuda_python_offline.py
 (every call first goes to the real cuda-python binding, which must accept its arguments).
 
@@ -19,8 +19,8 @@ from apic import _compat, loading
 from apic.errors import FormatError, IncompatibleGraphError
 from apic.format import schema
 from apic.record import ops as rec
-from apic.record.conditional_tree import IfNode, StructureError, WhileNode, conditional_tree, depth_of
-from apic.replay import cuda_conditional
+from apic.record.cuda.conditional_tree import IfNode, StructureError, WhileNode, conditional_tree, depth_of
+from apic.replay.cuda import conditional as cuda_conditional
 from test_cuda_offline import ARCH, FileGraph, _read, _saxpy_recording, ptx  # noqa: F401  (ptx is a fixture)
 from test_cuda_python_offline import FakeDevice, cu  # noqa: F401  (cu is a fixture)
 

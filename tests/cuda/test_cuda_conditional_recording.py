@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from apic.record.conditional_tree import IfNode, WhileNode, conditional_tree, depth_of
+from apic.record.cuda.conditional_tree import IfNode, WhileNode, conditional_tree, depth_of
 from test_cuda_conditional_offline import FileGraph
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
@@ -29,7 +29,7 @@ class _Recorder:
 
     @staticmethod
     def make():
-        from apic.record.cuda_recorder import CudaRecorder
+        from apic.record.cuda.recorder import CudaRecorder
 
         class Offline(CudaRecorder):
             def owns(self, device) -> bool:
@@ -120,7 +120,7 @@ def test_capture_if_and_while_on_cuda_go_through_the_recorder(monkeypatch):
 
     from apic import capture
     from apic.errors import UnsupportedOperationError
-    from apic.record import cuda_recorder
+    from apic.record.cuda import recorder as cuda_recorder
 
     recorder = _Recorder.make()
     monkeypatch.setattr(cuda_recorder, "active", lambda: recorder)

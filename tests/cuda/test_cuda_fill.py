@@ -1,4 +1,4 @@
-"""Fills apic does itself during a CUDA capture (``apic.record.cuda_fill``), checked without a GPU.
+"""Fills apic does itself during a CUDA capture (``apic.record.cuda.fill``), checked without a GPU.
 
 That the memsets apic makes tile the value exactly (each call applied to a byte buffer as the driver applies
 it), and the calls themselves against the stand-in driver library (``benchmarks/cuda_standin.py``): the context
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from apic.record import cuda_fill
+from apic.record.cuda import fill as cuda_fill
 from benchmarks import cuda_standin
 
 pytestmark = [pytest.mark.warp_version]

@@ -27,7 +27,7 @@ import cuda_kernels as ck
 import cuda_workload as cw
 from apic.cuda_graph import CapturedCudaGraph, CudaGraph
 from apic.errors import BindingError, CaptureError
-from apic.record import cuda_recorder as cuda_record
+from apic.record.cuda import recorder as cuda_record
 from apic.record import ops as rec
 from persist_helpers import child_env, rewrite_wrp, wrp_body
 
@@ -42,7 +42,7 @@ ALTERNATING = ("graph", "launch", "graph")  # both replay paths on one loaded gr
 # --- helpers -----------------------------------------------------------------------------------------------
 def needs_cuda_python() -> None:
     """Skip, saying why, where a saved CUDA graph cannot be replayed (no cuda-python or driver)."""
-    from apic.replay import cuda_loaded_graph as cuda_replay
+    from apic.replay.cuda import loaded_graph as cuda_replay
 
     reason = cuda_replay.unavailable_reason()
     if reason:

@@ -30,8 +30,8 @@ from apic.errors import FormatError, IncompatibleGraphError
 from apic.record import ops as rec
 from apic.record.recording import KernelInfo, ModuleInfo, Recording
 from apic.record.regions import Region
-from apic.record import cuda_params
-from apic.record import cuda_recorder as record_cuda
+from apic.record.cuda import params as cuda_params
+from apic.record.cuda import recorder as record_cuda
 from apic.targets import cuda as cp
 from apic.targets.target import CUDA
 from wrp_helpers import read_doc
@@ -468,7 +468,7 @@ def test_cuda_abi_needs_a_device(ptx):
 
 
 def test_cubin_runs_on_its_major_version_with_an_equal_or_higher_minor(ptx):
-    from apic.replay.cuda_loaded_graph import check_arch
+    from apic.replay.cuda.loaded_graph import check_arch
 
     saved = _read(_document(ptx, module_arch=(80, "", "cubin"), arch=80)[0])
     for arch in (80, 86, 87, 89):
@@ -489,7 +489,7 @@ def test_cubin_runs_on_its_major_version_with_an_equal_or_higher_minor(ptx):
 
 
 def test_ptx_loads_on_its_architecture_or_newer(ptx):
-    from apic.replay.cuda_loaded_graph import check_arch
+    from apic.replay.cuda.loaded_graph import check_arch
 
     saved = _read(_document(ptx, module_arch=(ARCH, "", "ptx"))[0])
     for arch in (ARCH, 80, 86, 90, 120):
@@ -500,7 +500,7 @@ def test_ptx_loads_on_its_architecture_or_newer(ptx):
 
 def test_save_and_load_files_without_a_gpu(ptx, tmp_path):
     """The files are written atomically like CPU ones; loading them needs cuda-python and a GPU."""
-    from apic.replay import cuda_loaded_graph as cuda_replay
+    from apic.replay.cuda import loaded_graph as cuda_replay
 
     recording, contents = _saxpy_recording()
     graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
@@ -530,7 +530,7 @@ def test_save_to_bytes_gives_the_files_without_a_gpu(ptx, tmp_path):
 
 
 def test_fill_kernel_ptx_declares_its_entry():
-    from apic.replay.cuda_lowering import FILL_PTX, FILL_SYMBOL
+    from apic.replay.cuda.lowering import FILL_PTX, FILL_SYMBOL
 
     entries = cp.ptx_entries(FILL_PTX.decode().rstrip("\0"))
     assert entries == {FILL_SYMBOL: [(8, 8)] * 4}
@@ -565,7 +565,7 @@ def test_cuda_natives_are_restored_by_uninstall():
 
 
 def test_cuda_capture_without_a_gpu_leaves_nothing_running():
-    from apic.record import cuda_recorder
+    from apic.record.cuda import recorder as cuda_recorder
 
     if wp.get_cuda_device_count():
         pytest.skip("a CUDA device is present")
@@ -589,7 +589,7 @@ def test_a_cuda_graph_passing_a_handle_id_or_pointer_as_an_integer_is_not_saved(
     """Such a value would dangle after a load: the recorder notes it, and saving refuses, naming it."""
     from apic.errors import UnsupportedOperationError
     from apic.format import writer
-    from apic.record.cuda_recorder import CudaRecorder
+    from apic.record.cuda.recorder import CudaRecorder
 
     points = wp.array(np.zeros((3, 3), dtype=np.float32), dtype=wp.vec3, device="cpu")
     mesh = wp.Mesh(points=points, indices=wp.array([0, 1, 2], dtype=wp.int32, device="cpu"))
@@ -623,7 +623,7 @@ class _GpuMesh(wp.Mesh):
 def test_the_id_of_a_handle_on_a_gpu_is_not_saved_either():
     """A CUDA Mesh's id is known (for the refusal at save) without becoming one a CPU capture would remap."""
     from apic.record import handles
-    from apic.record.cuda_recorder import CudaRecorder
+    from apic.record.cuda.recorder import CudaRecorder
 
     mesh = _GpuMesh(0x7F00DEAD0000)
     handles.register(mesh)

@@ -27,7 +27,7 @@ import pytest
 from apic import _compat, loading
 from apic.errors import ApicError, CaptureError
 from apic.record import ops as rec
-from apic.replay import cuda_loaded_graph as cuda_replay
+from apic.replay.cuda import loaded_graph as cuda_replay
 from test_cuda_offline import ARCH, _document, _read, ptx  # noqa: F401  (ptx is a fixture)
 
 pytestmark = [pytest.mark.warp_version]
@@ -81,7 +81,7 @@ class FakeDevice:
     # loaded (through its own stand-in), which calls the driver again: the real binding would then wait
     # forever on the driver-loading lock it holds, so a nested call, from any stand-in, skips it.
     in_real_call = False
-    # the library whose entry points a loaded graph's op-table rows call (apic.replay.cuda_driver.Driver.library):
+    # the library whose entry points a loaded graph's op-table rows call (apic.replay.cuda.driver.Driver.library):
     # none, as this stand-in's handles are no library's, unless a test gives the stand-in C library's path
     entry_library = None
 
@@ -348,7 +348,7 @@ def test_the_rows_are_made_only_with_a_driver_library(cu, ptx, monkeypatch):
     """Replays run as op-table rows calling the driver library by address where it opens
     (tests/cuda/test_cuda_rows.py with a stand-in library, tests/cuda/test_cuda_gpu.py with the real one); with
     a stand-in for cuda-python and no library, they go through cuda-python as before."""
-    from apic.replay import cuda_driver, cuda_rows
+    from apic.replay.cuda import driver as cuda_driver, rows as cuda_rows
 
     device, _saved, graph = _load(cu, monkeypatch, ptx)
     graph.launch()
@@ -472,7 +472,7 @@ def test_set_and_get_param_are_refused_while_warp_captures_on_the_device(cu, ptx
 def test_a_graph_freed_while_warp_captures_is_released_after_the_capture(cu, ptx, monkeypatch):
     """Releasing synchronizes the context and frees memory, which would invalidate the capture (seen on an H100):
     it waits until no capture runs, then the next replay of any loaded graph (or release_pending) does it."""
-    from apic.replay import cuda_resources
+    from apic.replay.cuda import resources as cuda_resources
 
     device, _saved, graph = _load(cu, monkeypatch, ptx)
     _device2, _saved2, other = _load(cu, monkeypatch, ptx)

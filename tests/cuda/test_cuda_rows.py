@@ -1,4 +1,4 @@
-"""A loaded CUDA graph's replays as op-table rows (``apic.replay.cuda_rows``), checked without a GPU.
+"""A loaded CUDA graph's replays as op-table rows (``apic.replay.cuda.rows``), checked without a GPU.
 
 The rows call the driver by address; here the driver is a stand-in shared object built by the test with the
 system's C compiler (``benchmarks/cuda_standin.py``), which records each call it gets: which call, every
@@ -23,8 +23,8 @@ import pytest
 import warp as wp
 
 from apic.record import ops as rec
-from apic.replay import cuda_lowering, cuda_rows
-from apic.replay.cuda_driver import CudaReplayError
+from apic.replay.cuda import lowering as cuda_lowering, rows as cuda_rows
+from apic.replay.cuda.driver import CudaReplayError
 from benchmarks import cuda_standin
 from benchmarks.cuda_standin import Call
 from test_cuda_offline import ptx  # noqa: F401  (a fixture)
@@ -194,8 +194,8 @@ def test_repeated_replays_take_the_short_path_only_where_nothing_changed(loaded,
     """``wp.capture_launch`` repeats the last common replay in one step (``CudaRun.issue``; the native interpreter
     only), but not after a mode change, during a recording on this thread or a capture on the device, or with a
     release pending: the full path replays (or refuses) then. A failing call still raises, naming it."""
-    from apic.record import cuda_recorder
-    from apic.replay import cuda_resources
+    from apic.record.cuda import recorder as cuda_recorder
+    from apic.replay.cuda import resources as cuda_resources
 
     device, saved, graph = loaded
     graph.mode = "graph"

@@ -27,7 +27,7 @@ import cuda_kernels as ck
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import cuda_source, reader, schema
-from apic.record.cuda_recorder import CudaModule
+from apic.record.cuda.recorder import CudaModule
 from apic.record.recording import ModuleInfo, Recording
 from apic.targets import cuda as cp
 from test_cuda_offline import ARCH, FileGraph, _nvrtc_reason, _saxpy_recording

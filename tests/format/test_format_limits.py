@@ -288,7 +288,7 @@ def _saved_mesh_ids(folder, count: int):
 def test_the_handle_id_array_limit(tmp_path):
     """An array argument of MAX_ID_WORDS handle ids is recorded as one (its manifest entry makes a replay
     check every id, the last one too); one of MAX_ID_WORDS + 1 is refused at save (fail closed)."""
-    from apic.replay import table as tbl
+    from apic.replay.cpu import table as tbl
 
     path, graph, eager, live = _saved_mesh_ids(tmp_path, schema.MAX_ID_WORDS)
     assert int((graph.program.table[:, 0] == tbl.OP_CHECK_IDS).sum()) == 1

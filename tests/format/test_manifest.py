@@ -27,8 +27,9 @@ import warp as wp
 import apic
 import fuzz_wrp
 from apic.format import manifest, schema, writer
-from apic.replay import program, reference
-from apic.replay import table as tbl
+from apic.replay import program
+from apic.replay.cpu import reference
+from apic.replay.cpu import table as tbl
 from wrp_helpers import body_of, unpack_body
 from persist_helpers import TESTS
 

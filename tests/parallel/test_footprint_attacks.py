@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 import footprint_attack_kernels as ak
-from apic.replay import table as tbl
+from apic.replay.cpu import table as tbl
 from world_kernels import same_bits
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]

@@ -1,4 +1,4 @@
-"""Footprint verdicts kept between processes (``apic.replay.footprint_cache``): a second process that launches
+"""Footprint verdicts kept between processes (``apic.replay.parallel.footprint_cache``): a second process that launches
 the same kernel on the same index data reads the first one's verdict instead of evaluating, splits (or
 refuses) as it did and replays bit for bit as eager; other index data, a damaged file, a file whose
 contents are not a verdict of this launch, and ``APIC_FOOTPRINT_CACHE=0`` all evaluate again. Each process
@@ -18,8 +18,8 @@ import pytest
 
 import footprint_kernels as fk
 from apic._probes import cache_store
-from apic.record.footprint_values import Array
-from apic.replay import footprint_cache
+from apic.record.parallel.footprint_values import Array
+from apic.replay.parallel import footprint_cache
 from persist_helpers import child_env, kept_in
 
 pytestmark = [pytest.mark.warp_version]
@@ -33,7 +33,7 @@ _CHILD = textwrap.dedent(
     wp.config.kernel_cache_dir = sys.argv[1]
     wp.config.quiet = True
     import footprint_kernels as fk
-    from apic.record import footprint_eval
+    from apic.record.parallel import footprint_eval
 
     evaluated = []
     original = footprint_eval.Evaluation.run
@@ -160,9 +160,9 @@ def test_the_key_covers_every_module_the_verdict_depends_on_and_apics_version(mo
     """The evaluator's files are found by name (a module added beside them counts without an edit here), the
     world proofs among them; apic's version is in the key too."""
     files = footprint_cache.evaluator_files()
-    for module in ("record/footprint.py", "record/footprint_eval.py", "record/world_proof.py",
-                   "record/world_split.py", "record/splittable.py", "replay/footprint_launch.py",
-                   "replay/footprint_cache.py"):
+    for module in ("record/parallel/footprint.py", "record/parallel/footprint_eval.py",
+                   "record/parallel/world_proof.py", "record/parallel/world_split.py", "record/parallel/splittable.py",
+                   "replay/parallel/footprint_launch.py", "replay/parallel/footprint_cache.py"):
         assert module in files
     index = np.arange(4, dtype=np.int32)
     base = _key(bytes(64), index)

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import footprint_gen_kernels as gen
-from apic.replay import footprint_launch
+from apic.replay.parallel import footprint_launch
 from world_kernels import CPU
 
 pytestmark = [pytest.mark.warp_version]

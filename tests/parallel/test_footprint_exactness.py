@@ -20,10 +20,10 @@ import warp as wp
 
 import footprint_far_funcs as far
 from footprint_helpers import evaluate
-from apic.record import footprint_shapes as shapes
-from apic.record.footprint import written_params
-from apic.record.footprint_eval import Evaluation, Refused
-from apic.replay import footprint_cache
+from apic.record.parallel import footprint_shapes as shapes
+from apic.record.parallel.footprint import written_params
+from apic.record.parallel.footprint_eval import Evaluation, Refused
+from apic.replay.parallel import footprint_cache
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install, pytest.mark.interpreter]
 
@@ -134,7 +134,7 @@ def test_written_params_keep_every_array_an_alias_may_name():
 
 
 def test_a_call_through_a_parameter_is_refused():
-    from apic.record.footprint_body import Body
+    from apic.record.parallel.footprint_body import Body
 
     evaluation = Evaluation(through, {}, (1,), 100)
     body = Body(evaluation, {})
@@ -146,7 +146,7 @@ def test_a_call_through_a_parameter_is_refused():
 def test_an_array_of_structs_holding_arrays_gets_no_claim():
     """Each task stores through ``holders[t].values``, memory no array argument describes: the kernel is
     given no footprint claim, and its launches stay serial."""
-    from apic.record.footprint import _holds_arrays
+    from apic.record.parallel.footprint import _holds_arrays
     from footprint_attack_kernels import Holder, through_struct_elements
 
     assert _holds_arrays(Holder) and not _holds_arrays(wp.float32)
@@ -167,11 +167,12 @@ def test_an_array_of_structs_holding_arrays_gets_no_claim():
 
 
 def test_the_cache_key_covers_every_module_of_the_evaluator():
-    """A verdict kept by another evaluator is never read: the key hashes every ``apic/record/footprint*.py``
-    (and the modules it shares), so a change to any of them is another key."""
-    import apic.record as record
+    """A verdict kept by another evaluator is never read: the key hashes every
+    ``apic/record/parallel/footprint*.py`` (and the modules it shares), so a change to any of them is another key."""
+    import apic.record.parallel as proofs
 
     hashed = set(footprint_cache.evaluator_files())
-    modules = {f"record/{p.name}" for p in pathlib.Path(record.__file__).parent.glob("footprint*.py")}
+    modules = {f"record/parallel/{p.name}" for p in pathlib.Path(proofs.__file__).parent.glob("footprint*.py")}
+    assert len(modules) >= 6, modules
     assert modules <= hashed, modules - hashed
-    assert "replay/footprint_launch.py" in hashed
+    assert "replay/parallel/footprint_launch.py" in hashed

@@ -22,7 +22,7 @@ import warp as wp
 import footprint_kernels as fk
 from apic.errors import FormatError
 from apic.format import manifest, sealed_claims
-from apic.record.footprint import SealedFootprint, sealed_digest
+from apic.record.parallel.footprint import SealedFootprint, sealed_digest
 from persist_helpers import child_env
 from world_kernels import replay, same_bits
 

@@ -22,8 +22,8 @@ import warp as wp
 
 import footprint_kernels as fk
 from footprint_helpers import evaluate
-from apic.record.footprint import written_params
-from apic.replay import table as tbl
+from apic.record.parallel.footprint import written_params
+from apic.replay.cpu import table as tbl
 from persist_helpers import child_env
 from world_kernels import same_bits
 
@@ -99,7 +99,7 @@ _MUTANT = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import footprint_kernels as fk
-    from apic.replay import footprint_launch
+    from apic.replay.parallel import footprint_launch
     import test_footprint_split as t
 
     if sys.argv[1] == "no guards":
@@ -179,7 +179,7 @@ def test_evaluator_refuses_what_it_cannot_follow(kernel, values, reason):
     """A name bound one way only is unknown (not the module global it shadows), a zero step is no known
     range, a name a loop may leave at any iteration is unknown after it, and a loop that makes an array from
     a pointer is evaluated (not skipped as storing into locals only) and refused."""
-    from apic.record.footprint_eval import Refused
+    from apic.record.parallel.footprint_eval import Refused
 
     with pytest.raises(Refused, match=reason):
         evaluate(kernel, values, 4)

@@ -25,8 +25,8 @@ import apic
 import kernels as K
 import persist_kernels as P
 import test_control_flow as cf
-from apic.replay import reference
-from apic.replay import table as tbl
+from apic.replay.cpu import reference
+from apic.replay.cpu import table as tbl
 from wrp_helpers import read_doc
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import child_env
@@ -308,7 +308,7 @@ _CHILD = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import apic
-    from apic.replay import table as tbl
+    from apic.replay.cpu import table as tbl
 
     job = json.loads(sys.argv[1])
     graph = wp.capture_load(job["path"])
@@ -381,11 +381,11 @@ def test_pooled_workers_run_chunks():
     """The workers, not only the replaying thread, run chunks (on a busy machine, eventually)."""
     import time
 
-    from apic.replay import split_pool
+    from apic.replay.parallel import split_pool
 
     n = 1 << 16
     eager, replayed, graph = _integrate_graph(n, 9)
-    from apic.replay.interpreter import run_table  # the Numba loop, whatever APIC_REPLAY selects
+    from apic.replay.cpu.interpreter import run_table  # the Numba loop, whatever APIC_REPLAY selects
 
     program = graph.parallel_program(2)
     before = split_pool.chunks_run_by_workers()

@@ -1,4 +1,5 @@
-"""Independent launches replayed at the same time (``apic.replay.split_planner``), bit for bit against eager Warp.
+"""Independent launches replayed at the same time (``apic.replay.parallel.split_planner``), bit for bit against
+eager Warp.
 
 Consecutive launches of splittable kernels that touch no region another one writes share one
 ``OP_SPLIT`` row: the threads run all their chunks, then wait once. Each test replays with the Numba
@@ -16,8 +17,9 @@ import pytest
 import warp as wp
 
 import persist_kernels as P
-from apic.replay import reference, split_planner
-from apic.replay import table as tbl
+from apic.replay.cpu import reference
+from apic.replay.parallel import split_planner
+from apic.replay.cpu import table as tbl
 from conftest import CPU, assert_same, snapshot
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]

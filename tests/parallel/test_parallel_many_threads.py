@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import warp as wp
 
-from apic.replay.plan_costs import TIMED_REPLAYS
-from apic.replay.split_planner import CHUNKS_PER_THREAD
-from apic.replay.split_pool import unavailable
+from apic.replay.parallel.plan_costs import TIMED_REPLAYS
+from apic.replay.parallel.split_planner import CHUNKS_PER_THREAD
+from apic.replay.parallel.split_pool import unavailable
 from conftest import CPU, assert_same, snapshot
 from test_parallel_measured import heavy
 from world_kernels import TASKS as WORLD_TASKS

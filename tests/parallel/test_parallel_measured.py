@@ -1,4 +1,4 @@
-"""Launches split by their measured time (``apic.replay.plan_costs``), bit for bit against eager Warp.
+"""Launches split by their measured time (``apic.replay.parallel.plan_costs``), bit for bit against eager Warp.
 
 ``min_tasks_per_thread`` counts tasks, blind to their work: a launch of a few heavy tasks (one per world
 of a batched simulation) stays serial under the default 4,096. When a plan keeps such a launch serial,
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from apic.replay.plan_costs import MIN_NS_PER_THREAD, TIMED_REPLAYS, RowTimes, boundary
-from apic.replay.split_pool import unavailable
+from apic.replay.parallel.plan_costs import MIN_NS_PER_THREAD, TIMED_REPLAYS, RowTimes, boundary
+from apic.replay.parallel.split_pool import unavailable
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import TESTS, child_env
 

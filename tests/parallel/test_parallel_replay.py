@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import warp as wp
 
-from apic.replay import threaded_launch
-from apic.record.splittable import kernel_verdict, launch_arrays_disjoint
+from apic.replay.parallel import threaded_launch
+from apic.record.parallel.splittable import kernel_verdict, launch_arrays_disjoint
 import kernels as K
 import persist_kernels as P
 

@@ -1,4 +1,4 @@
-"""Range objects kept between processes (``apic.replay.range_cache``): a second process loads the object the
+"""Range objects kept between processes (``apic.replay.parallel.range_cache``): a second process loads the object the
 first built instead of compiling it, a damaged file is built again (never loaded), ``APIC_RANGE_CACHE=0``
 keeps nothing, and the key changes with what the object depends on. Each process is a real child with
 its own Warp kernel cache folder, splitting a real launch against eager.
@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from apic.replay import range_cache
+from apic.replay.parallel import range_cache
 from persist_helpers import child_env, kept_in
 
 pytestmark = [pytest.mark.warp_version]
@@ -28,7 +28,7 @@ _CHILD = textwrap.dedent(
     wp.config.quiet = True
     import apic
     from apic import _compat
-    from apic.replay import range_entry, threaded_launch
+    from apic.replay.parallel import range_entry, threaded_launch
 
     @wp.kernel
     def scale(x: wp.array(dtype=float), y: wp.array(dtype=float)):

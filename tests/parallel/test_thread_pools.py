@@ -2,8 +2,8 @@
 
 * **Huge thread counts.** ``threads=10**6`` through every public entry (``wp.capture_launch``,
   ``graph.threads``, ``graph.launch``, the reference interpreter, ``parallel_report``,
-  ``apic.replay.threaded_launch.launch``, ``python -m apic replay --threads``) must not start that many OS
-  threads: the pools start no more than the usable CPUs (``apic.replay.thread_count.running``), the
+  ``apic.replay.parallel.threaded_launch.launch``, ``python -m apic replay --threads``) must not start that many OS
+  threads: the pools start no more than the usable CPUs (``apic.replay.parallel.thread_count.running``), the
   plans are cut for at most ``MAX_THREADS``, and the results stay eager's, bit for bit. Each entry is
   first asked for a few threads more than can run (what an unbounded pool would start at once), then
   for a million.
@@ -28,7 +28,7 @@ import warp as wp
 
 import apic  # noqa: F401  (installs the shims)
 import persist_kernels as P
-from apic.replay import range_cache, thread_count, threaded_launch
+from apic.replay.parallel import range_cache, thread_count, threaded_launch
 from conftest import CPU, assert_same, snapshot
 from persist_helpers import TESTS, child_env, run_cli, same_bits
 

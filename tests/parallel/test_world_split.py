@@ -23,10 +23,10 @@ import pytest
 
 import world_kernels as wk
 from world_kernels import same_bits
-from apic.record.splittable import kernel_verdict
-from apic.record.world_split import world_verdict
-from apic.record.world_structs import is_struct
-from apic.replay import table as tbl
+from apic.record.parallel.splittable import kernel_verdict
+from apic.record.parallel.world_split import world_verdict
+from apic.record.parallel.world_structs import is_struct
+from apic.replay.cpu import table as tbl
 from persist_helpers import child_env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
@@ -206,8 +206,8 @@ _MUTANT = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import world_kernels as wk
-    from apic.record import world_split, world_structs
-    from apic.replay import range_entry
+    from apic.record.parallel import world_split, world_structs
+    from apic.replay.parallel import range_entry
 
     mutation, names = sys.argv[1], json.loads(sys.argv[2])
     if mutation == "proof says yes":

@@ -38,7 +38,7 @@ _CHILD = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import apic
-    from apic.replay import table as tbl
+    from apic.replay.cpu import table as tbl
     from world_kernels import replay
 
     job = json.loads(sys.argv[1])

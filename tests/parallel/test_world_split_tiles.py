@@ -24,8 +24,8 @@ import textwrap
 import pytest
 
 import tile_kernels as tk
-from apic.record.world_split import world_verdict
-from apic.replay import table as tbl
+from apic.record.parallel.world_split import world_verdict
+from apic.replay.cpu import table as tbl
 from persist_helpers import child_env
 from world_kernels import same_bits
 
@@ -95,7 +95,7 @@ _CHILD = textwrap.dedent(
     import warp as wp
     wp.config.quiet = True
     import tile_kernels as tk
-    from apic.replay import range_entry, split_pool
+    from apic.replay.parallel import range_entry, split_pool
 
     if sys.argv[1] == "shared":  # every thread slot runs the one loaded copy: one tile-memory pointer
         def shared(module, module_exec, symbol, slots, world=False):

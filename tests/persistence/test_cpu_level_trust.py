@@ -18,7 +18,7 @@ import apic
 from apic import _compat
 from apic._probes import cpu as probe_cpu
 from host_cpus import pretend
-from apic.replay import range_entry
+from apic.replay.parallel import range_entry
 from apic.targets.cpu import CPU_LEVELS
 from persist_helpers import rewrite_wrp, wrp_body
 

@@ -31,7 +31,7 @@ GRAPH_CLASSES = frozenset({"Graph", "CudaGraph", "CapturedCudaGraph", "LoadedCud
 # the modules of the seam's callers (relative to the package), each scanned whole (None) or in the functions
 # named; whether a capture on a device is apic's own or Warp's is ``backends.apic_captures``
 SEAM = {"capture.py": None, "capture_flow.py": None, "persist.py": None, "loading.py": None, "graph.py": None,
-        "cuda_graph.py": None, "sweep.py": None, "replay/program.py": None, "replay/cpu_plans.py": None,
+        "cuda_graph.py": None, "sweep.py": None, "replay/program.py": None, "replay/cpu/plans.py": None,
         "replay/named_params.py": None}
 # (module, line text) type tests on graph classes that remain, each with why; may only shrink (it is empty:
 # a conditional's body asks its graph's backend: ``records_inline``, ``conditional_body``)

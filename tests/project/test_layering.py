@@ -7,7 +7,8 @@ The graph comes from ``scripts/import_graph.py`` (stdlib ``ast``; no import of a
    function is still a cycle), except the ones listed in ``KNOWN_CYCLES``;
 3. every import goes down (or sideways) the layer order ``LAYERS``, except ``KNOWN_INVERSIONS``; the file
    format and replay share a layer and do not import each other (``SEPARATE``): loading, above both,
-   joins them;
+   joins them; record and replay are each split into floors by folder (each folder's ``__init__`` says what
+   it holds and what it may import), and the CPU and CUDA recorders do not import each other;
 4. an import inside a function is a lazy optional dependency (``LAZY``: numba and the apic modules that
    import it, cuda-python, matplotlib) or kept out of ``import apic`` for start-up time
    (``LAZY_FOR_STARTUP``), on a line with a comment saying so, or is listed in ``KNOWN_LOCAL`` (what is
@@ -40,14 +41,38 @@ import_graph = importlib.util.module_from_spec(_spec)
 sys.modules["import_graph"] = import_graph  # dataclasses look their module up there
 _spec.loader.exec_module(import_graph)
 
-# Bottom to top. A module may import modules of its own layer or of a lower one.
+# The modules of the top folders of apic/record and apic/replay (their subpackages' modules go by pattern), and
+# the CPU interpreter's floor of apic/replay/cpu (its other modules build on the program).
+_RECORD_TOP = ("base", "bindings", "control_flow", "effects", "handle_words", "handles", "launch_args", "layout",
+               "natives", "op_addresses", "ops", "params", "recording", "regions")
+_REPLAY_TOP = ("budget", "guards", "lowering", "lowering_rows", "lowering_splits", "named_params", "program",
+               "relocate")
+_CPU_INTERPRETER = ("table", "_intrinsics", "jit_cache", "interpreter", "native_entry", "native_interpreter",
+                    "param_slots")
+
+# Bottom to top. A module may import modules of its own layer or of a lower one; the first layer whose patterns
+# match a module is its layer.
 LAYERS = (
     ("base", ("apic.errors", "apic._version", "apic._text", "apic._compat", "apic._probes", "apic._probes.*",
               "apic.patches", "apic.targets", "apic.targets.*")),
-    # the ops and what a recording holds besides them: named scalar parameters (apic.param, noted per launch
-    # by the shims: record/params.py) and the type facts of named array bindings (record/bindings.py)
-    ("record", ("apic.record", "apic.record.*")),
-    ("format and replay", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.*")),
+    # record/: the ops and what a recording holds besides them (named scalar parameters, noted per launch by the
+    # shims: record/params.py; the type facts of named array bindings: record/bindings.py), then the proofs of the
+    # parallel replay (record/parallel/), then the two recorders, which import nothing of each other (SEPARATE)
+    ("record", ("apic.record", "apic.record.cpu", "apic.record.cuda", "apic.record.parallel",
+                *(f"apic.record.{m}" for m in _RECORD_TOP))),
+    ("record: the parallel proofs", ("apic.record.parallel.*",)),
+    ("record: the recorders", ("apic.record.cpu.*", "apic.record.cuda.*")),
+    # format/ and replay/ share the bottom floor and import nothing of each other (SEPARATE); replay's floors
+    # follow: the CPU interpreter, the parallel planner, the program and its lowering, what a CPU graph's replay
+    # builds on the program, CUDA, the backends (the seam's package is at the bottom: every floor asks it)
+    ("format and replay", ("apic.format", "apic.format.*", "apic.replay", "apic.replay.cpu", "apic.replay.cuda",
+                           "apic.replay.parallel", "apic.replay.backends", "apic.replay.cuda.driver")),
+    ("replay: the CPU interpreter", tuple(f"apic.replay.cpu.{m}" for m in _CPU_INTERPRETER)),
+    ("replay: the parallel planner", ("apic.replay.parallel.*",)),
+    ("replay: the program and its lowering", tuple(f"apic.replay.{m}" for m in _REPLAY_TOP)),
+    ("replay: a CPU graph's replay", ("apic.replay.cpu.*",)),
+    ("replay: CUDA", ("apic.replay.cuda.*",)),
+    ("replay: the backends", ("apic.replay.backends.*",)),
     # the graph types a user holds: a recording and the replay backend that replays it (apic.replay.backends);
     # replay never imports them (a loaded CPU graph's type is handed to its backend by the loader)
     ("graph types", ("apic.graph", "apic.cuda_graph")),
@@ -64,8 +89,9 @@ LAYERS = (
 
 # Optional dependencies imported lazily (inside the function that needs them), and the apic modules
 # that import Numba at module level (importing them costs about a second).
-LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.interpreter", "apic.replay._intrinsics",
-        "apic.replay.split_pool", "apic.replay.param_slots", "apic.replay.native_entry", "mujoco", "mujoco_warp")
+LAZY = ("numba", "llvmlite", "cuda", "matplotlib", "apic.replay.cpu.interpreter", "apic.replay.cpu._intrinsics",
+        "apic.replay.parallel.split_pool", "apic.replay.cpu.param_slots", "apic.replay.cpu.native_entry", "mujoco",
+        "mujoco_warp")
 
 # Imports kept out of ``import apic`` (or of ``python -m apic --help``) for start-up time, each with a comment
 # saying so: importer -> imported.
@@ -84,9 +110,10 @@ LAZY_FOR_STARTUP = {
                      "apic.format.writer", "apic.loading"},
 }
 
-# Packages of one layer that import nothing of each other, either way: the reader never sees replay, and
-# replay never sees the file.
-SEPARATE = (("apic.format", "apic.replay"),)
+# Packages that import nothing of each other, either way: the reader never sees replay, and replay never sees
+# the file; the CPU and the CUDA recorders are apart, and the CUDA recorder needs none of the split proofs.
+SEPARATE = (("apic.format", "apic.replay"), ("apic.record.cpu", "apic.record.cuda"),
+            ("apic.record.cuda", "apic.record.parallel"))
 
 # (importer, imported) module-level or local edges that go up the layers, and why they remain.
 KNOWN_INVERSIONS: set = set()

@@ -16,7 +16,8 @@ from apic.errors import FormatError, UnsupportedOperationError
 from apic.format import read_ops, reader, schema, write_ops, writer
 from apic.record import effects
 from apic.record import ops as rec
-from apic.replay import cuda_lowering, guards, lowering_rows
+from apic.replay.cuda import lowering as cuda_lowering
+from apic.replay import guards, lowering_rows
 from apic.targets import target as targets
 
 pytestmark = [pytest.mark.once]

@@ -55,7 +55,7 @@ def test_busy_threads_stay_eager_for_a_whole_capture():
             started.wait(timeout=60)
             total = 0.0
             while not stop.is_set() or iterations[k] < 20:
-                assert apic.record.recorder.active() is None
+                assert apic.record.cpu.recorder.active() is None
                 assert not wp.get_device(CPU).is_capturing
                 wp.launch(F32, dim=N, inputs=[ones, acc], device=CPU)
                 cmd.launch()  # a recorded command, launched again

@@ -15,7 +15,7 @@ import pytest
 import warp as wp
 
 import apic
-from apic.record.recorder import active
+from apic.record.cpu.recorder import active
 from wrp_helpers import body_of, read_doc
 from conftest import CPU, eager_vs_replay
 from persist_helpers import run_child, same_bits

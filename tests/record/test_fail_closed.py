@@ -8,7 +8,7 @@ import warp as wp
 
 import apic
 import kernels as K
-from apic.record.recorder import active
+from apic.record.cpu.recorder import active
 from conftest import CPU
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]

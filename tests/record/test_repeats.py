@@ -1,4 +1,4 @@
-"""Repeated ``wp.launch`` calls in a capture: recorded again without Warp's launch path (apic.record.repeats).
+"""Repeated ``wp.launch`` calls in a capture: recorded again without Warp's launch path (apic.record.cpu.repeats).
 
 A call seen before reuses its op only when every value that decides the packed bytes is the same;
 each test below changes one such value between two otherwise identical launches and checks, against

@@ -13,7 +13,8 @@ import pytest
 import warp as wp
 
 from apic._probes import cache_store, cpu
-from apic.replay import footprint_cache, native_interpreter, range_cache
+from apic.replay.parallel import footprint_cache, range_cache
+from apic.replay.cpu import native_interpreter
 
 pytestmark = [pytest.mark.warp_version]
 

@@ -198,7 +198,7 @@ def test_a_capture_on_another_thread_leaves_this_threads_launches_running():
 
 
 def test_capturing_threads_are_forgotten_when_their_captures_end():
-    from apic.record.active_recorder import recording_threads
+    from apic.record.cpu.active_recorder import recording_threads
 
     def abandoned():
         with wp.ScopedCapture(device=CPU):
@@ -321,6 +321,6 @@ def test_a_thread_count_whose_plan_splits_nothing_takes_the_fast_path_and_still_
 
 
 def split_pool_unavailable():
-    from apic.replay.split_pool import unavailable
+    from apic.replay.parallel.split_pool import unavailable
 
     return unavailable()

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from apic._probes import cache_store, cpu
-from apic.replay import native_interpreter
+from apic.replay.cpu import native_interpreter
 from test_native_interpreter import CHILD, REPO, _env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install]

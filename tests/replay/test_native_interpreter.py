@@ -16,7 +16,7 @@ import pytest
 import warp as wp
 
 from apic.errors import ReplayError
-from apic.replay import native_interpreter
+from apic.replay.cpu import native_interpreter
 from apic.replay.program import Program
 from persist_helpers import REPO, TESTS
 

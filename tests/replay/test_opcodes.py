@@ -1,4 +1,4 @@
-"""The opcode table (``apic.replay.table.OPCODES``): every opcode it lists runs in both interpreters, the
+"""The opcode table (``apic.replay.cpu.table.OPCODES``): every opcode it lists runs in both interpreters, the
 Numba loop and the pure-Python reference, with the same effect, found by running a row of it (native
 functions here are ctypes callbacks that log their arguments); an opcode no table lists stops both with
 a status that raises, naming it."""
@@ -14,8 +14,9 @@ import pytest
 
 import apic  # noqa: F401  (installs apic, as every user of these modules has)
 from apic.errors import ReplayError, ReplayIndexError
-from apic.replay import reference, split_planner
-from apic.replay import table as tbl
+from apic.replay.cpu import reference
+from apic.replay.parallel import split_planner
+from apic.replay.cpu import table as tbl
 
 pytestmark = [pytest.mark.once]
 
@@ -23,8 +24,8 @@ I64 = ctypes.c_int64
 
 
 def _numba(table, repeats=1):
-    from apic.replay import split_pool
-    from apic.replay.interpreter import run_table
+    from apic.replay.parallel import split_pool
+    from apic.replay.cpu.interpreter import run_table
 
     with split_pool.workers(2):  # an OP_SPLIT row calls the pooled splitter
         return run_table(table, repeats)
@@ -91,7 +92,7 @@ def _call5_d2(probe: Probe, good: bool):
 
 
 def _split(probe: Probe, good: bool):
-    from apic.replay import split_pool
+    from apic.replay.parallel import split_pool
 
     entry = probe.fn("range", 4)  # a kernel's range entry: (bounds, args, begin, end)
     per_thread = probe.words([probe.fn("range", 4), probe.fn("range", 4)])  # the second's, one per thread slot
@@ -273,7 +274,7 @@ def test_each_interpreter_stops_where_a_check_fails(interpreter, opcode):
     assert (status, log) == (-1, FAILED_CALL.get(opcode, []))
     error = tbl.stop_error(status, table)
     if opcode in FAILED_CALL:
-        from apic.replay.cuda_driver import CudaReplayError
+        from apic.replay.cuda.driver import CudaReplayError
 
         assert isinstance(error, CudaReplayError)
         assert re.search(r"CUDA graph replay failed: .* returned \w+ \(\d+\) at op-table row 0", str(error)), error

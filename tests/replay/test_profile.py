@@ -56,7 +56,7 @@ def test_profile_matches_eager_demo():
 
 def test_capture_launch_stays_unprofiled():
     """``wp.capture_launch`` runs the plain interpreter, also after a profile of the same graph."""
-    from apic.replay import interpreter
+    from apic.replay.cpu import interpreter
 
     chain = Chain(8, 1)
     with wp.ScopedCapture(device="cpu") as capture:

@@ -1,4 +1,4 @@
-"""The Numba interpreter against the reference one (``apic/replay/reference.py``), and both against eager.
+"""The Numba interpreter against the reference one (``apic/replay/cpu/reference.py``), and both against eager.
 
 Each graph is captured twice from identical states; one copy is replayed by the Numba loop, the other
 by the pure-Python reference over its own (identical) table, and every array is compared bit for bit
@@ -14,8 +14,8 @@ import warp as wp
 
 import persist_kernels as pk
 import test_control_flow as cf
-from apic.replay import reference
-from apic.replay import table as tbl
+from apic.replay.cpu import reference
+from apic.replay.cpu import table as tbl
 from conftest import CPU, assert_same, snapshot
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
@@ -57,7 +57,7 @@ def test_numba_and_reference_replay_as_eager(program, make_state):
 @pytest.mark.parametrize("interpreter", ["numba", "reference"])
 def test_the_two_argument_call_runs_loops_uncapped(interpreter):
     """``run_table(table, repeats)`` (no limits, no loop count) must not touch the loop counters."""
-    from apic.replay.interpreter import run_table as numba_run
+    from apic.replay.cpu.interpreter import run_table as numba_run
 
     run = numba_run if interpreter == "numba" else reference.run_table
     states = [cf.make_state() for _ in range(2)]

@@ -226,7 +226,7 @@ def test_other_threads_run_eagerly_during_a_capture():
     def eager_worker():
         capture_started.wait(timeout=60)
         try:
-            assert apic.record.recorder.active() is None
+            assert apic.record.cpu.recorder.active() is None
             wp.launch(F32, dim=8, inputs=[eager_in, eager_out], device=CPU)
             wp.copy(eager_in, eager_out)
             eager_out.fill_(1.0)

@@ -1,6 +1,6 @@
 /* The runtime of an exported apic graph: opens instances from the saved state (apic_image.h), relocating the
  * op table and the arena to the instance's memory, and replays the table. The interpreter is apic's reference
- * interpreter (apic/replay/reference.py) for the opcodes an export keeps (apic/c_library/relocatable.py: PORTED),
+ * interpreter (apic/replay/cpu/reference.py) for the opcodes an export keeps (apic/c_library/relocatable.py: PORTED),
  * and the natives are Warp's (warp/native/warp.cpp, crt.cpp) that the kernels and those rows call.
  *
  * Built with -DAPIC_PREFIX=<name>: every public function is <name>_<function> (the header, <name>.h). */
@@ -21,7 +21,7 @@
 
 extern const apic_image apic_graph_image; /* the generated <name>_graph.c */
 
-/* op-table opcodes (apic/replay/table.py) */
+/* op-table opcodes (apic/replay/cpu/table.py) */
 enum { OP_NOP = 0, OP_CALL2 = 2, OP_CALL3 = 3, OP_CALL4 = 4, OP_CALL5 = 5, OP_CALL10 = 10, OP_JUMP = 16,
        OP_BRANCH_IF_ZERO = 17, OP_CHECK_INDICES = 23 };
 enum { COL_OPCODE = 0, COL_FN = 1, COL_ARG0 = 2, COL_LOOP = 4 };

@@ -63,7 +63,7 @@ class CpuBackend(Backend):
         if self._native is None:
             self._bind_interpreter()
         if threads > 1 and self._pooled:
-            from apic.replay.split_pool import workers  # imported already: Program.parallel made the table
+            from apic.replay.parallel.split_pool import workers  # imported already: Program.parallel made the table
 
             with workers(threads):
                 return self._run_table(table, repeats, limits, loops)

@@ -1,10 +1,10 @@
 """The reference CPU backend (``APIC_REPLAY=reference``): the pure-Python interpreter of
-``apic.replay.reference``, a second implementation of every opcode that must leave each graph's memory
+``apic.replay.cpu.reference``, a second implementation of every opcode that must leave each graph's memory
 as the native one does, bit for bit (microseconds per op: a check, not a replay path)."""
 
 from __future__ import annotations
 
-from apic.replay import reference
+from apic.replay.cpu import reference
 from apic.replay.backends.cpu import CpuBackend
 
 

@@ -1,12 +1,16 @@
 """The CUDA backend: a saved CUDA graph replayed with cuda-python alone
-(:class:`apic.replay.cuda_loaded_graph.LoadedCudaGraph`: loading; ``cuda_run``: replay; ``cuda_binding_io``:
+(:class:`apic.replay.cuda.loaded_graph.LoadedCudaGraph`: loading; ``cuda_run``: replay; ``cuda_binding_io``:
 named-array copies), and a CUDA graph captured with ``apic=True`` (``apic.cuda_graph.CapturedCudaGraph``:
 its ``launch`` replays Warp's own graph)."""
 
 from __future__ import annotations
 
-from apic.record.cuda_recorder import refuse_while_recording
-from apic.replay import cuda_binding_io, cuda_loaded_graph, cuda_resources
+from apic.record.cuda.recorder import refuse_while_recording
+from apic.replay.cuda import (
+    binding_io as cuda_binding_io,
+    loaded_graph as cuda_loaded_graph,
+    resources as cuda_resources,
+)
 from apic.replay.backends import Backend
 
 
