@@ -35,6 +35,7 @@ static unsigned char bytes[MAX_BYTES];
 static struct { uint64_t fn; int64_t count; int64_t sizes[MAX_PARAMS]; } kernels[MAX_KERNELS];
 static int64_t n_kernels;
 static uint64_t contexts[64];
+int standin_kernel(uint64_t fn, int64_t count, const int64_t *sizes);
 static int64_t depth;
 
 static int note(int64_t call, int n, const uint64_t *args, record_t **out) {
@@ -133,9 +134,138 @@ int cuCtxPopCurrent_v2(uint64_t *out) {
     return err;
 }
 
+/* --- what an exported library's open, copies and close call (apic/c_library/c/apic_cuda_runtime.c) ---------
+ * Memory is real host memory (cuMemAlloc is calloc), so copies in and out work; handles are counted up. */
+#include <stdio.h>
+#include <stdlib.h>
+enum { CALL_INIT = 13, CALL_DEVICE_GET, CALL_RETAIN, CALL_RELEASE, CALL_LOAD_DATA, CALL_UNLOAD, CALL_GET_FUNCTION,
+       CALL_SET_ATTRIBUTE, CALL_ALLOC, CALL_FREE, CALL_HTOD, CALL_DTOH, CALL_MEMSET_D8, CALL_SYNCHRONIZE };
+static uint64_t next_handle = 0x5000;
+
+static int keep(int64_t call, int n, const uint64_t *args, const void *data, int64_t size) {
+    record_t *r;
+    int err = note(call, n, args, &r);
+    if (r && size >= 0 && n_bytes + size <= MAX_BYTES) {
+        memcpy(bytes + n_bytes, data, (size_t)size);
+        n_bytes += size;
+        r->nbytes = size;
+    }
+    return err;
+}
+static int plain(int64_t call, int n, const uint64_t *args) { return keep(call, n, args, 0, -1); }
+
+int cuInit(unsigned flags) { uint64_t a[1] = {flags}; return plain(CALL_INIT, 1, a); }
+int cuDeviceGet(int *device, int ordinal) {
+    uint64_t a[1] = {(uint64_t)ordinal};
+    int err = plain(CALL_DEVICE_GET, 1, a);
+    if (!err && ordinal != 0) return 101; /* CUDA_ERROR_INVALID_DEVICE: one device */
+    *device = ordinal;
+    return err;
+}
+int cuDevicePrimaryCtxRetain(uint64_t *ctx, int device) {
+    uint64_t a[2] = {(uint64_t)device, 0x100};
+    *ctx = 0x100;
+    return plain(CALL_RETAIN, 2, a);
+}
+int cuDevicePrimaryCtxRelease_v2(int device) { uint64_t a[1] = {(uint64_t)device}; return plain(CALL_RELEASE, 1, a); }
+int cuModuleLoadData(uint64_t *module, const unsigned char *image) {
+    int64_t size = (int64_t)strlen((const char *)image) + 1; /* PTX: a C string */
+    if (!memcmp(image, "\177ELF", 4)) { /* a CUBIN: its section headers end it */
+        uint64_t shoff; uint16_t entsize, count;
+        memcpy(&shoff, image + 0x28, 8); memcpy(&entsize, image + 0x3A, 2); memcpy(&count, image + 0x3C, 2);
+        size = (int64_t)(shoff + (uint64_t)entsize * count);
+    }
+    *module = next_handle += 0x10;
+    uint64_t a[1] = {*module};
+    return keep(CALL_LOAD_DATA, 1, a, image, size);
+}
+int cuModuleUnload(uint64_t module) { uint64_t a[1] = {module}; return plain(CALL_UNLOAD, 1, a); }
+/* APIC_STANDIN_KERNELS="name=8,8,4;other=8": the parameter sizes of kernels got by name (as standin_kernel) */
+static void register_named(const char *name, uint64_t fn) {
+    const char *spec = getenv("APIC_STANDIN_KERNELS");
+    size_t length = strlen(name);
+    while (spec && *spec) {
+        const char *end = strchr(spec, ';');
+        if (!end) end = spec + strlen(spec);
+        if (!strncmp(spec, name, length) && spec[length] == '=') {
+            int64_t sizes[MAX_PARAMS], count = 0;
+            for (const char *p = spec + length + 1; p < end && count < MAX_PARAMS; p++) {
+                sizes[count++] = strtoll(p, (char **)&p, 10);
+                if (*p != ',') break;
+            }
+            standin_kernel(fn, count, sizes);
+            return;
+        }
+        spec = *end ? end + 1 : end;
+    }
+}
+int cuModuleGetFunction(uint64_t *fn, uint64_t module, const char *name) {
+    *fn = next_handle += 0x10;
+    register_named(name, *fn);
+    uint64_t a[2] = {module, *fn};
+    return keep(CALL_GET_FUNCTION, 2, a, name, (int64_t)strlen(name));
+}
+int cuFuncSetAttribute(uint64_t fn, int attribute, int value) {
+    uint64_t a[3] = {fn, (uint64_t)attribute, (uint64_t)value};
+    return plain(CALL_SET_ATTRIBUTE, 3, a);
+}
+int cuMemAlloc_v2(uint64_t *pointer, size_t size) {
+    void *p = calloc(1, size);
+    if (!p) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    uint64_t a[2] = {size, (uint64_t)p};
+    int err = plain(CALL_ALLOC, 2, a);
+    if (err) { free(p); return err; }
+    *pointer = (uint64_t)p;
+    return 0;
+}
+int cuMemFree_v2(uint64_t pointer) {
+    uint64_t a[1] = {pointer};
+    int err = plain(CALL_FREE, 1, a);
+    if (!err) free((void *)pointer);
+    return err;
+}
+int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t n) {
+    uint64_t a[2] = {dst, n};
+    int err = keep(CALL_HTOD, 2, a, src, (int64_t)n);
+    if (!err) memcpy((void *)dst, src, n);
+    return err;
+}
+int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t n) {
+    uint64_t a[2] = {src, n};
+    int err = plain(CALL_DTOH, 2, a);
+    if (!err) memcpy(dst, (const void *)src, n);
+    return err;
+}
+int cuMemsetD8_v2(uint64_t dst, unsigned char value, size_t n) {
+    uint64_t a[3] = {dst, value, n};
+    int err = plain(CALL_MEMSET_D8, 3, a);
+    if (!err) memset((void *)dst, value, n);
+    return err;
+}
+int cuCtxSynchronize(void) { return plain(CALL_SYNCHRONIZE, 0, 0); }
+int cuGetErrorName(int code, const char **name) {
+    static const struct { int code; const char *name; } names[] = {
+        {1, "CUDA_ERROR_INVALID_VALUE"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"}, {100, "CUDA_ERROR_NO_DEVICE"},
+        {101, "CUDA_ERROR_INVALID_DEVICE"}, {209, "CUDA_ERROR_NO_BINARY_FOR_GPU"}, {218, "CUDA_ERROR_INVALID_PTX"},
+        {700, "CUDA_ERROR_ILLEGAL_ADDRESS"}};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (names[k].code == code) return *name = names[k].name, 0;
+    return 1;
+}
+/* the recorded calls into a file, for a test that ran them in another process (StandIn.read_dump) */
+int standin_dump(const char *path) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return 1;
+    int64_t head[2] = {n_records, n_bytes};
+    int bad = fwrite(head, 8, 2, f) != 2;
+    bad |= fwrite(records, sizeof(record_t), (size_t)n_records, f) != (size_t)n_records;
+    bad |= fwrite(bytes, 1, (size_t)n_bytes, f) != (size_t)n_bytes;
+    return fclose(f) || bad;
+}
+
 /* control, for the tests */
 void standin_clear(void) { n_records = n_bytes = calls = 0; fail_at = -1; }
-void standin_reset(void) { standin_clear(); n_kernels = depth = 0; logging = 1; }
+void standin_reset(void) { standin_clear(); n_kernels = depth = 0; logging = 1; next_handle = 0x5000; }
 void standin_logging(int64_t on) { logging = on; }
 void standin_fail(int64_t at, int64_t code) { fail_at = at; fail_code = code; }
 void standin_set_current(uint64_t ctx) { depth = ctx ? 1 : 0; contexts[0] = ctx; }
@@ -158,8 +288,15 @@ int standin_noop(void) { return 0; }
 # the call kinds the stand-in records (``CALL_*`` in its source)
 CALLS = {1: "cuLaunchKernel", 2: "cuMemcpyDtoDAsync", 3: "cuMemsetD8Async", 4: "cuMemsetD16Async",
          5: "cuMemsetD32Async", 6: "cuGraphLaunch", 7: "cuCtxGetCurrent", 8: "cuCtxPushCurrent", 9: "cuCtxPopCurrent",
-         10: "cuMemsetD2D8Async", 11: "cuMemsetD2D16Async", 12: "cuMemsetD2D32Async"}
-_ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6}
+         10: "cuMemsetD2D8Async", 11: "cuMemsetD2D16Async", 12: "cuMemsetD2D32Async",
+         # an exported library's open, copies and close (apic/c_library/c/apic_cuda_runtime.c)
+         13: "cuInit", 14: "cuDeviceGet", 15: "cuDevicePrimaryCtxRetain", 16: "cuDevicePrimaryCtxRelease",
+         17: "cuModuleLoadData", 18: "cuModuleUnload", 19: "cuModuleGetFunction", 20: "cuFuncSetAttribute",
+         21: "cuMemAlloc", 22: "cuMemFree", 23: "cuMemcpyHtoD", 24: "cuMemcpyDtoH", 25: "cuMemsetD8",
+         26: "cuCtxSynchronize"}
+_ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6, 13: 1, 14: 1, 15: 2, 16: 1,
+          17: 1, 18: 1, 19: 2, 20: 3, 21: 2, 22: 1, 23: 2, 24: 2, 25: 3, 26: 0}
+_WITH_BYTES = {1, 17, 19, 23}  # the calls whose bytes are kept: parameters, module image, kernel name, data
 
 
 class _Record(ctypes.Structure):
@@ -255,17 +392,31 @@ class StandIn:
 
     def calls(self) -> list[Call]:
         """The recorded calls, in order."""
-        records = self.lib.standin_records()
-        base = self.lib.standin_bytes()
-        found = []
-        for k in range(self.lib.standin_count()):
-            r = records[k]
-            params = None
-            if r.call == 1 and r.nbytes >= 0:
-                params = ctypes.string_at(base + r.bytes_at, r.nbytes) if r.nbytes else b""
-            found.append(Call(CALLS[r.call], tuple(r.args[: _ARITY[r.call]]), params))
-        return found
+        count = self.lib.standin_count()
+        records = (_Record * count).from_address(ctypes.addressof(self.lib.standin_records().contents)) if count else []
+        return _calls(records, ctypes.string_at(self.lib.standin_bytes(), max(r.bytes_at + r.nbytes for r in records))
+                      if count and any(r.nbytes > 0 for r in records) else b"")
 
     def noop_address(self) -> int:
         """The address of ``int standin_noop(void)``: a C function that does nothing."""
         return ctypes.cast(self.lib.standin_noop, ctypes.c_void_p).value
+
+
+def _calls(records, data: bytes) -> list[Call]:
+    found = []
+    for r in records:
+        params = None
+        if r.call in _WITH_BYTES and r.nbytes >= 0:
+            params = data[r.bytes_at : r.bytes_at + r.nbytes]
+        found.append(Call(CALLS[r.call], tuple(r.args[: _ARITY[r.call]]), params))
+    return found
+
+
+def read_dump(path: str) -> list[Call]:
+    """The calls a stand-in recorded in another process, which wrote them with ``standin_dump(path)``."""
+    with open(path, "rb") as f:
+        data = f.read()
+    count, nbytes = (int.from_bytes(data[k : k + 8], "little") for k in (0, 8))
+    size = ctypes.sizeof(_Record) * count
+    records = (_Record * count).from_buffer_copy(data, 16) if count else []
+    return _calls(records, data[16 + size : 16 + size + nbytes])
