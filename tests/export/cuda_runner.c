@@ -3,12 +3,13 @@
  *   cuda_runner DRIVER STEP...   DRIVER: the CUDA driver library's path, or - (open's default: APIC_CUDA_DRIVER,
  *                                else libcuda.so.1). STEP is one of
  *     o:DEVICE      open the graph on DEVICE (status and error on stderr, exit 2, if it fails)
+ *     O:DEVICE      the same, expecting an error (printed)
  *     w:NAME=FILE   write FILE's bytes into a binding        d:DIR        write every binding to DIR/NAME.bin
  *     r:N:STREAM    replay N times on STREAM (a number)       x:N:STREAM   the same, expecting an error (printed)
  *     e:NAME        find NAME, expecting an error (printed)   p:NAME       print the binding's device address
  *     f:AT:CODE     make the stand-in driver's call AT fail   l:FILE       the stand-in's recorded calls to FILE
  *     c             close
- * Exit status: 0 done; 1 a call failed (its error on stderr); 2 open failed; 4 an x: or e: step did not fail. */
+ * Exit status: 0 done; 1 a call failed (its error on stderr); 2 open failed; 4 an O:, x: or e: step did not fail. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,12 +41,16 @@ static void* standin(const char* driver, const char* symbol) {
 int main(int argc, char** argv) {
     const char* driver = argc > 1 && strcmp(argv[1], "-") ? argv[1] : NULL;
     F(instance)* g = NULL;
+    if (driver) dlopen(driver, RTLD_NOW); /* kept loaded, so that f: and l: reach the stand-in after a close */
     for (int k = 2; k < argc; k++) {
         char* arg = argv[k];
         char* value = arg + 2;
-        if (arg[0] == 'o') {
+        if (arg[0] == 'o' || arg[0] == 'O') {
             int status = F(open)(APIC_EXPORT_ABI_VERSION, driver, atoi(value), &g);
-            if (status != APIC_OK) {
+            if (arg[0] == 'O') {
+                if (status == APIC_OK) return 4;
+                printf("open: status %d: %s\n", status, F(last_error)(NULL));
+            } else if (status != APIC_OK) {
                 fprintf(stderr, "open: status %d: %s\n", status, F(last_error)(NULL));
                 return 2;
             }

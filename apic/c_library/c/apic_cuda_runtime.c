@@ -150,7 +150,9 @@ static int load(instance_t* g) {
         const apic_cuda_module* mod = &im->modules[m];
         snprintf(what, sizeof what, "open: cuModuleLoadData of module '%.200s' (%s for %s)", mod->file,
                  mod->is_ptx ? "PTX" : "CUBIN", mod->arch);
-        CALL(e, what, g->cu.cuModuleLoadData(&g->modules[m], mod->data));
+        void* module = NULL; /* kept only once loaded: close unloads what it holds */
+        CALL(e, what, g->cu.cuModuleLoadData(&module, mod->data));
+        g->modules[m] = module;
     }
     for (int64_t k = 0; k < im->nkernels; k++) {
         const apic_cuda_kernel* kernel = &im->kernels[k];
@@ -162,7 +164,9 @@ static int load(instance_t* g) {
     }
     for (int64_t r = 0; r < im->nregions; r++) {
         size_t size = (size_t)im->region_sizes[r];
-        CALL(e, "open: cuMemAlloc of the graph's memory", g->cu.cuMemAlloc(&g->regions[r], size ? size : 1));
+        CUdeviceptr pointer = 0; /* kept only once allocated: close frees what it holds */
+        CALL(e, "open: cuMemAlloc of the graph's memory", g->cu.cuMemAlloc(&pointer, size ? size : 1));
+        g->regions[r] = pointer;
         if (im->region_offsets[r] >= 0)
             CALL(e, "open: cuMemcpyHtoD of the saved state",
                  g->cu.cuMemcpyHtoD(g->regions[r], im->regions + im->region_offsets[r], size));
@@ -170,7 +174,9 @@ static int load(instance_t* g) {
             CALL(e, "open: cuMemsetD8 of the graph's memory", g->cu.cuMemsetD8(g->regions[r], 0, size));
     }
     if (im->constants_size) {
-        CALL(e, "open: cuMemAlloc of the fill values", g->cu.cuMemAlloc(&g->constants, (size_t)im->constants_size));
+        CUdeviceptr pointer = 0;
+        CALL(e, "open: cuMemAlloc of the fill values", g->cu.cuMemAlloc(&pointer, (size_t)im->constants_size));
+        g->constants = pointer;
         CALL(e, "open: cuMemcpyHtoD of the fill values",
              g->cu.cuMemcpyHtoD(g->constants, im->constants, (size_t)im->constants_size));
     }
