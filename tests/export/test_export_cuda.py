@@ -14,6 +14,7 @@ Skips, saying why, where Warp cannot compile PTX without a GPU (no NVRTC) or no 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import types
 
@@ -30,6 +31,7 @@ from benchmarks import cuda_standin
 from benchmarks.cuda_standin import Call
 from cuda_expected import expected_calls, same
 from export_helpers import bare_env, build
+from persist_helpers import run_cli
 from test_cuda_offline import ARCH, FileGraph, _saxpy_recording, ptx  # noqa: F401  (ptx is a fixture)
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install]
@@ -102,6 +104,15 @@ def test_the_export_writes_a_library_and_a_header_that_needs_no_cuda_h(export):
                              text=True).stdout
     assert all(f"{NAME}_" in line for line in symbols.splitlines() if " T " in line)
     assert "libcuda" not in subprocess.run(["ldd", export.written["library"]], capture_output=True, text=True).stdout
+
+
+def test_the_cli_exports_a_cuda_graph_and_says_where(export, tmp_path):
+    done = run_cli(["export", str(export.folder / "g.wrp"), str(tmp_path / "out"), "--name", "cli_cuda"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    listed = done.stdout.split()
+    assert [os.path.basename(p) for p in listed] == ["libcli_cuda.so", "cli_cuda.h", "cli_cuda.pc",
+                                                      "cli_cudaConfig.cmake"]
+    assert all(os.path.isfile(p) for p in listed)
 
 
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):
