@@ -59,15 +59,10 @@ def is_cuda(saved) -> bool:
 def refusals(saved, images) -> list[str]:
     """Why the CUDA graph cannot be exported (empty: it can)."""
     found = []
-    kinds = sorted({type(op).__name__ for op in saved.recording.ops if isinstance(op, (rec.Branch, rec.Jump))})
-    if kinds:
-        found.append(f"its ops include {', '.join(kinds)} (capture_if / capture_while: CUDA conditional nodes), "
-                     "which the exported CUDA runtime does not run")
-    others = sorted({type(op).__name__ for op in saved.recording.ops
-                     if not isinstance(op, (rec.CudaLaunch, rec.Memcpy, rec.Memset, rec.Memtile, rec.Alloc,
-                                            rec.Branch, rec.Jump))})
-    if others:
-        found.append(f"its ops include {', '.join(others)}, which the exported CUDA runtime does not run")
+    for refusal in (_CONDITIONAL, _UNSUPPORTED):
+        kinds = sorted({type(op).__name__ for op in saved.recording.ops if STEPS.get(type(op)) is refusal})
+        if kinds:
+            found.append(f"its ops include {', '.join(kinds)}{refusal.why}")
     missing = sorted({m.file for m in saved.modules if images.get(m.file) is None})
     if missing:
         found.append(f"the module object(s) {', '.join(missing)} are missing or corrupt (a saved source is not "
@@ -118,29 +113,49 @@ class _Layout:
                            0, 0, 0, 0, 0, 0, 0))
         self.params += offsets
 
-    def add(self, op) -> None:
-        if isinstance(op, rec.CudaLaunch):
-            kernel = self._recording.kernels[op.kernel]
-            at = self._blob(op.params)
-            self._kernel(op.kernel, op.grid, op.block, op.smem, [at + offset for offset, _ in kernel.params])
-        elif isinstance(op, rec.Memcpy):
-            self.steps.append((STEP_MEMCPY, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, op.dst.region, op.dst.offset,
-                               op.src.region, op.src.offset, 0, 1, op.nbytes))
-        elif isinstance(op, rec.Memset):
-            self.steps.append((STEP_MEMSET, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, op.dst.region, op.dst.offset, 0, 0,
-                               op.value, 1, op.nbytes))
-        elif isinstance(op, rec.Memtile) and not low.needs_fill_kernel(op):
+    def launch(self, op) -> None:
+        kernel = self._recording.kernels[op.kernel]
+        at = self._blob(op.params)
+        self._kernel(op.kernel, op.grid, op.block, op.smem, [at + offset for offset, _ in kernel.params])
+
+    def copy(self, op) -> None:
+        self.steps.append((STEP_MEMCPY, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, op.dst.region, op.dst.offset,
+                           op.src.region, op.src.offset, 0, 1, op.nbytes))
+
+    def memset(self, op) -> None:
+        self.steps.append((STEP_MEMSET, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, op.dst.region, op.dst.offset, 0, 0,
+                           op.value, 1, op.nbytes))
+
+    def fill(self, op) -> None:
+        if not low.needs_fill_kernel(op):
             width = low.memset_width(op)
             value = int.from_bytes(op.value.data[:width], "little")
             self.steps.append((STEP_MEMSET, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, op.dst.region, op.dst.offset, 0, 0,
                                value, width, len(op.value.data) * op.count // width))
-        elif isinstance(op, rec.Memtile):  # the fill kernel: dst, the value in the constants, its size, the total
-            total = len(op.value.data) * op.count
-            at = self._put(bytes(8) * 2 + len(op.value.data).to_bytes(8, "little") + total.to_bytes(8, "little"))
-            self.relocs += [(at, TARGET_REGION, op.dst.region, op.dst.offset),
-                            (at + 8, TARGET_CONSTANTS, 0, self.fills[op.value.data])]
-            blocks = min(-(-total // low.FILL_BLOCK), low.FILL_MAX_BLOCKS)
-            self._kernel(self._fill, (blocks, 1, 1), (low.FILL_BLOCK, 1, 1), 0, [at + 8 * k for k in range(4)])
+            return
+        # the fill kernel: dst, the value in the constants, its size, the bytes in all
+        total = len(op.value.data) * op.count
+        at = self._put(bytes(8) * 2 + len(op.value.data).to_bytes(8, "little") + total.to_bytes(8, "little"))
+        self.relocs += [(at, TARGET_REGION, op.dst.region, op.dst.offset),
+                        (at + 8, TARGET_CONSTANTS, 0, self.fills[op.value.data])]
+        blocks = min(-(-total // low.FILL_BLOCK), low.FILL_MAX_BLOCKS)
+        self._kernel(self._fill, (blocks, 1, 1), (low.FILL_BLOCK, 1, 1), 0, [at + 8 * k for k in range(4)])
+
+
+_CONDITIONAL = rec.Refused(" (capture_if / capture_while: CUDA conditional nodes), which the exported CUDA "
+                           "runtime does not run", ExportError)
+_UNSUPPORTED = rec.Refused(", which the exported CUDA runtime does not run", ExportError)
+# op type -> (op, _Layout) -> None: its steps added (``refusals`` names the ops of a Refused entry first)
+STEPS = {
+    rec.CudaLaunch: lambda op, layout: layout.launch(op),
+    rec.Memcpy: lambda op, layout: layout.copy(op),
+    rec.Memset: lambda op, layout: layout.memset(op),
+    rec.Memtile: lambda op, layout: layout.fill(op),
+    rec.Alloc: lambda op, layout: None,
+    rec.Branch: _CONDITIONAL,
+    rec.Jump: _CONDITIONAL,
+    **{spec.type: _UNSUPPORTED for spec in rec.OP_SPECS if "cuda" not in spec.targets},
+}
 
 
 def sources(folder: str, saved, images) -> list[str]:
@@ -154,12 +169,12 @@ def sources(folder: str, saved, images) -> list[str]:
     symbols = [k.symbol for k in recording.kernels]
     smem = [0] * len(symbols)
     for op in recording.ops:
-        if isinstance(op, rec.CudaLaunch):
+        if rec.is_cuda_launch(op):
             smem[op.kernel] = max(smem[op.kernel], op.smem)
     fill = len(symbols)
     layout = _Layout(recording, fill)
     for op in recording.ops:
-        layout.add(op)
+        rec.handler(STEPS, op, "exporting a CUDA graph")(op, layout)
     if layout.fills:  # the fill kernel, as the Python replay loads it
         files.append("apic_fill.ptx")
         names.append(("apic_fill.ptx", 50, ""))

@@ -261,7 +261,10 @@ def test_conditional_graphs_and_missing_modules_are_refused_naming_why():
     ops = (rec.Branch(rec.Ref(0, 0), 2), rec.Jump(2))
     saved = types.SimpleNamespace(recording=types.SimpleNamespace(ops=ops, kernels=()), modules=())
     (problem,) = cuda_export.refusals(saved, {})
-    assert "Branch, Jump (capture_if / capture_while" in problem
+    assert problem.startswith("its ops include Branch, Jump (capture_if / capture_while: CUDA conditional nodes)")
+    saved.recording.ops = (rec.NativeCall("f", ()),)
+    assert cuda_export.refusals(saved, {}) == ["its ops include NativeCall, which the exported CUDA runtime does "
+                                               "not run"]
     module = types.SimpleNamespace(file="m.ptx")
     saved = types.SimpleNamespace(recording=types.SimpleNamespace(ops=(), kernels=()), modules=(module,))
     assert "m.ptx are missing" in cuda_export.refusals(saved, {})[0]
