@@ -170,10 +170,26 @@ int cuDevicePrimaryCtxRetain(uint64_t *ctx, int device) {
 int cuDevicePrimaryCtxRelease_v2(int device) { uint64_t a[1] = {(uint64_t)device}; return plain(CALL_RELEASE, 1, a); }
 int cuModuleLoadData(uint64_t *module, const unsigned char *image) {
     int64_t size = (int64_t)strlen((const char *)image) + 1; /* PTX: a C string */
-    if (!memcmp(image, "\177ELF", 4)) { /* a CUBIN: its section headers end it */
-        uint64_t shoff; uint16_t entsize, count;
-        memcpy(&shoff, image + 0x28, 8); memcpy(&entsize, image + 0x3A, 2); memcpy(&count, image + 0x3C, 2);
-        size = (int64_t)(shoff + (uint64_t)entsize * count);
+    if (!memcmp(image, "\177ELF", 4)) { /* a CUBIN (ELF64): it ends where the last table or section ends */
+        uint64_t shoff, phoff, at, n, end;
+        uint16_t shsize, shnum, phsize, phnum;
+        uint32_t type;
+        memcpy(&phoff, image + 0x20, 8); memcpy(&shoff, image + 0x28, 8); memcpy(&phsize, image + 0x36, 2);
+        memcpy(&phnum, image + 0x38, 2); memcpy(&shsize, image + 0x3A, 2); memcpy(&shnum, image + 0x3C, 2);
+        size = (int64_t)(shoff + (uint64_t)shsize * shnum);
+        if ((int64_t)(phoff + (uint64_t)phsize * phnum) > size) size = (int64_t)(phoff + (uint64_t)phsize * phnum);
+        for (uint16_t k = 0; k < shnum; k++) { /* sections: offset +0x18, size +0x20; NOBITS (8) has no bytes */
+            memcpy(&type, image + shoff + (uint64_t)k * shsize + 4, 4);
+            memcpy(&at, image + shoff + (uint64_t)k * shsize + 0x18, 8);
+            memcpy(&n, image + shoff + (uint64_t)k * shsize + 0x20, 8);
+            end = at + n;
+            if (type != 8 && (int64_t)end > size) size = (int64_t)end;
+        }
+        for (uint16_t k = 0; k < phnum; k++) { /* segments: offset +0x08, file size +0x20 */
+            memcpy(&at, image + phoff + (uint64_t)k * phsize + 0x08, 8);
+            memcpy(&n, image + phoff + (uint64_t)k * phsize + 0x20, 8);
+            if ((int64_t)(at + n) > size) size = (int64_t)(at + n);
+        }
     }
     *module = next_handle += 0x10;
     uint64_t a[1] = {*module};

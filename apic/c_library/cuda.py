@@ -208,7 +208,7 @@ def sources(folder: str, saved, images) -> list[str]:
     lines += [f"extern const unsigned char apic_cuda_{key}[];" for key in data]
     modules = [f"{{apic_cuda_module_{k}, {len(data[f'module_{k}'])}, {int(f.endswith('.ptx'))}, {c_string(f)}, "
                f"{c_string(f'sm_{arch}{suffix}')}}}" for k, (f, arch, suffix) in enumerate(names)]
-    lines.append("static const apic_cuda_module modules[] = {" + ", ".join(modules) + "};")
+    lines.append("static const apic_cuda_module modules[] = {" + (", ".join(modules) or "{0}") + "};")
     kernels = [f"{{{c_string(s)}, {module_of[k]}, {smem[k] if smem[k] > DEFAULT_SMEM else 0}}}"
                for k, s in enumerate(symbols)]
     lines.append("static const apic_cuda_kernel kernels[] = {" + (", ".join(kernels) or "{0}") + "};")

@@ -32,7 +32,7 @@ from benchmarks.cuda_standin import Call
 from cuda_expected import expected_calls, same
 from export_helpers import bare_env, build
 from persist_helpers import run_cli
-from test_cuda_offline import ARCH, FileGraph, _saxpy_recording, ptx  # noqa: F401  (ptx is a fixture)
+from test_cuda_offline import ARCH, FileGraph, _saxpy_recording, cubin, ptx  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install]
 
@@ -113,6 +113,22 @@ def test_the_cli_exports_a_cuda_graph_and_says_where(export, tmp_path):
     assert [os.path.basename(p) for p in listed] == ["libcli_cuda.so", "cli_cuda.h", "cli_cuda.pc",
                                                       "cli_cudaConfig.cmake"]
     assert all(os.path.isfile(p) for p in listed)
+
+
+def test_a_cubin_is_loaded_as_saved(cubin, tmp_path):  # noqa: F811
+    """A graph saved with a CUBIN: the library hands the driver the saved ELF, byte for byte, and replays it."""
+    if cuda_standin.compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in driver and the runner")
+    recording, contents = _saxpy_recording()
+    apic.capture_save(FileGraph(recording, contents, cubin[1], (ARCH, "", "cubin")), str(tmp_path / "g"))
+    apic.export(str(tmp_path / "g.wrp"), tmp_path / "out", name="cubin_graph")
+    runner = build("cuda_runner.c", tmp_path / "out", "cubin_graph", tmp_path / "runner", libraries=["-ldl"])
+    driver = cuda_standin.build(cuda_standin.STANDIN_SOURCE, str(tmp_path), "standin_cuda")
+    local = types.SimpleNamespace(folder=tmp_path, runner=runner, driver=driver, recording=recording)
+    calls = _calls(local, ["o:0", "r:1:0x99"])
+    assert [c.params for c in calls if c.name == "cuModuleLoadData"][0] == cubin[1]
+    regions, constants, handle = _opened(calls)
+    same(_replayed(calls), _entered(expected_calls(recording, regions, handle, constants, 0x99)))
 
 
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):
