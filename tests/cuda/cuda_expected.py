@@ -38,9 +38,12 @@ def expected_calls(recording, regions, handle: dict, constants: int, stream: int
             calls.append(Call("cuMemsetD8Async", (address(op.dst), op.value, op.nbytes, stream)))
         elif isinstance(op, rec.Memtile):
             value, total = op.value.data, len(op.value.data) * op.count
-            if len(value) == 4 and value == value[:4] and address(op.dst) % 4 == 0:
-                calls.append(Call("cuMemsetD32Async", (address(op.dst), int.from_bytes(value, "little"), op.count,
-                                                       stream)))
+            # a memset of 1, 2 or 4-byte elements where the value is one repeated and the address aligned to it
+            width = next((w for w in (1, 2, 4) if len(value) % w == 0 and value == value[:w] * (len(value) // w)
+                          and address(op.dst) % w == 0), 0)
+            if width:
+                element = int.from_bytes(value[:width], "little")
+                calls.append(Call(f"cuMemsetD{8 * width}Async", (address(op.dst), element, total // width, stream)))
             else:  # the fill kernel: dst, the value's copy in device memory, its size, the bytes in all
                 params = b"".join(v.to_bytes(8, "little") for v in (address(op.dst), constants, len(value), total))
                 blocks = min(-(-total // cuda_lowering.FILL_BLOCK), cuda_lowering.FILL_MAX_BLOCKS)

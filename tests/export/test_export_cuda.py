@@ -131,6 +131,34 @@ def test_a_cubin_is_loaded_as_saved(cubin, tmp_path):  # noqa: F811
     same(_replayed(calls), _entered(expected_calls(recording, regions, handle, constants, 0x99)))
 
 
+def test_a_graph_without_kernels_exports_and_replays_its_copies(tmp_path):
+    """No module, no kernel, no fill kernel: copies and memsets only (and an empty region)."""
+    if cuda_standin.compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in driver and the runner")
+    from apic.record.recording import Recording
+    from apic.record.regions import Region
+
+    regions = (Region(0, 16, False), Region(1, 16, True), Region(2, 0, True))
+    ops = (rec.Memcpy(rec.Ref(1, 0), rec.Ref(0, 0), 16), rec.Memset(rec.Ref(1, 8), 7, 8),
+           rec.Memtile(rec.Ref(1, 0), rec.Blob(b"\x01\x02"), 4))
+    recording = Recording("cuda-params-v1", regions, (), (), ops)
+    contents = [bytes(range(16)), None, None]
+    apic.capture_save(FileGraph(recording, contents, b"", (ARCH, "", "ptx")), str(tmp_path / "g"))
+    apic.export(str(tmp_path / "g.wrp"), tmp_path / "out", name="copies")
+    runner = build("cuda_runner.c", tmp_path / "out", "copies", tmp_path / "runner", libraries=["-ldl"])
+    driver = cuda_standin.build(cuda_standin.STANDIN_SOURCE, str(tmp_path), "standin_cuda")
+    local = types.SimpleNamespace(folder=tmp_path, runner=runner, driver=driver, recording=recording)
+    calls = _calls(local, ["o:0", "r:2:0x5"])
+    assert not [c for c in calls if c.name in ("cuModuleLoadData", "cuModuleGetFunction")]
+    allocs = [c.args for c in calls if c.name == "cuMemAlloc"]
+    assert [size for size, _ in allocs] == [16, 16, 1]  # an empty region still gets an address, as in Python
+    addresses = [address for _, address in allocs]
+    once = expected_calls(recording, addresses, {}, 0, 0x5)
+    assert [c.name for c in once] == ["cuMemcpyDtoDAsync", "cuMemsetD8Async", "cuMemsetD16Async"]
+    assert once[2].args == (addresses[1], 0x0201, 4, 0x5)  # the 2-byte fill: a 16-bit memset of 4 values
+    same(_replayed(calls), _entered(once * 2))
+
+
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):
     calls = _calls(export, ["o:0", "c"])
     names = [c.name for c in calls]

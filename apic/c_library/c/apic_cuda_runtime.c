@@ -131,7 +131,7 @@ int API(close)(instance_t* g) {
         g->cu.cuCtxPopCurrent(&popped);
     }
     if (g->retained) g->cu.cuDevicePrimaryCtxRelease(g->device);
-    if (g->cu.library) dlclose(g->cu.library);
+    /* the driver library stays loaded: the CUDA driver's threads and exit handlers do not survive an unload */
     free(g->modules);
     free(g->functions);
     free(g->regions);
