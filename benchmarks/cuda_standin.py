@@ -139,7 +139,8 @@ int cuCtxPopCurrent_v2(uint64_t *out) {
 #include <stdio.h>
 #include <stdlib.h>
 enum { CALL_INIT = 13, CALL_DEVICE_GET, CALL_RETAIN, CALL_RELEASE, CALL_LOAD_DATA, CALL_UNLOAD, CALL_GET_FUNCTION,
-       CALL_SET_ATTRIBUTE, CALL_ALLOC, CALL_FREE, CALL_HTOD, CALL_DTOH, CALL_MEMSET_D8, CALL_SYNCHRONIZE };
+       CALL_SET_ATTRIBUTE, CALL_ALLOC, CALL_FREE, CALL_HTOD, CALL_DTOH, CALL_MEMSET_D8, CALL_SYNCHRONIZE,
+       CALL_DEVICE_ATTRIBUTE };
 static uint64_t next_handle = 0x5000;
 
 static int keep(int64_t call, int n, const uint64_t *args, const void *data, int64_t size) {
@@ -161,6 +162,14 @@ int cuDeviceGet(int *device, int ordinal) {
     if (!err && ordinal != 0) return 101; /* CUDA_ERROR_INVALID_DEVICE: one device */
     *device = ordinal;
     return err;
+}
+/* the compute capability: APIC_STANDIN_ARCH (default 75) */
+int cuDeviceGetAttribute(int *value, int attribute, int device) {
+    const char *arch = getenv("APIC_STANDIN_ARCH");
+    int sm = arch ? atoi(arch) : 75;
+    uint64_t a[2] = {(uint64_t)attribute, (uint64_t)device};
+    *value = attribute == 75 ? sm / 10 : attribute == 76 ? sm % 10 : 0;
+    return plain(CALL_DEVICE_ATTRIBUTE, 2, a);
 }
 int cuDevicePrimaryCtxRetain(uint64_t *ctx, int device) {
     uint64_t a[2] = {(uint64_t)device, 0x100};
@@ -309,9 +318,9 @@ CALLS = {1: "cuLaunchKernel", 2: "cuMemcpyDtoDAsync", 3: "cuMemsetD8Async", 4: "
          13: "cuInit", 14: "cuDeviceGet", 15: "cuDevicePrimaryCtxRetain", 16: "cuDevicePrimaryCtxRelease",
          17: "cuModuleLoadData", 18: "cuModuleUnload", 19: "cuModuleGetFunction", 20: "cuFuncSetAttribute",
          21: "cuMemAlloc", 22: "cuMemFree", 23: "cuMemcpyHtoD", 24: "cuMemcpyDtoH", 25: "cuMemsetD8",
-         26: "cuCtxSynchronize"}
+         26: "cuCtxSynchronize", 27: "cuDeviceGetAttribute"}
 _ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6, 13: 1, 14: 1, 15: 2, 16: 1,
-          17: 1, 18: 1, 19: 2, 20: 3, 21: 2, 22: 1, 23: 2, 24: 2, 25: 3, 26: 0}
+          17: 1, 18: 1, 19: 2, 20: 3, 21: 2, 22: 1, 23: 2, 24: 2, 25: 3, 26: 0, 27: 2}
 _WITH_BYTES = {1, 17, 19, 23}  # the calls whose bytes are kept: parameters, module image, kernel name, data
 
 

@@ -14,6 +14,7 @@ Skips, saying why, where Warp cannot compile PTX without a GPU (no NVRTC) or no 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import types
@@ -38,6 +39,7 @@ pytestmark = [pytest.mark.warp_version, pytest.mark.install]
 
 NAME = "saxpy_cuda"
 CONTEXT = 0x100  # the stand-in's primary context
+SMEM = 0x10000  # the saxpy launches' dynamic shared memory
 # x: region 0 whole; y: every other float of region 1 from byte 4 (a strided view, copied through the host)
 BINDINGS = {"x": Binding("x", "input", 0, 0, 32, "float32", (8,), (4,), 4, "<f4", ()),
             "y": Binding("y", "output", 1, 4, 12, "float32", (3,), (8,), 4, "<f4", ())}
@@ -51,6 +53,8 @@ def export(ptx, tmp_path_factory):  # noqa: F811
         pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in driver and the runner")
     folder = tmp_path_factory.mktemp("cuda_export")
     recording, contents = _saxpy_recording()
+    launch = dataclasses.replace(recording.ops[0], smem=SMEM)  # more dynamic shared memory than the default
+    recording = dataclasses.replace(recording, ops=(launch, *recording.ops[1:-1], launch))
     graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
     graph.bindings = dict(BINDINGS)
     apic.capture_save(graph, str(folder / "g"))
@@ -157,6 +161,16 @@ def test_a_graph_without_kernels_exports_and_replays_its_copies(tmp_path):
     assert [c.name for c in once] == ["cuMemcpyDtoDAsync", "cuMemsetD8Async", "cuMemsetD16Async"]
     assert once[2].args == (addresses[1], 0x0201, 4, 0x5)  # the 2-byte fill: a 16-bit memset of 4 values
     same(_replayed(calls), _entered(once * 2))
+
+
+@pytest.mark.parametrize("arch", [75, 90])
+def test_kernel_attributes_are_set_as_the_python_load_sets_them(export, arch):
+    calls = _calls(export, ["o:0"], env={"APIC_STANDIN_ARCH": str(arch)})
+    functions = [c.args[1] for c in calls if c.name == "cuModuleGetFunction"]
+    allowed = [c.args for c in calls if c.name == "cuFuncSetAttribute"]
+    dynamic = [(functions[0], 8, SMEM)]  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: the saxpy launches' need
+    clusters = [(fn, 14, 1) for fn in functions]  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    assert allowed == (dynamic + clusters if arch >= 90 else dynamic)  # in the order of the kernels
 
 
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):

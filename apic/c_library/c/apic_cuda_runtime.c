@@ -24,11 +24,14 @@ typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 #define DEFAULT_DRIVER "libcuda.so.1"
 #define MAX_DYNAMIC_SHARED_SIZE 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+#define NON_PORTABLE_CLUSTER_SIZE_ALLOWED 14 /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+#define COMPUTE_CAPABILITY_MAJOR 75 /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
 
 /* the driver's entry points, by the symbols cuda.h maps the API names to */
 #define DRIVER_CALLS(X)                                                                                   \
     X(cuInit, "cuInit", (unsigned))                                                                       \
     X(cuDeviceGet, "cuDeviceGet", (int*, int))                                                            \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", (int*, int, int))                                     \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (void**, int))                                \
     X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (int))                                   \
     X(cuCtxGetCurrent, "cuCtxGetCurrent", (void**))                                                       \
@@ -154,6 +157,9 @@ static int load(instance_t* g) {
         CALL(e, what, g->cu.cuModuleLoadData(&module, mod->data));
         g->modules[m] = module;
     }
+    int major = 0;
+    CALL(e, "open: cuDeviceGetAttribute (the compute capability)",
+         g->cu.cuDeviceGetAttribute(&major, COMPUTE_CAPABILITY_MAJOR, g->device));
     for (int64_t k = 0; k < im->nkernels; k++) {
         const apic_cuda_kernel* kernel = &im->kernels[k];
         snprintf(what, sizeof what, "open: cuModuleGetFunction of kernel %.300s", kernel->symbol);
@@ -161,6 +167,9 @@ static int load(instance_t* g) {
         if (kernel->smem)
             CALL(e, "open: cuFuncSetAttribute (its dynamic shared memory)",
                  g->cu.cuFuncSetAttribute(g->functions[k], MAX_DYNAMIC_SHARED_SIZE, (int)kernel->smem));
+        /* cluster dims above 8 are compiled in and need the opt-in on sm_90+: best effort, as Warp and apic's
+         * Python load do (a driver without the attribute keeps clusters portable) */
+        if (major >= 9) g->cu.cuFuncSetAttribute(g->functions[k], NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
     }
     for (int64_t r = 0; r < im->nregions; r++) {
         size_t size = (size_t)im->region_sizes[r];
