@@ -140,7 +140,7 @@ int cuCtxPopCurrent_v2(uint64_t *out) {
 #include <stdlib.h>
 enum { CALL_INIT = 13, CALL_DEVICE_GET, CALL_RETAIN, CALL_RELEASE, CALL_LOAD_DATA, CALL_UNLOAD, CALL_GET_FUNCTION,
        CALL_SET_ATTRIBUTE, CALL_ALLOC, CALL_FREE, CALL_HTOD, CALL_DTOH, CALL_MEMSET_D8, CALL_SYNCHRONIZE,
-       CALL_DEVICE_ATTRIBUTE };
+       CALL_DEVICE_ATTRIBUTE, CALL_STREAM_SYNCHRONIZE };
 static uint64_t next_handle = 0x5000;
 
 static int keep(int64_t call, int n, const uint64_t *args, const void *data, int64_t size) {
@@ -268,6 +268,10 @@ int cuMemsetD8_v2(uint64_t dst, unsigned char value, size_t n) {
     return err;
 }
 int cuCtxSynchronize(void) { return plain(CALL_SYNCHRONIZE, 0, 0); }
+int cuStreamSynchronize(void *stream) {
+    uint64_t a[1] = {(uint64_t)stream};
+    return plain(CALL_STREAM_SYNCHRONIZE, 1, a);
+}
 int cuGetErrorName(int code, const char **name) {
     static const struct { int code; const char *name; } names[] = {
         {1, "CUDA_ERROR_INVALID_VALUE"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"}, {100, "CUDA_ERROR_NO_DEVICE"},
@@ -318,9 +322,9 @@ CALLS = {1: "cuLaunchKernel", 2: "cuMemcpyDtoDAsync", 3: "cuMemsetD8Async", 4: "
          13: "cuInit", 14: "cuDeviceGet", 15: "cuDevicePrimaryCtxRetain", 16: "cuDevicePrimaryCtxRelease",
          17: "cuModuleLoadData", 18: "cuModuleUnload", 19: "cuModuleGetFunction", 20: "cuFuncSetAttribute",
          21: "cuMemAlloc", 22: "cuMemFree", 23: "cuMemcpyHtoD", 24: "cuMemcpyDtoH", 25: "cuMemsetD8",
-         26: "cuCtxSynchronize", 27: "cuDeviceGetAttribute"}
+         26: "cuCtxSynchronize", 27: "cuDeviceGetAttribute", 28: "cuStreamSynchronize"}
 _ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6, 13: 1, 14: 1, 15: 2, 16: 1,
-          17: 1, 18: 1, 19: 2, 20: 3, 21: 2, 22: 1, 23: 2, 24: 2, 25: 3, 26: 0, 27: 2}
+          17: 1, 18: 1, 19: 2, 20: 3, 21: 2, 22: 1, 23: 2, 24: 2, 25: 3, 26: 0, 27: 2, 28: 1}
 _WITH_BYTES = {1, 17, 19, 23}  # the calls whose bytes are kept: parameters, module image, kernel name, data
 
 

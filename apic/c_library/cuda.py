@@ -7,7 +7,9 @@ The file is read with the reader and module checks ``capture_load`` uses (no GPU
 export); the steps are worked out from the recording with the lowering the Python replay uses
 (``apic.replay.cuda_lowering``: memset widths, the fill kernel and its constants, kernel parameters relocated
 into a host arena of the blobs, each kept once), so the library makes the calls ``graph.mode = "launch"`` makes.
-Graphs with conditional nodes (``capture_if`` / ``capture_while``) are refused, naming the op.
+``capture_if`` / ``capture_while`` run as the Python replay runs them op by op: each condition read on the host
+when it is reached (``cuStreamSynchronize`` and a 4-byte ``cuMemcpyDtoH``), the ops kept in their sequence with
+their branches and jumps (one step per op, so a branch's target is a step's index).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from apic.targets.cuda import DEFAULT_SMEM
 RUNTIME_FILES = ("apic_cuda_runtime.c", "apic_cuda_image.h", "apic_cuda_bindings.inc")
 ALIGN = 16  # each blob starts 16-byte aligned in the host arena (apic.replay.relocate.ALIGN)
 # the runtime's step kinds and relocation targets (apic_cuda_image.h)
-STEP_KERNEL, STEP_MEMCPY, STEP_MEMSET = 1, 2, 3
+STEP_NOP, STEP_KERNEL, STEP_MEMCPY, STEP_MEMSET, STEP_BRANCH, STEP_JUMP = 0, 1, 2, 3, 4, 5
 TARGET_REGION, TARGET_CONSTANTS = 1, 2
 
 
@@ -59,10 +61,9 @@ def is_cuda(saved) -> bool:
 def refusals(saved, images) -> list[str]:
     """Why the CUDA graph cannot be exported (empty: it can)."""
     found = []
-    for refusal in (_CONDITIONAL, _UNSUPPORTED):
-        kinds = sorted({type(op).__name__ for op in saved.recording.ops if STEPS.get(type(op)) is refusal})
-        if kinds:
-            found.append(f"its ops include {', '.join(kinds)}{refusal.why}")
+    kinds = sorted({type(op).__name__ for op in saved.recording.ops if STEPS.get(type(op)) is _UNSUPPORTED})
+    if kinds:
+        found.append(f"its ops include {', '.join(kinds)}{_UNSUPPORTED.why}")
     missing = sorted({m.file for m in saved.modules if images.get(m.file) is None})
     if missing:
         found.append(f"the module object(s) {', '.join(missing)} are missing or corrupt (a saved source is not "
@@ -126,6 +127,16 @@ class _Layout:
         self.steps.append((STEP_MEMSET, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, op.dst.region, op.dst.offset, 0, 0,
                            op.value, 1, op.nbytes))
 
+    def control(self, kind: int, op) -> None:
+        """A branch (to ``op.target`` if the int32 at ``op.cond`` is zero) or a jump: one step per op, so that a
+        target, a position of the op sequence, is the index of its step."""
+        cond = getattr(op, "cond", None)
+        region, offset = (cond.region, cond.offset) if cond is not None else (0, 0)
+        self.steps.append((kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, region, offset, 0, 0, 0, 0, op.target))
+
+    def nop(self) -> None:
+        self.steps.append((STEP_NOP, *[0] * 17))
+
     def fill(self, op) -> None:
         if not low.needs_fill_kernel(op):
             width = low.memset_width(op)
@@ -142,8 +153,6 @@ class _Layout:
         self._kernel(self._fill, (blocks, 1, 1), (low.FILL_BLOCK, 1, 1), 0, [at + 8 * k for k in range(4)])
 
 
-_CONDITIONAL = rec.Refused(" (capture_if / capture_while: CUDA conditional nodes), which the exported CUDA "
-                           "runtime does not run", ExportError)
 _UNSUPPORTED = rec.Refused(", which the exported CUDA runtime does not run", ExportError)
 # op type -> (op, _Layout) -> None: its steps added (``refusals`` names the ops of a Refused entry first)
 STEPS = {
@@ -151,9 +160,9 @@ STEPS = {
     rec.Memcpy: lambda op, layout: layout.copy(op),
     rec.Memset: lambda op, layout: layout.memset(op),
     rec.Memtile: lambda op, layout: layout.fill(op),
-    rec.Alloc: lambda op, layout: None,
-    rec.Branch: _CONDITIONAL,
-    rec.Jump: _CONDITIONAL,
+    rec.Alloc: lambda op, layout: layout.nop(),
+    rec.Branch: lambda op, layout: layout.control(STEP_BRANCH, op),
+    rec.Jump: lambda op, layout: layout.control(STEP_JUMP, op),
     **{spec.type: _UNSUPPORTED for spec in rec.OP_SPECS if "cuda" not in spec.targets},
 }
 

@@ -8,7 +8,7 @@
  *     r:N:STREAM    replay N times on STREAM (a number)       x:N:STREAM   the same, expecting an error (printed)
  *     e:NAME        find NAME, expecting an error (printed)   p:NAME       print the binding's device address
  *     f:AT:CODE     make the stand-in driver's call AT fail   l:FILE       the stand-in's recorded calls to FILE
- *     c             close
+ *     m:N           cap the loops at N iterations per replay   c            close
  * Exit status: 0 done; 1 a call failed (its error on stderr); 2 open failed; 4 an O:, x: or e: step did not fail. */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
             ((void (*)(long long, long long))standin(driver, "standin_fail"))(at, strtoll(rest + 1, NULL, 10));
         } else if (arg[0] == 'l') {
             if (((int (*)(const char*))standin(driver, "standin_dump"))(value)) return 1;
+        } else if (arg[0] == 'm') {
+            check(F(set_max_loop_iterations)(g, atoll(value)), g, "set_max_loop_iterations");
         } else if (arg[0] == 'c') {
             check(F(close)(g), NULL, "close");
             g = NULL;

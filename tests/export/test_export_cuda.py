@@ -6,8 +6,9 @@ from its recording (``cuda_expected``, as for the Python replay's rows): module 
 open, region uploads, and per replay each launch's kernel handle, grid, block, shared memory, stream and
 parameters relocated to the addresses the stand-in handed out, each copy and memset. Attacks: a missing driver
 library, one without the driver's functions, a failing driver call at open and during a replay, a wrong
-binding name, a wrong size. The GPU check (a real device, bit for bit with the Python replay) is in
-``test_export_cuda_gpu.py``.
+binding name, a wrong size, a loop that never ends (the cap). ``capture_if`` / ``capture_while``: conditions
+read on the host, call for call as the Python replay's op-by-op mode. The GPU check (a real device, bit for
+bit with the Python replay) is in ``test_export_cuda_gpu.py``.
 
 Skips, saying why, where Warp cannot compile PTX without a GPU (no NVRTC) or no C compiler is found.
 """
@@ -173,6 +174,66 @@ def test_kernel_attributes_are_set_as_the_python_load_sets_them(export, arch):
     assert allowed == (dynamic + clusters if arch >= 90 else dynamic)  # in the order of the kernels
 
 
+def _flat_calls(recording, conds: dict, cap: int, regions, handle, constants, stream) -> tuple[list[Call], bool]:
+    """The calls of one replay of ``recording`` with branches, its conditions fixed at ``conds`` ((region, offset)
+    -> int32; kernels do not run on the stand-in), each read as the Python replay reads it (the stream
+    synchronized, 4 bytes copied); and whether the loop cap (backward jumps in the replay) stopped it."""
+    ops, k, jumps, calls = recording.ops, 0, 0, []
+    while k < len(ops):
+        op = ops[k]
+        if isinstance(op, rec.Branch):
+            address = regions[op.cond.region] + op.cond.offset
+            calls += [Call("cuStreamSynchronize", (stream,)), Call("cuMemcpyDtoH", (address, 4))]
+            k = k + 1 if conds[(op.cond.region, op.cond.offset)] else op.target
+        elif isinstance(op, rec.Jump):
+            jumps += op.target <= k
+            if jumps > cap:
+                return calls, True
+            k = op.target
+        else:
+            calls += expected_calls(dataclasses.replace(recording, ops=(op,)), regions, handle, constants, stream)
+            k += 1
+    return calls, False
+
+
+@pytest.fixture(scope="module")
+def conditional(ptx, tmp_path_factory):  # noqa: F811
+    """The nested capture_if / capture_while ops of the cuda conditional tests, exported; their two conditions
+    (int32s at bytes 60 and 56 of the graph-owned region 2) bound as ``conds``."""
+    if cuda_standin.compiler() is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to build the stand-in driver and the runner")
+    from test_cuda_conditional_offline import _nested_ops
+
+    folder = tmp_path_factory.mktemp("cuda_conditional")
+    recording, contents = _saxpy_recording()
+    recording = dataclasses.replace(recording, ops=_nested_ops())
+    graph = FileGraph(recording, contents, ptx.encode("latin-1"), (ARCH, "", "ptx"))
+    graph.bindings = {"conds": Binding("conds", "input", 2, 0, 64, "int32", (16,), (4,), 4, "<i4", ())}
+    apic.capture_save(graph, str(folder / "g"))
+    apic.export(str(folder / "g.wrp"), folder / "out", name="branches")
+    runner = build("cuda_runner.c", folder / "out", "branches", folder / "runner", libraries=["-ldl"])
+    driver = cuda_standin.build(cuda_standin.STANDIN_SOURCE, str(folder), "standin_cuda")
+    return types.SimpleNamespace(folder=folder, runner=runner, driver=driver, recording=recording)
+
+
+@pytest.mark.parametrize("c, c2", [(0, 0), (1, 0), (0, 1)])
+def test_conditions_are_read_on_the_host_as_the_python_replay_reads_them(conditional, c, c2):
+    conds = np.zeros(16, np.int32)
+    conds[15], conds[14] = c, c2
+    (conditional.folder / "conds.bin").write_bytes(conds.tobytes())
+    done = _run(conditional, ["o:0", "w:conds=conds.bin", "m:7", "x:1:0x42", "r:0:0", f"l:{conditional.folder}/c.log"]
+                if c else ["o:0", "w:conds=conds.bin", "r:2:0x42", f"l:{conditional.folder}/c.log"])
+    assert done.returncode == 0, done.stderr + done.stdout
+    calls = cuda_standin.read_dump(str(conditional.folder / "c.log"))
+    regions, constants, handle = _opened(calls)
+    once, capped = _flat_calls(conditional.recording, {(2, 60): c, (2, 56): c2}, 7, regions, handle, constants, 0x42)
+    assert capped == bool(c)  # while (C) never ends where C stays set: the cap stops it
+    if c:
+        assert "status 7: replay: the loops ran more than 7 iterations in replay 0" in done.stdout
+    same(_replayed(calls), _entered(once if c else once * 2))
+    assert {"cuStreamSynchronize", "cuLaunchKernel" if c else "cuMemsetD32Async"} <= {x.name for x in once}
+
+
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):
     calls = _calls(export, ["o:0", "c"])
     names = [c.name for c in calls]
@@ -315,12 +376,9 @@ def test_careless_calls_return_a_status(export):
     assert done.returncode == 1 and "status 3: write('x'): 4 bytes given; the binding holds 32" in done.stderr
 
 
-def test_conditional_graphs_and_missing_modules_are_refused_naming_why():
-    ops = (rec.Branch(rec.Ref(0, 0), 2), rec.Jump(2))
+def test_ops_the_runtime_lacks_and_missing_modules_are_refused_naming_why():
+    ops = (rec.NativeCall("f", ()),)
     saved = types.SimpleNamespace(recording=types.SimpleNamespace(ops=ops, kernels=()), modules=())
-    (problem,) = cuda_export.refusals(saved, {})
-    assert problem.startswith("its ops include Branch, Jump (capture_if / capture_while: CUDA conditional nodes)")
-    saved.recording.ops = (rec.NativeCall("f", ()),)
     assert cuda_export.refusals(saved, {}) == ["its ops include NativeCall, which the exported CUDA runtime does "
                                                "not run"]
     module = types.SimpleNamespace(file="m.ptx")

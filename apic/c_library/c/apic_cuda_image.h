@@ -7,7 +7,9 @@
 
 #define APIC_CUDA_MAX_DIMS 8
 
-enum { APIC_STEP_KERNEL = 1, APIC_STEP_MEMCPY = 2, APIC_STEP_MEMSET = 3 };
+/* one step per op of the recording; a branch goes to step `count` if the int32 at dst is zero, a jump always */
+enum { APIC_STEP_NOP = 0, APIC_STEP_KERNEL = 1, APIC_STEP_MEMCPY = 2, APIC_STEP_MEMSET = 3, APIC_STEP_BRANCH = 4,
+       APIC_STEP_JUMP = 5 };
 /* what an arena word points at: a region's device memory, or the fill kernel's constants */
 enum { APIC_CUDA_TARGET_REGION = 1, APIC_CUDA_TARGET_CONSTANTS = 2 };
 

@@ -26,6 +26,7 @@ typedef uint64_t CUdeviceptr;
 #define MAX_DYNAMIC_SHARED_SIZE 8 /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
 #define NON_PORTABLE_CLUSTER_SIZE_ALLOWED 14 /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
 #define COMPUTE_CAPABILITY_MAJOR 75 /* CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR */
+#define DEFAULT_MAX_LOOP_ITERATIONS (1LL << 24)
 
 /* the driver's entry points, by the symbols cuda.h maps the API names to */
 #define DRIVER_CALLS(X)                                                                                   \
@@ -38,6 +39,7 @@ typedef uint64_t CUdeviceptr;
     X(cuCtxPushCurrent, "cuCtxPushCurrent_v2", (void*))                                                   \
     X(cuCtxPopCurrent, "cuCtxPopCurrent_v2", (void**))                                                    \
     X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                                       \
+    X(cuStreamSynchronize, "cuStreamSynchronize", (void*))                                                \
     X(cuModuleLoadData, "cuModuleLoadData", (void**, const void*))                                        \
     X(cuModuleUnload, "cuModuleUnload", (void*))                                                          \
     X(cuModuleGetFunction, "cuModuleGetFunction", (void**, void*, const char*))                           \
@@ -72,6 +74,7 @@ struct API(instance) {
     CUdeviceptr constants;
     unsigned char* arena;
     void** params;
+    int64_t max_loop_iterations;
     char error[512];
 };
 typedef struct API(instance) instance_t;
@@ -216,6 +219,7 @@ int API(open)(int abi_version, const char* driver_library, int device, instance_
     if (device < 0) return fail(open_error, APIC_ERROR_ARGUMENT, "open: device %d is negative", device);
     instance_t* g = (instance_t*)calloc(1, sizeof *g);
     if (!g) return fail(open_error, APIC_ERROR_MEMORY, "open: out of memory");
+    g->max_loop_iterations = DEFAULT_MAX_LOOP_ITERATIONS;
     g->modules = (void**)calloc((size_t)im->nmodules + 1, sizeof(void*));
     g->functions = (void**)calloc((size_t)im->nkernels + 1, sizeof(void*));
     g->regions = (CUdeviceptr*)calloc((size_t)im->nregions + 1, sizeof(CUdeviceptr));
@@ -291,6 +295,39 @@ static CUresult issue(instance_t* g, const apic_cuda_step* s, void* stream, cons
     return 1;
 }
 
+/* one pass over the steps; a failed call's name in *call (a condition is read as apic/replay/cuda_conditional.py
+ * reads it: the stream synchronized, then a 4-byte copy to the host) */
+static CUresult pass(instance_t* g, void* stream, const char** call, int64_t* at) {
+    const apic_cuda_image* im = &apic_cuda_graph;
+    int64_t jumps = 0;
+    for (int64_t k = 0; k < im->nsteps;) {
+        const apic_cuda_step* s = &im->steps[k];
+        CUresult result = 0;
+        *at = k;
+        if (s->kind == APIC_STEP_BRANCH) {
+            int32_t value = 0;
+            *call = "cuStreamSynchronize";
+            if ((result = g->cu.cuStreamSynchronize(stream))) return result;
+            *call = "cuMemcpyDtoH";
+            CUdeviceptr cond = g->regions[s->dst_region] + (CUdeviceptr)s->dst_offset;
+            if ((result = g->cu.cuMemcpyDtoH(&value, cond, 4))) return result;
+            k = value ? k + 1 : s->count;
+        } else if (s->kind == APIC_STEP_JUMP) {
+            if (s->count <= k && g->max_loop_iterations && ++jumps > g->max_loop_iterations) {
+                *call = NULL; /* the loop cap */
+                return 1;
+            }
+            k = s->count;
+        } else if (s->kind == APIC_STEP_NOP) {
+            k++;
+        } else {
+            if ((result = issue(g, s, stream, call))) return result;
+            k++;
+        }
+    }
+    return 0;
+}
+
 int API(replay)(instance_t* g, void* stream, int64_t repeats) {
     const apic_cuda_image* im = &apic_cuda_graph;
     if (!g) return APIC_ERROR_ARGUMENT;
@@ -301,17 +338,19 @@ int API(replay)(instance_t* g, void* stream, int64_t repeats) {
     int pushed = current != g->context;
     if (pushed) CALL(g->error, "replay: cuCtxPushCurrent", g->cu.cuCtxPushCurrent(g->context));
     int status = APIC_OK;
-    for (int64_t n = 0; n < repeats && !status; n++)
-        for (int64_t k = 0; k < im->nsteps; k++) {
-            const char* call = "";
-            CUresult result = issue(g, &im->steps[k], stream, &call);
-            if (result) {
-                status = fail(g->error, APIC_ERROR_DRIVER, "replay: %s failed: %s (%d) at op %lld of replay %lld; the "
-                              "ops before it were issued", call, error_name(&g->cu, result), result, (long long)k,
-                              (long long)n);
-                break;
-            }
-        }
+    for (int64_t n = 0; n < repeats && !status; n++) {
+        const char* call = "";
+        int64_t at = 0;
+        CUresult result = pass(g, stream, &call, &at);
+        if (result && !call)
+            status = fail(g->error, APIC_ERROR_LOOP_LIMIT, "replay: the loops ran more than %lld iterations in replay "
+                          "%lld (the cap: set_max_loop_iterations); the replay stopped at op %lld",
+                          (long long)g->max_loop_iterations, (long long)n, (long long)at);
+        else if (result)
+            status = fail(g->error, APIC_ERROR_DRIVER, "replay: %s failed: %s (%d) at op %lld of replay %lld; the ops "
+                          "before it were issued", call, error_name(&g->cu, result), result, (long long)at,
+                          (long long)n);
+    }
     if (pushed) {
         void* popped = NULL;
         CUresult result = g->cu.cuCtxPopCurrent(&popped);
@@ -320,6 +359,14 @@ int API(replay)(instance_t* g, void* stream, int64_t repeats) {
                           error_name(&g->cu, result), result);
     }
     return status;
+}
+
+int API(set_max_loop_iterations)(instance_t* g, int64_t count) {
+    if (!g) return APIC_ERROR_ARGUMENT;
+    if (count < 0)
+        return fail(g->error, APIC_ERROR_ARGUMENT, "set_max_loop_iterations: %lld is negative", (long long)count);
+    g->max_loop_iterations = count;
+    return APIC_OK;
 }
 
 #include "apic_cuda_bindings.inc"
