@@ -53,3 +53,26 @@ def test_the_exported_library_replays_on_the_gpu_as_eager_and_the_python_replay(
         exported = (dump / f"{name}.bin").read_bytes()
         assert exported == np.ascontiguousarray(array).tobytes(), f"{name}: the export differs from the Python replay"
         assert exported == np.ascontiguousarray(expected[name]).tobytes(), f"{name}: the export differs from eager"
+
+
+def test_the_exported_library_runs_capture_if_and_capture_while_as_eager(tmp_path):
+    """The conditional workload (if / else, nested whiles, a while that runs zero times) captured, saved and
+    exported: conditions read on the host by the library; four replays equal four eager steps, bit for bit."""
+    import cuda_conditional_workload as cc
+    from test_cuda_conditional_gpu import STEPS, _eager_after_warmup, _saved
+
+    needs_cuda_python()
+    stem = _saved(tmp_path)
+    apic.export(stem + ".wrp", tmp_path / "out", name="gpu_branches")
+    runner = build("cuda_runner.c", tmp_path / "out", "gpu_branches", tmp_path / "runner", libraries=["-ldl"])
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    env = {**bare_env(), **{k: v for k, v in os.environ.items() if k in ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES")}}
+    done = subprocess.run([runner, "-", "o:0", f"r:{STEPS}:0", f"d:{dump}", "c"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    eager = _eager_after_warmup()
+    for _ in range(STEPS):
+        cc.step(eager, DEV)
+    for name, array in cc.snapshot(eager, DEV).items():
+        assert (dump / f"{name}.bin").read_bytes() == np.ascontiguousarray(array).tobytes(), name
