@@ -256,6 +256,11 @@ def header(name: str) -> str:
     return runtime_file("cuda_header.h.in").replace("@COMMON@", common[start:end]).replace("@NAME@", name)
 
 
+def cpp_header(name: str) -> str:
+    """The C++ RAII header ``<name>.hpp`` of a CUDA export."""
+    return runtime_file("cuda_header.hpp.in").replace("@NAME@", name)
+
+
 def link(build: str, saved, images, name: str, library: str) -> None:
     """Write the runtime and the graph's sources into ``build`` and link ``library`` there."""
     problems = refusals(saved, images)

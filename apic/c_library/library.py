@@ -53,8 +53,7 @@ def export(graph_or_path, outdir, name: str | None = None) -> dict[str, str]:
             file's stem.
 
     Returns:
-        ``{"library", "header", "cpp_header", "pkg_config", "cmake"}``: the paths written (a CUDA graph's
-        export has no ``cpp_header``).
+        ``{"library", "header", "cpp_header", "pkg_config", "cmake"}``: the paths written.
 
     Raises:
         What ``apic.capture_load`` raises for the file; ``ExportError`` for a graph the export cannot run
@@ -86,7 +85,7 @@ def _build_cuda(work: str, saved, images, name: str, outdir: str) -> dict[str, s
     build = os.path.join(work, "build")
     os.makedirs(build)
     cuda.link(build, saved, images, name, f"lib{name}.so")
-    return _install(build, name, outdir, cuda.header(name), cpp_header=None)  # no C++ wrapper of its API yet
+    return _install(build, name, outdir, cuda.header(name), cuda.cpp_header(name))
 
 
 def _build(work: str, img, snap, name: str, outdir: str) -> dict[str, str]:
@@ -111,9 +110,8 @@ def _build(work: str, img, snap, name: str, outdir: str) -> dict[str, str]:
     return _install(build, name, outdir, emit.header(name), emit.cpp_header(name))
 
 
-def _install(build: str, name: str, outdir: str, header: str, cpp_header: str | None) -> dict[str, str]:
-    """Copy the library linked in ``build`` and write the headers and package files into ``outdir`` (no C++
-    header where ``cpp_header`` is None)."""
+def _install(build: str, name: str, outdir: str, header: str, cpp_header: str) -> dict[str, str]:
+    """Copy the library linked in ``build`` and write the headers and package files into ``outdir``."""
     library = f"lib{name}.so"
     os.makedirs(outdir, exist_ok=True)
     out = os.path.abspath(outdir)
@@ -124,8 +122,6 @@ def _install(build: str, name: str, outdir: str, header: str, cpp_header: str | 
     os.replace(written["library"] + ".tmp", written["library"])  # a running program keeps the file it mapped
     texts = {"header": header, "cpp_header": cpp_header,
              "pkg_config": emit.pkg_config(name, out, __version__), "cmake": emit.cmake_config(name)}
-    if cpp_header is None:
-        del texts["cpp_header"], written["cpp_header"]
     for key, text in texts.items():
         with open(written[key], "w") as f:
             f.write(text)

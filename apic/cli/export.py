@@ -31,6 +31,5 @@ def run(args) -> int:
         raise UserError(f"{args.outdir} is a file; name a folder to write the library into")
     written = export(args.path, args.outdir, name=args.name)
     for key in ("library", "header", "cpp_header", "pkg_config", "cmake"):
-        if key in written:  # a CUDA graph's export has no C++ header
-            print(written[key])
+        print(written[key])
     return 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import types
 
@@ -101,7 +102,7 @@ def _replayed(calls: list[Call]) -> list[Call]:
 
 
 def test_the_export_writes_a_library_and_a_header_that_needs_no_cuda_h(export):
-    assert set(export.written) == {"library", "header", "pkg_config", "cmake"}  # no C++ wrapper for CUDA yet
+    assert set(export.written) == {"library", "header", "cpp_header", "pkg_config", "cmake"}
     header = open(export.written["header"]).read()
     assert "#include <cuda" not in header and "APIC_CUDA_DRIVER" in header
     assert f"int {NAME}_replay({NAME}_instance* instance, void* stream, int64_t repeats);" in header
@@ -115,7 +116,7 @@ def test_the_cli_exports_a_cuda_graph_and_says_where(export, tmp_path):
     done = run_cli(["export", str(export.folder / "g.wrp"), str(tmp_path / "out"), "--name", "cli_cuda"], tmp_path)
     assert done.returncode == 0, done.stderr
     listed = done.stdout.split()
-    assert [os.path.basename(p) for p in listed] == ["libcli_cuda.so", "cli_cuda.h", "cli_cuda.pc",
+    assert [os.path.basename(p) for p in listed] == ["libcli_cuda.so", "cli_cuda.h", "cli_cuda.hpp", "cli_cuda.pc",
                                                       "cli_cudaConfig.cmake"]
     assert all(os.path.isfile(p) for p in listed)
 
@@ -232,6 +233,26 @@ def test_conditions_are_read_on_the_host_as_the_python_replay_reads_them(conditi
         assert "status 7: replay: the loops ran more than 7 iterations in replay 0" in done.stdout
     same(_replayed(calls), _entered(once if c else once * 2))
     assert {"cuStreamSynchronize", "cuLaunchKernel" if c else "cuMemsetD32Async"} <= {x.name for x in once}
+
+
+def test_the_cpp_raii_header_compiles_and_throws_on_errors(export, tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on this machine")
+    out = os.path.dirname(export.written["library"])
+    source = tmp_path / "raii.cpp"
+    source.write_text(f'#include "{NAME}.hpp"\n#include <vector>\nint main() {{\n'
+                      f'  apic_export::{NAME} g(0);\n  auto info = g.find("x");\n  std::vector<char> x(info.nbytes);\n'
+                      '  g.replay((void*)0x77, 2);\n  g.read("x", x.data(), x.size());\n'
+                      '  try { g.replay(nullptr, -1); return 1; } catch (const std::runtime_error&) {}\n'
+                      f'  try {{ apic_export::{NAME} h(1); return 1; }} catch (const std::runtime_error&) {{}}\n'
+                      '  return 0;\n}\n')
+    built = subprocess.run([cxx, "-std=c++14", f"-I{out}", "-o", str(tmp_path / "raii"), str(source), f"-L{out}",
+                            f"-l{NAME}", f"-Wl,-rpath,{out}"], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    done = subprocess.run([str(tmp_path / "raii")], env={**bare_env(), "APIC_CUDA_DRIVER": export.driver},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
 
 
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):
