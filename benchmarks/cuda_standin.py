@@ -205,7 +205,10 @@ int cuModuleLoadData(uint64_t *module, const unsigned char *image) {
     return keep(CALL_LOAD_DATA, 1, a, image, size);
 }
 int cuModuleUnload(uint64_t module) { uint64_t a[1] = {module}; return plain(CALL_UNLOAD, 1, a); }
-/* APIC_STANDIN_KERNELS="name=8,8,4;other=8": the parameter sizes of kernels got by name (as standin_kernel) */
+/* APIC_STANDIN_KERNELS="name=8,8,4;other=8": the parameter sizes of kernels got by name (as standin_kernel);
+ * "name=0:8,8:8,16:4" gives their offsets too, which cuFuncGetParamInfo then reports */
+static struct { uint64_t fn; int64_t count; int64_t offsets[MAX_PARAMS], sizes[MAX_PARAMS]; } layouts[MAX_KERNELS];
+static int64_t n_layouts;
 static void register_named(const char *name, uint64_t fn) {
     const char *spec = getenv("APIC_STANDIN_KERNELS");
     size_t length = strlen(name);
@@ -213,12 +216,24 @@ static void register_named(const char *name, uint64_t fn) {
         const char *end = strchr(spec, ';');
         if (!end) end = spec + strlen(spec);
         if (!strncmp(spec, name, length) && spec[length] == '=') {
-            int64_t sizes[MAX_PARAMS], count = 0;
+            int64_t sizes[MAX_PARAMS], offsets[MAX_PARAMS], count = 0, placed = 0;
             for (const char *p = spec + length + 1; p < end && count < MAX_PARAMS; p++) {
-                sizes[count++] = strtoll(p, (char **)&p, 10);
+                int64_t value = strtoll(p, (char **)&p, 10);
+                if (*p == ':') {
+                    offsets[count] = value;
+                    placed = 1;
+                    value = strtoll(p + 1, (char **)&p, 10);
+                }
+                sizes[count++] = value;
                 if (*p != ',') break;
             }
             standin_kernel(fn, count, sizes);
+            if (placed && n_layouts < MAX_KERNELS) {
+                layouts[n_layouts].fn = fn;
+                layouts[n_layouts].count = count;
+                memcpy(layouts[n_layouts].offsets, offsets, 8 * (size_t)count);
+                memcpy(layouts[n_layouts++].sizes, sizes, 8 * (size_t)count);
+            }
             return;
         }
         spec = *end ? end + 1 : end;
@@ -229,6 +244,17 @@ int cuModuleGetFunction(uint64_t *fn, uint64_t module, const char *name) {
     register_named(name, *fn);
     uint64_t a[2] = {module, *fn};
     return keep(CALL_GET_FUNCTION, 2, a, name, (int64_t)strlen(name));
+}
+/* the layout APIC_STANDIN_KERNELS gave with offsets; CUDA_ERROR_INVALID_VALUE past it or without one */
+int cuFuncGetParamInfo(uint64_t fn, size_t index, size_t *offset, size_t *size) {
+    for (int64_t k = 0; k < n_layouts; k++)
+        if (layouts[k].fn == fn) {
+            if ((int64_t)index >= layouts[k].count) return 1;
+            *offset = (size_t)layouts[k].offsets[index];
+            *size = (size_t)layouts[k].sizes[index];
+            return 0;
+        }
+    return 1;
 }
 int cuFuncSetAttribute(uint64_t fn, int attribute, int value) {
     uint64_t a[3] = {fn, (uint64_t)attribute, (uint64_t)value};
@@ -294,7 +320,7 @@ int standin_dump(const char *path) {
 
 /* control, for the tests */
 void standin_clear(void) { n_records = n_bytes = calls = 0; fail_at = -1; }
-void standin_reset(void) { standin_clear(); n_kernels = depth = 0; logging = 1; next_handle = 0x5000; }
+void standin_reset(void) { standin_clear(); n_kernels = n_layouts = depth = 0; logging = 1; next_handle = 0x5000; }
 void standin_logging(int64_t on) { logging = on; }
 void standin_fail(int64_t at, int64_t code) { fail_at = at; fail_code = code; }
 void standin_set_current(uint64_t ctx) { depth = ctx ? 1 : 0; contexts[0] = ctx; }

@@ -218,7 +218,11 @@ def sources(folder: str, saved, images) -> list[str]:
     modules = [f"{{apic_cuda_module_{k}, {len(data[f'module_{k}'])}, {int(f.endswith('.ptx'))}, {c_string(f)}, "
                f"{c_string(f'sm_{arch}{suffix}')}}}" for k, (f, arch, suffix) in enumerate(names)]
     lines.append("static const apic_cuda_module modules[] = {" + (", ".join(modules) or "{0}") + "};")
-    kernels = [f"{{{c_string(s)}, {module_of[k]}, {smem[k] if smem[k] > DEFAULT_SMEM else 0}}}"
+    layouts = [[v for param in kernel.params for v in param] for kernel in recording.kernels]
+    for k, layout_k in enumerate(layouts):  # each kernel's (offset, size) pairs, checked against the driver's
+        lines.append(f"static const int64_t layout_{k}[] = {_ints(layout_k)};")
+    kernels = [f"{{{c_string(s)}, {module_of[k]}, {smem[k] if smem[k] > DEFAULT_SMEM else 0}, "
+               + (f"{len(layouts[k]) // 2}, layout_{k}}}" if k < len(layouts) else "-1, 0}")  # the fill kernel's: -1
                for k, s in enumerate(symbols)]
     lines.append("static const apic_cuda_kernel kernels[] = {" + (", ".join(kernels) or "{0}") + "};")
     lines.append(f"static const int64_t region_sizes[] = {_ints([r.nbytes for r in recording.regions])};")

@@ -255,6 +255,26 @@ def test_the_cpp_raii_header_compiles_and_throws_on_errors(export, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+def test_a_kernel_whose_parameters_differ_from_the_file_is_refused_at_open(export):
+    """Where the driver reports a kernel's parameters (cuFuncGetParamInfo), open compares them with the file's."""
+    kernel = export.recording.kernels[0]
+    pairs = [f"{offset}:{size}" for offset, size in kernel.params]
+
+    def opened(layout):
+        return _run(export, ["o:0", "c"], env={"APIC_STANDIN_KERNELS": f"{kernel.symbol}={','.join(layout)}"})
+
+    assert opened(pairs).returncode == 0
+    offset, size = kernel.params[1]
+    done = opened([pairs[0], f"{offset + 8}:{size}", *pairs[2:]])
+    assert done.returncode == 2
+    assert (f"parameter 1 is [offset {offset + 8}, {size} bytes] in its module, [offset {offset}, {size} bytes] in "
+            "the graph file") in done.stderr
+    done = opened(pairs[:-1])
+    assert f"has {len(pairs) - 1} parameters in its module, the graph file says {len(pairs)}" in done.stderr
+    done = opened([*pairs, f"{offset + 4096}:8"])
+    assert f"has more parameters in its module than the graph file's {len(pairs)}" in done.stderr
+
+
 def test_open_loads_the_saved_modules_and_fills_the_regions_from_the_saved_state(export):
     calls = _calls(export, ["o:0", "c"])
     names = [c.name for c in calls]

@@ -25,6 +25,8 @@ typedef struct apic_cuda_kernel {
     const char* symbol;
     int64_t module;
     int64_t smem; /* dynamic shared memory above the default its launches need (0: none) */
+    int64_t nparams; /* its parameters in the file (-1: apic's own kernel, not checked) */
+    const int64_t* layout; /* (offset, size) of each */
 } apic_cuda_kernel;
 
 /* one op of the replay, as apic.replay.cuda_lowering lowers it */

@@ -59,6 +59,7 @@ typedef uint64_t CUdeviceptr;
 
 typedef struct driver {
     void* library;
+    CUresult (*cuFuncGetParamInfo)(void*, size_t, size_t*, size_t*); /* CUDA 12.4+ drivers: NULL before */
 #define FIELD(name, symbol, args) CUresult(*name) args;
     DRIVER_CALLS(FIELD)
 #undef FIELD
@@ -120,6 +121,7 @@ static int load_driver(instance_t* g, const char* path) {
                     "too old for this library)", path, symbol);
     DRIVER_CALLS(LOOKUP)
 #undef LOOKUP
+    *(void**)&g->cu.cuFuncGetParamInfo = dlsym(g->cu.library, "cuFuncGetParamInfo");
     return APIC_OK;
 }
 
@@ -148,6 +150,28 @@ int API(close)(instance_t* g) {
 }
 
 /* the context-current part of open: modules, functions, memory, parameters */
+/* a kernel's parameter layout in its module against the file's, where the driver can tell (as
+ * apic/replay/cuda_loaded_graph.py's _check_params) */
+static int check_params(instance_t* g, const apic_cuda_kernel* kernel, void* fn) {
+    size_t offset = 0, size = 0;
+    if (!g->cu.cuFuncGetParamInfo || kernel->nparams < 0) return APIC_OK;
+    for (int64_t p = 0; p < kernel->nparams; p++) {
+        if (g->cu.cuFuncGetParamInfo(fn, (size_t)p, &offset, &size)) {
+            if (p == 0) return APIC_OK; /* this driver cannot tell */
+            return fail(open_error, APIC_ERROR_ARGUMENT, "open: kernel %.300s has %lld parameters in its module, the "
+                        "graph file says %lld", kernel->symbol, (long long)p, (long long)kernel->nparams);
+        }
+        if ((int64_t)offset != kernel->layout[2 * p] || (int64_t)size != kernel->layout[2 * p + 1])
+            return fail(open_error, APIC_ERROR_ARGUMENT, "open: kernel %.300s: parameter %lld is [offset %zu, %zu "
+                        "bytes] in its module, [offset %lld, %lld bytes] in the graph file", kernel->symbol, (long long)p,
+                        offset, size, (long long)kernel->layout[2 * p], (long long)kernel->layout[2 * p + 1]);
+    }
+    if (!g->cu.cuFuncGetParamInfo(fn, (size_t)kernel->nparams, &offset, &size))
+        return fail(open_error, APIC_ERROR_ARGUMENT, "open: kernel %.300s has more parameters in its module than the "
+                    "graph file's %lld", kernel->symbol, (long long)kernel->nparams);
+    return APIC_OK;
+}
+
 static int load(instance_t* g) {
     const apic_cuda_image* im = &apic_cuda_graph;
     char* e = open_error;
@@ -167,6 +191,8 @@ static int load(instance_t* g) {
         const apic_cuda_kernel* kernel = &im->kernels[k];
         snprintf(what, sizeof what, "open: cuModuleGetFunction of kernel %.300s", kernel->symbol);
         CALL(e, what, g->cu.cuModuleGetFunction(&g->functions[k], g->modules[kernel->module], kernel->symbol));
+        int status = check_params(g, kernel, g->functions[k]);
+        if (status) return status;
         if (kernel->smem)
             CALL(e, "open: cuFuncSetAttribute (its dynamic shared memory)",
                  g->cu.cuFuncSetAttribute(g->functions[k], MAX_DYNAMIC_SHARED_SIZE, (int)kernel->smem));
