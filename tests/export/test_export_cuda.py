@@ -236,16 +236,21 @@ def test_conditions_are_read_on_the_host_as_the_python_replay_reads_them(conditi
 
 
 def test_the_cpp_raii_header_compiles_and_throws_on_errors(export, tmp_path):
+    """The C++ wrapper; two instances at once, each with its own device memory."""
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler on this machine")
     out = os.path.dirname(export.written["library"])
     source = tmp_path / "raii.cpp"
     source.write_text(f'#include "{NAME}.hpp"\n#include <vector>\nint main() {{\n'
-                      f'  apic_export::{NAME} g(0);\n  auto info = g.find("x");\n  std::vector<char> x(info.nbytes);\n'
-                      '  g.replay((void*)0x77, 2);\n  g.read("x", x.data(), x.size());\n'
+                      f'  apic_export::{NAME} g(0), h(0);  // two instances: each its own memory\n'
+                      '  auto info = g.find("x");\n  std::vector<char> x(info.nbytes, 7), y(info.nbytes);\n'
+                      '  g.write("x", x.data(), x.size());\n  g.replay((void*)0x77, 2);\n'
+                      '  h.read("x", y.data(), y.size());\n  if (y == x || y[0] != 0) return 2;  // the saved 0.0f\n'
+                      '  g.read("x", y.data(), y.size());\n  if (y != x) return 3;\n'
+                      '  if (g.device_pointer("x") == h.device_pointer("x")) return 4;\n'
                       '  try { g.replay(nullptr, -1); return 1; } catch (const std::runtime_error&) {}\n'
-                      f'  try {{ apic_export::{NAME} h(1); return 1; }} catch (const std::runtime_error&) {{}}\n'
+                      f'  try {{ apic_export::{NAME} k(1); return 1; }} catch (const std::runtime_error&) {{}}\n'
                       '  return 0;\n}\n')
     built = subprocess.run([cxx, "-std=c++14", f"-I{out}", "-o", str(tmp_path / "raii"), str(source), f"-L{out}",
                             f"-l{NAME}", f"-Wl,-rpath,{out}"], capture_output=True, text=True, timeout=300)
