@@ -18,7 +18,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-STANDIN_SOURCE = r"""
+from benchmarks.cuda_standin_export import EXPORT_SOURCE
+
+_REPLAY_SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
@@ -35,6 +37,8 @@ static unsigned char bytes[MAX_BYTES];
 static struct { uint64_t fn; int64_t count; int64_t sizes[MAX_PARAMS]; } kernels[MAX_KERNELS];
 static int64_t n_kernels;
 static uint64_t contexts[64];
+int standin_kernel(uint64_t fn, int64_t count, const int64_t *sizes);
+static void export_reset(void); /* cuda_standin_export.py's calls: its counters back to the start */
 static int64_t depth;
 
 static int note(int64_t call, int n, const uint64_t *args, record_t **out) {
@@ -135,7 +139,7 @@ int cuCtxPopCurrent_v2(uint64_t *out) {
 
 /* control, for the tests */
 void standin_clear(void) { n_records = n_bytes = calls = 0; fail_at = -1; }
-void standin_reset(void) { standin_clear(); n_kernels = depth = 0; logging = 1; }
+void standin_reset(void) { standin_clear(); n_kernels = depth = 0; logging = 1; export_reset(); }
 void standin_logging(int64_t on) { logging = on; }
 void standin_fail(int64_t at, int64_t code) { fail_at = at; fail_code = code; }
 void standin_set_current(uint64_t ctx) { depth = ctx ? 1 : 0; contexts[0] = ctx; }
@@ -155,11 +159,21 @@ int standin_kernel(uint64_t fn, int64_t count, const int64_t *sizes) {
 int standin_noop(void) { return 0; }
 """
 
+# the driver library the tests build: the replay's calls above and an exported library's open, copies and close
+STANDIN_SOURCE = _REPLAY_SOURCE + EXPORT_SOURCE
+
 # the call kinds the stand-in records (``CALL_*`` in its source)
 CALLS = {1: "cuLaunchKernel", 2: "cuMemcpyDtoDAsync", 3: "cuMemsetD8Async", 4: "cuMemsetD16Async",
          5: "cuMemsetD32Async", 6: "cuGraphLaunch", 7: "cuCtxGetCurrent", 8: "cuCtxPushCurrent", 9: "cuCtxPopCurrent",
-         10: "cuMemsetD2D8Async", 11: "cuMemsetD2D16Async", 12: "cuMemsetD2D32Async"}
-_ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6}
+         10: "cuMemsetD2D8Async", 11: "cuMemsetD2D16Async", 12: "cuMemsetD2D32Async",
+         # an exported library's open, copies and close (cuda_standin_export.py)
+         13: "cuInit", 14: "cuDeviceGet", 15: "cuDevicePrimaryCtxRetain", 16: "cuDevicePrimaryCtxRelease",
+         17: "cuModuleLoadData", 18: "cuModuleUnload", 19: "cuModuleGetFunction", 20: "cuFuncSetAttribute",
+         21: "cuMemAlloc", 22: "cuMemFree", 23: "cuMemcpyHtoD", 24: "cuMemcpyDtoH", 25: "cuMemsetD8",
+         26: "cuCtxSynchronize", 27: "cuDeviceGetAttribute", 28: "cuStreamSynchronize"}
+_ARITY = {1: 11, 2: 4, 3: 4, 4: 4, 5: 4, 6: 2, 7: 1, 8: 1, 9: 1, 10: 6, 11: 6, 12: 6, 13: 1, 14: 1, 15: 2, 16: 1,
+          17: 1, 18: 1, 19: 2, 20: 3, 21: 2, 22: 1, 23: 2, 24: 2, 25: 3, 26: 0, 27: 2, 28: 1}
+_WITH_BYTES = {1, 17, 19, 23}  # the calls whose bytes are kept: parameters, module image, kernel name, data
 
 
 class _Record(ctypes.Structure):
@@ -255,17 +269,31 @@ class StandIn:
 
     def calls(self) -> list[Call]:
         """The recorded calls, in order."""
-        records = self.lib.standin_records()
-        base = self.lib.standin_bytes()
-        found = []
-        for k in range(self.lib.standin_count()):
-            r = records[k]
-            params = None
-            if r.call == 1 and r.nbytes >= 0:
-                params = ctypes.string_at(base + r.bytes_at, r.nbytes) if r.nbytes else b""
-            found.append(Call(CALLS[r.call], tuple(r.args[: _ARITY[r.call]]), params))
-        return found
+        count = self.lib.standin_count()
+        records = (_Record * count).from_address(ctypes.addressof(self.lib.standin_records().contents)) if count else []
+        return _calls(records, ctypes.string_at(self.lib.standin_bytes(), max(r.bytes_at + r.nbytes for r in records))
+                      if count and any(r.nbytes > 0 for r in records) else b"")
 
     def noop_address(self) -> int:
         """The address of ``int standin_noop(void)``: a C function that does nothing."""
         return ctypes.cast(self.lib.standin_noop, ctypes.c_void_p).value
+
+
+def _calls(records, data: bytes) -> list[Call]:
+    found = []
+    for r in records:
+        params = None
+        if r.call in _WITH_BYTES and r.nbytes >= 0:
+            params = data[r.bytes_at : r.bytes_at + r.nbytes]
+        found.append(Call(CALLS[r.call], tuple(r.args[: _ARITY[r.call]]), params))
+    return found
+
+
+def read_dump(path: str) -> list[Call]:
+    """The calls a stand-in recorded in another process, which wrote them with ``standin_dump(path)``."""
+    with open(path, "rb") as f:
+        data = f.read()
+    count, nbytes = (int.from_bytes(data[k : k + 8], "little") for k in (0, 8))
+    size = ctypes.sizeof(_Record) * count
+    records = (_Record * count).from_buffer_copy(data, 16) if count else []
+    return _calls(records, data[16 + size : 16 + size + nbytes])

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 
 from apic._version import __version__
-from apic.c_library import emit, toolchain
+from apic.c_library import cuda, emit, toolchain
 from apic.c_library.from_graph import is_cpu_graph, snapshot
 from apic.c_library.relocatable import ExportError, image
 from apic.c_library.toolchain import ToolchainError
@@ -42,7 +42,8 @@ def _check_name(name) -> str:
 
 
 def export(graph_or_path, outdir, name: str | None = None) -> dict[str, str]:
-    """Export a CPU graph to a C shared library in ``outdir`` (created if needed).
+    """Export a graph to a C shared library in ``outdir`` (created if needed); a CUDA graph's library drives the
+    GPU through the CUDA driver API (``apic.c_library.cuda``).
 
     Args:
         graph_or_path: The path of a saved graph (``.wrp``; its ``_modules`` folder beside it), or an apic CPU
@@ -62,20 +63,29 @@ def export(graph_or_path, outdir, name: str | None = None) -> dict[str, str]:
         if isinstance(graph_or_path, (str, os.PathLike)):
             path = os.fspath(graph_or_path)
         else:
-            if not is_cpu_graph(graph_or_path):
-                raise ExportError(f"apic export takes a CPU apic graph or the path of a saved one, got "
+            if not is_cpu_graph(graph_or_path) and not cuda.is_cuda_graph(graph_or_path):
+                raise ExportError(f"apic export takes an apic graph (CPU or CUDA) or the path of a saved one, got "
                                   f"{type(graph_or_path).__name__}")
             path = os.path.join(work, "graph.wrp")
             capture_save(graph_or_path, path)
         name = _check_name(name if name is not None else default_name(path))
         toolchain.compiler()  # before the loads: no compiler is the cheapest refusal
+        saved, images = cuda.read(path)  # a CUDA graph is exported from the file: no GPU needed (cuda.py)
+        if cuda.is_cuda(saved):
+            return _build_cuda(work, saved, images, name, os.fspath(outdir))
         first = capture_load(path)  # the loader's checks and errors, as they are
-        if not is_cpu_graph(first):
-            raise ExportError("apic export writes CPU graphs only: this file holds a CUDA graph (not done yet)")
         second = capture_load(path)
         snap = snapshot(first)
         img = image(snap, snapshot(second))
         return _build(work, img, snap, name, os.fspath(outdir))
+
+
+def _build_cuda(work: str, saved, images, name: str, outdir: str) -> dict[str, str]:
+    """A CUDA graph's library (``cuda.py``) and the same package files as a CPU graph's."""
+    build = os.path.join(work, "build")
+    os.makedirs(build)
+    cuda.link(build, saved, images, name, f"lib{name}.so")
+    return _install(build, name, outdir, cuda.header(name), cuda.cpp_header(name))
 
 
 def _build(work: str, img, snap, name: str, outdir: str) -> dict[str, str]:
@@ -97,6 +107,12 @@ def _build(work: str, img, snap, name: str, outdir: str) -> dict[str, str]:
             f.write(data)
     library = f"lib{name}.so"
     toolchain.link(build, ["apic_runtime.c", *sources], objects, name, library)
+    return _install(build, name, outdir, emit.header(name), emit.cpp_header(name))
+
+
+def _install(build: str, name: str, outdir: str, header: str, cpp_header: str) -> dict[str, str]:
+    """Copy the library linked in ``build`` and write the headers and package files into ``outdir``."""
+    library = f"lib{name}.so"
     os.makedirs(outdir, exist_ok=True)
     out = os.path.abspath(outdir)
     written = {"library": os.path.join(out, library), "header": os.path.join(out, f"{name}.h"),
@@ -104,7 +120,7 @@ def _build(work: str, img, snap, name: str, outdir: str) -> dict[str, str]:
                "cmake": os.path.join(out, f"{name}Config.cmake")}
     shutil.copyfile(os.path.join(build, library), written["library"] + ".tmp")
     os.replace(written["library"] + ".tmp", written["library"])  # a running program keeps the file it mapped
-    texts = {"header": emit.header(name), "cpp_header": emit.cpp_header(name),
+    texts = {"header": header, "cpp_header": cpp_header,
              "pkg_config": emit.pkg_config(name, out, __version__), "cmake": emit.cmake_config(name)}
     for key, text in texts.items():
         with open(written[key], "w") as f:

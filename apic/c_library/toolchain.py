@@ -45,7 +45,7 @@ def run(command: list[str], folder: str, what: str) -> None:
         raise ToolchainError(f"{what} failed ({' '.join(command[:1])} exited with {done.returncode}):\n{output}")
 
 
-def link(folder: str, sources: list[str], objects: list[str], prefix: str, output: str) -> None:
+def link(folder: str, sources: list[str], objects: list[str], prefix: str, output: str, libraries=()) -> None:
     """Compile ``sources`` (in ``folder``) and link them with ``objects`` into the shared library ``output``.
 
     Every symbol the kernels need must resolve within the library, the C library or libm
@@ -53,5 +53,5 @@ def link(folder: str, sources: list[str], objects: list[str], prefix: str, outpu
     cc = compiler()
     command = [*cc, "-shared", "-fPIC", "-O2", "-std=gnu11", f"-DAPIC_PREFIX={prefix}",
                "-I.", "-o", output, *sources, *objects, "-Wl,--no-undefined", "-Wl,-z,noexecstack",
-               "-Wl,--version-script=exports.map", "-pthread", "-lm"]
+               "-Wl,--version-script=exports.map", "-pthread", "-lm", *libraries]
     run(command, folder, "linking the exported library")

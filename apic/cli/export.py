@@ -1,5 +1,5 @@
-"""``python -m apic export``: a saved CPU graph (``.wrp``) as a C shared library, header and package files that
-run it with no Python (docs/EXPORT.md)."""
+"""``python -m apic export``: a saved graph (``.wrp``; CPU, or CUDA through the driver API) as a C shared library,
+header and package files that run it with no Python (docs/EXPORT.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from apic.cli import UserError, check_graph_path
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "export",
-        help="export a saved CPU graph (.wrp) to a C shared library that runs without Python",
+        help="export a saved graph (.wrp; CPU or CUDA) to a C shared library that runs without Python",
         description="Write lib<NAME>.so (the graph's kernels, its replay and its saved state), <NAME>.h, <NAME>.hpp, "
         "<NAME>.pc and <NAME>Config.cmake into OUTDIR. Links with the system C compiler (cc, or $CC).",
     )

@@ -22,18 +22,18 @@ import numpy as np
 import pytest
 import warp as wp
 
-from apic.record import ops as rec
-from apic.replay.cuda import lowering as cuda_lowering, rows as cuda_rows
+from apic.replay.cuda import rows as cuda_rows
 from apic.replay.cuda.driver import CudaReplayError
 from benchmarks import cuda_standin
 from benchmarks.cuda_standin import Call
+from cuda_expected import expected_calls
+from cuda_expected import same as _same
 from test_cuda_offline import ptx  # noqa: F401  (a fixture)
 from test_cuda_python_offline import _load, cu  # noqa: F401  (cu is a fixture)
 
 pytestmark = [pytest.mark.warp_version]
 
 CONTEXT = 0x100  # the primary context the stand-in cuda-python hands out
-ANY = object()  # an argument the comparison skips (a kernelParams array's host address)
 
 
 @pytest.fixture(scope="module")
@@ -67,43 +67,11 @@ def loaded(cu, ptx, monkeypatch, standin, interpreter):  # noqa: F811
     return device, saved, graph
 
 
-def _relocated(blob: rec.Blob, regions) -> bytes:
-    data = bytearray(blob.data)
-    for reloc in blob.relocs:
-        data[reloc.at : reloc.at + 8] = (regions[reloc.target.region] + reloc.target.offset).to_bytes(8, "little")
-    return bytes(data)
-
-
 def expected_ops(device, saved, graph, stream: int) -> list[Call]:
     """The driver calls the graph's ops should make, in order, worked out from its recording."""
-    recording = saved.recording
-    regions = graph.region_addresses
     handle = {symbol: h for h, symbol in device.symbols.items()}
-    address = lambda ref: regions[ref.region] + ref.offset  # noqa: E731
     constants = int(graph._resources.memory[-1])  # the fill values: the last allocation
-    calls = []
-    for op in recording.ops:
-        if isinstance(op, rec.CudaLaunch):
-            kernel = recording.kernels[op.kernel]
-            blob = _relocated(op.params, regions)
-            params = b"".join(blob[offset : offset + size] for offset, size in kernel.params)
-            calls.append(Call("cuLaunchKernel", (handle[kernel.symbol], *op.grid, *op.block, op.smem, stream, ANY, 0),
-                              params))
-        elif isinstance(op, rec.Memcpy):
-            calls.append(Call("cuMemcpyDtoDAsync", (address(op.dst), address(op.src), op.nbytes, stream)))
-        elif isinstance(op, rec.Memset):
-            calls.append(Call("cuMemsetD8Async", (address(op.dst), op.value, op.nbytes, stream)))
-        elif isinstance(op, rec.Memtile):
-            value, total = op.value.data, len(op.value.data) * op.count
-            if len(value) == 4 and value == value[:4] and address(op.dst) % 4 == 0:
-                calls.append(Call("cuMemsetD32Async", (address(op.dst), int.from_bytes(value, "little"), op.count,
-                                                       stream)))
-            else:  # the fill kernel: dst, the value's copy in device memory, its size, the bytes in all
-                params = b"".join(v.to_bytes(8, "little") for v in (address(op.dst), constants, len(value), total))
-                blocks = min(-(-total // cuda_lowering.FILL_BLOCK), cuda_lowering.FILL_MAX_BLOCKS)
-                calls.append(Call("cuLaunchKernel", (handle[cuda_lowering.FILL_SYMBOL], blocks, 1, 1,
-                                                     cuda_lowering.FILL_BLOCK, 1, 1, 0, stream, ANY, 0), params))
-    return calls
+    return expected_calls(saved.recording, graph.region_addresses, handle, constants, stream)
 
 
 def _entered(calls: list[Call], current: int) -> list[Call]:
@@ -112,14 +80,6 @@ def _entered(calls: list[Call], current: int) -> list[Call]:
         return [Call("cuCtxGetCurrent", (CONTEXT,)), *calls]
     return [Call("cuCtxGetCurrent", (current,)), Call("cuCtxPushCurrent", (CONTEXT,)), *calls,
             Call("cuCtxPopCurrent", (CONTEXT,))]
-
-
-def _same(found: list[Call], expected: list[Call]) -> None:
-    assert [c.name for c in found] == [c.name for c in expected]
-    for k, (f, e) in enumerate(zip(found, expected)):
-        assert len(f.args) == len(e.args), (k, f, e)
-        assert [a for a, b in zip(f.args, e.args) if b is not ANY] == [b for b in e.args if b is not ANY], (k, f, e)
-        assert f.params == e.params, (k, f.name)
 
 
 @pytest.mark.parametrize("current", [0, CONTEXT, 0x200], ids=["no-context", "graph-context", "other-context"])

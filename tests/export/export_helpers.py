@@ -16,10 +16,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CC = os.environ.get("CC", "cc")
 
 
-def build(program: str, outdir, name: str, binary) -> str:
+def build(program: str, outdir, name: str, binary, libraries=()) -> str:
     """Compile ``program`` (a .c file here) against the export ``name`` in ``outdir``; the binary's path."""
     command = [CC, "-O1", "-std=gnu11", f"-DGRAPH={name}", f'-DGRAPH_HEADER="{name}.h"', f"-I{outdir}", "-o",
-               str(binary), os.path.join(HERE, program), f"-L{outdir}", f"-l{name}", f"-Wl,-rpath,{outdir}", "-pthread"]
+               str(binary), os.path.join(HERE, program), f"-L{outdir}", f"-l{name}", f"-Wl,-rpath,{outdir}", "-pthread",
+               *libraries]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return str(binary)

@@ -16,6 +16,7 @@ from apic.errors import FormatError, UnsupportedOperationError
 from apic.format import read_ops, reader, schema, write_ops, writer
 from apic.record import effects
 from apic.record import ops as rec
+from apic.c_library import cuda as cuda_export
 from apic.replay.cuda import lowering as cuda_lowering
 from apic.replay import guards, lowering_rows
 from apic.targets import target as targets
@@ -30,6 +31,7 @@ TABLES = [
     ("lower for CUDA replay", cuda_lowering._STEP),
     ("describe (inspect)", inspect_wrp._DESCRIBE),
     ("effects", effects.EFFECTS),
+    ("export a CUDA graph", cuda_export.STEPS),
 ]
 
 
