@@ -68,7 +68,8 @@ def export(graph_or_path, outdir, name: str | None = None) -> dict[str, str]:
             path = os.path.join(work, "graph.wrp")
             capture_save(graph_or_path, path)
         name = _check_name(name if name is not None else default_name(path))
-        toolchain.compiler()  # before the loads: no compiler is the cheapest refusal
+        toolchain.check_system()  # before the loads: no linker for this system's objects, or no compiler,
+        toolchain.compiler()  # are the cheapest refusals
         first = capture_load(path)  # the loader's checks and errors, as they are
         if not is_cpu_graph(first):
             raise ExportError("apic export writes CPU graphs only: this file holds a CUDA graph (not done yet)")
