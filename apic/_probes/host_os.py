@@ -33,7 +33,7 @@ import os
 import platform
 import sys
 
-from apic.targets.cpu import cpu_family
+from apic.targets.cpu import FAMILY_NAMES, cpu_family
 
 PROC = "/proc"  # Linux's process file system
 WAIT_SETTING = "APIC_WAIT"  # the environment variable that chooses the pool's wait (docs/threads.md)
@@ -97,7 +97,7 @@ def wait_primitive(setting: str | None = None, system: str | None = None, machin
              and c_function("syscall", library) is not None)
     if setting == "futex" and not futex:
         raise ValueError(f"{WAIT_SETTING}=futex: this machine has no futex apic can call ({system} on {machine}; "
-                         "futexes are Linux's, on x86-64 and AArch64); choose portable or auto")
+                         f"futexes are Linux's, on {' and '.join(FAMILY_NAMES)}); choose portable or auto")
     if futex and setting != "portable":
         return "futex"
     return "portable" if c_function("nanosleep", library) is not None else None
