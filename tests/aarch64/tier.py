@@ -15,6 +15,10 @@ fresh process" is a real one; each step exits non-zero with the reason when a ch
                                                   equal to this machine's eager run, objects.wrp refused; the
                                                   outputs of `python -m apic replay` on AArch64 (DIR/cli_*.npy)
                                                   equal to AArch64's eager run
+    python tests/aarch64/tier.py golden [FOLDER...] (AArch64) the x86-64 golden files (tests/data/golden): those of
+                                                  this warp-lang (by default GOLDEN_COMPILED) compiled here from
+                                                  their source and equal to this machine's eager run of their
+                                                  program, those of another warp-lang refused (golden_across.py)
 
 Not a pytest file: the ordinary suite runs ``tests/aarch64/test_aarch64_golden.py`` (the x86-64 half); these
 steps run only where scripts/aarch64_tier.sh starts them.
@@ -149,7 +153,35 @@ def load_host(folder: str) -> dict:
     return {"loaded on": platform.machine(), "cli": "equal"}
 
 
+# The golden folders of this warp-lang whose saved source `golden` compiles under the emulator (a minute each on
+# 2 cores): format 3 (a loop, named parameters set after the load). Those of another warp-lang are all checked
+# (refused before any compile).
+GOLDEN_COMPILED = ("v3-warp{version}",)
+
+
+def golden(folders: list[str]) -> dict:
+    """The other family's golden files (tests/data/golden), as ``golden_across.check`` loads them."""
+    import golden_across
+
+    if not folders:
+        every = sorted(f for f in os.listdir(golden_across.GOLDEN) if golden_across.FOLDER.fullmatch(f))
+        compiled = {name.format(version=wp.config.version) for name in GOLDEN_COMPILED}
+        folders = [f for f in every if f in compiled or golden_across.FOLDER.fullmatch(f).group(2) != wp.config.version]
+    report = {}
+    for folder in folders:
+        try:
+            report[folder] = golden_across.check(folder)
+        except AssertionError as error:
+            fail(f"golden {error}")
+    if "replayed" not in report.values():
+        fail(f"golden: no folder of warp-lang {wp.config.version} was replayed ({report})")
+    return report
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["golden"]:
+        print(json.dumps(golden(argv[1:])))
+        return
     if len(argv) < 2 or argv[0] not in ("save", "load", "save-host", "load-host"):
         sys.exit(__doc__)
     if argv[0] == "load":
