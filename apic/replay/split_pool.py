@@ -59,7 +59,7 @@ from apic.targets.cpu import FAMILY_NAMES, cpu_family
 _CLAIM = 0  # (generation << 32) | next chunk to claim
 _DONE = 8  # chunks of the current generation that have run
 _SEQ = 16  # futex word (its low 32 bits): incremented at every launch
-_SLEEPERS = 24  # workers asleep (or about to be) on the futex
+_SLEEPERS = 24  # workers asleep (or about to be): on the futex, or napping
 _HELPED = 25  # chunks run by workers since the pool started (what tests and benchmarks read)
 _ITEMS, _COUNT, _CHUNKS, _ROW_SLOTS, _ACTIVE = 32, 33, 34, 35, 37  # the row; workers allowed to help
 _SYSCALL, _YIELD, _FUTEX_NR, _MEMCMP = 40, 41, 42, 43  # libc's syscall, sched_yield, memcmp; the futex call number

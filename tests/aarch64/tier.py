@@ -16,9 +16,9 @@ fresh process" is a real one; each step exits non-zero with the reason when a ch
                                                   outputs of `python -m apic replay` on AArch64 (DIR/cli_*.npy)
                                                   equal to AArch64's eager run
     python tests/aarch64/tier.py golden [FOLDER...] (AArch64) the x86-64 golden files (tests/data/golden): those of
-                                                  this warp-lang (by default GOLDEN_COMPILED) compiled here from
-                                                  their source and equal to this machine's eager run of their
-                                                  program, those of another warp-lang refused (golden_across.py)
+                                                  this warp-lang compiled here from their source and equal to
+                                                  this machine's eager run of their program, those of another
+                                                  warp-lang refused (golden_across.py; default GOLDEN_DEFAULT)
 
 Not a pytest file: the ordinary suite runs ``tests/aarch64/test_aarch64_golden.py`` (the x86-64 half); these
 steps run only where scripts/aarch64_tier.sh starts them.
@@ -153,20 +153,18 @@ def load_host(folder: str) -> dict:
     return {"loaded on": platform.machine(), "cli": "equal"}
 
 
-# The golden folders of this warp-lang whose saved source `golden` compiles under the emulator (a minute each on
-# 2 cores): format 3 (a loop, named parameters set after the load). Those of another warp-lang are all checked
-# (refused before any compile).
-GOLDEN_COMPILED = ("v3-warp{version}",)
+# The golden folders `golden` checks by default, each costing a compile under the emulator (a minute or more on 2
+# cores): of this warp-lang, format 3 (a loop, named parameters set after the load), compiled from its source and
+# replayed; of another, format 1, refused once its source fails to compile under this warp-lang (Warp's generated
+# C++ compiles only against the headers of the warp-lang that generated it: the refusal is the compile's).
+GOLDEN_DEFAULT = ("v3-warp{version}", "v1-warp1.12.1")
 
 
 def golden(folders: list[str]) -> dict:
     """The other family's golden files (tests/data/golden), as ``golden_across.check`` loads them."""
     import golden_across
 
-    if not folders:
-        every = sorted(f for f in os.listdir(golden_across.GOLDEN) if golden_across.FOLDER.fullmatch(f))
-        compiled = {name.format(version=wp.config.version) for name in GOLDEN_COMPILED}
-        folders = [f for f in every if f in compiled or golden_across.FOLDER.fullmatch(f).group(2) != wp.config.version]
+    folders = folders or [name.format(version=wp.config.version) for name in GOLDEN_DEFAULT]
     report = {}
     for folder in folders:
         try:
