@@ -106,6 +106,8 @@ run() {
     apy tests/aarch64/tier.py save "$WORK/aarch64"
     log "AArch64: load in a fresh process, replay, threads=2, the x86-64 files"
     apy tests/aarch64/tier.py load "$WORK/aarch64" "$WORK/x86-64"
+    log "AArch64: the x86-64 golden files (tests/data/golden)"
+    apy tests/aarch64/tier.py golden
     log "AArch64: the CLI's replay and inspect"
     local outputs=() name
     for name in x acc out wide counter; do outputs+=(--output "$name=$WORK/aarch64/cli_$name.npy"); done

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import sys
 
+from apic._probes import host_os
 from apic.targets.aarch64 import MACHINES  # noqa: F401  (the machines this probe runs on, for host.py)
 
 MIDR_PATH = "/sys/devices/system/cpu/cpu0/regs/identification/midr_el1"
@@ -72,13 +73,10 @@ def read_midr(path: str = MIDR_PATH) -> int | None:
 def hwcaps() -> tuple[int, int] | None:
     """``(AT_HWCAP, AT_HWCAP2)`` of this process, from the C library's ``getauxval``; None where there is
     none (macOS, a C library without it)."""
-    if not sys.platform.startswith("linux"):
+    address = host_os.c_function("getauxval") if sys.platform.startswith("linux") else None
+    if address is None:
         return None
-    try:
-        getauxval = ctypes.CDLL(None).getauxval
-    except (OSError, AttributeError):
-        return None
-    getauxval.restype, getauxval.argtypes = ctypes.c_ulong, (ctypes.c_ulong,)
+    getauxval = ctypes.CFUNCTYPE(ctypes.c_ulong, ctypes.c_ulong)(address)
     return int(getauxval(AT_HWCAP)), int(getauxval(AT_HWCAP2))
 
 

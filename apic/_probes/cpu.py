@@ -16,7 +16,7 @@ import tempfile
 
 import warp as wp
 
-from apic._probes import cache_store, host
+from apic._probes import cache_store, host, host_os
 from apic._probes.internals import WARP_VERSION, cache_folders, mangled_name, runtime, wp_build, wp_codegen, wp_context
 from apic.targets.cpu import ABI_BY_POINTER, ABI_BY_VALUE, CPU_LEVELS, FEATURE_MACROS
 from apic.targets.cpu import check_cpu_level, cpu_family
@@ -137,10 +137,10 @@ def load_object(data: bytes, name: str) -> None:
         # Warp reads the object from a path: an unnamed file (Linux O_TMPFILE, reached through
         # /proc/self/fd) leaves nothing behind even if the process dies here; else a temporary file.
         fd, path = None, None
-        if getattr(os, "O_TMPFILE", 0) and os.path.isdir("/proc/self/fd"):
+        if getattr(os, "O_TMPFILE", 0) and host_os.fd_path(0) is not None:
             try:
                 fd = os.open(tempfile.gettempdir(), os.O_TMPFILE | os.O_RDWR, 0o600)
-                path = f"/proc/self/fd/{fd}"
+                path = host_os.fd_path(fd)
             except OSError:
                 fd = None
         if fd is None:
@@ -157,10 +157,12 @@ def load_object(data: bytes, name: str) -> None:
             result = llvm.wp_load_obj(ctypes.c_char_p(path.encode()), ctypes.c_char_p(name.encode()), *flag)
         finally:
             os.close(fd)
-            if not path.startswith("/proc/"):
+            if not path.startswith(host_os.PROC + os.sep):
                 os.unlink(path)
     if result != 0:
-        raise RuntimeError(f"Warp's LLVM backend could not load the CPU module object '{name}' (error {result})")
+        found, here = host_os.object_format_of(data), host_os.object_format()
+        why = "" if found == here else f": it is {found or 'in no object format apic knows'}, this system loads {here}"
+        raise RuntimeError(f"Warp's LLVM backend could not load the CPU module object '{name}' (error {result}){why}")
 
 
 def lookup_symbol(name: str, symbol: str) -> int:

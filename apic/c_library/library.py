@@ -69,7 +69,8 @@ def export(graph_or_path, outdir, name: str | None = None) -> dict[str, str]:
             path = os.path.join(work, "graph.wrp")
             capture_save(graph_or_path, path)
         name = _check_name(name if name is not None else default_name(path))
-        toolchain.compiler()  # before the loads: no compiler is the cheapest refusal
+        toolchain.check_system()  # before the loads: no linker for this system's objects, or no compiler,
+        toolchain.compiler()  # are the cheapest refusals
         saved, images = cuda.read(path)  # a CUDA graph is exported from the file: no GPU needed (cuda.py)
         if cuda.is_cuda(saved):
             return _build_cuda(work, saved, images, name, os.fspath(outdir))

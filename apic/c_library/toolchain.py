@@ -7,7 +7,9 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 
+from apic._probes import host_os
 from apic.errors import ApicError
 
 INSTALL_HINT = ("install a C compiler and linker (Debian/Ubuntu: apt-get install gcc; Fedora: dnf install gcc; "
@@ -32,6 +34,17 @@ def compiler() -> list[str]:
             return [found]
     raise ToolchainError(f"apic export needs a C compiler to link the library and found none (cc, gcc, clang); "
                          f"{INSTALL_HINT}")
+
+
+def check_system(system: str | None = None) -> None:
+    """Refuse (``ToolchainError``) a system (default: this one) whose modules are not ELF objects: the export
+    links them with the GNU linker's options into a Linux shared library (a ``.dylib`` of Mach-O objects on
+    macOS would need ld64's options instead: not done)."""
+    system = sys.platform if system is None else system
+    found = host_os.object_format(system)
+    if found != "ELF":
+        raise ToolchainError(f"apic export links ELF objects into a shared library with the GNU linker's options; "
+                             f"this system ({system}) compiles {found} objects, which it does not link yet")
 
 
 def run(command: list[str], folder: str, what: str) -> None:

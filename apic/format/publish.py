@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import os
 
+from apic._probes import host_os
 from apic.format import ownership
 
 try:
@@ -83,7 +84,7 @@ class _Staged:
 def _open_unnamed(folder: str) -> int | None:
     """A new unnamed file in ``folder`` (Linux ``O_TMPFILE``), or None where the system cannot make one."""
     flag = getattr(os, "O_TMPFILE", 0)
-    if not flag or not os.path.isdir("/proc/self/fd"):  # naming it later goes through /proc/self/fd
+    if not flag or host_os.fd_path(0) is None:  # naming it later goes through /proc/self/fd
         return None
     try:
         return os.open(folder, flag | os.O_RDWR, 0o644)
@@ -133,7 +134,7 @@ def _link(fd: int, path: str) -> None:
     """
     folder = os.open(os.path.dirname(path), os.O_RDONLY)
     try:
-        os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=folder, follow_symlinks=True)
+        os.link(host_os.fd_path(fd), os.path.basename(path), dst_dir_fd=folder, follow_symlinks=True)
     finally:
         os.close(folder)
 

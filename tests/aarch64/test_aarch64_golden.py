@@ -59,3 +59,13 @@ def test_the_golden_file_holds_aarch64_objects():
         assert head[:4] == b"\x7fELF" and int.from_bytes(head[18:20], "little") == 183, name
     saved = dict(np.load(os.path.join(GOLDEN, "expected.npz")))  # AArch64's eager run, kept for reference
     assert set(saved) == set(tk.OUTPUTS)
+
+
+def test_the_tiers_golden_check_on_this_family():
+    """The check the emulated tier runs on AArch64 for the x86-64 golden files (``tier.py golden``), run here on a
+    file of this family: loaded, replayed and set as this machine's eager run of its program says."""
+    import golden_across
+
+    assert golden_across.check("v3-warp1.19.0") == "replayed"
+    with pytest.raises(AssertionError, match="test_golden.py's to check"):  # not a case across families
+        golden_across.check("v3-warp1.12.1")

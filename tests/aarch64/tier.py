@@ -15,6 +15,10 @@ fresh process" is a real one; each step exits non-zero with the reason when a ch
                                                   equal to this machine's eager run, objects.wrp refused; the
                                                   outputs of `python -m apic replay` on AArch64 (DIR/cli_*.npy)
                                                   equal to AArch64's eager run
+    python tests/aarch64/tier.py golden [FOLDER...] (AArch64) the x86-64 golden files (tests/data/golden): those of
+                                                  this warp-lang compiled here from their source and equal to
+                                                  this machine's eager run of their program, those of another
+                                                  warp-lang refused (golden_across.py; default GOLDEN_DEFAULT)
 
 Not a pytest file: the ordinary suite runs ``tests/aarch64/test_aarch64_golden.py`` (the x86-64 half); these
 steps run only where scripts/aarch64_tier.sh starts them.
@@ -149,7 +153,33 @@ def load_host(folder: str) -> dict:
     return {"loaded on": platform.machine(), "cli": "equal"}
 
 
+# The golden folders `golden` checks by default, each costing a compile under the emulator (a minute or more on 2
+# cores): of this warp-lang, format 3 (a loop, named parameters set after the load), compiled from its source and
+# replayed; of another, format 1, refused once its source fails to compile under this warp-lang (Warp's generated
+# C++ compiles only against the headers of the warp-lang that generated it: the refusal is the compile's).
+GOLDEN_DEFAULT = ("v3-warp{version}", "v1-warp1.12.1")
+
+
+def golden(folders: list[str]) -> dict:
+    """The other family's golden files (tests/data/golden), as ``golden_across.check`` loads them."""
+    import golden_across
+
+    folders = folders or [name.format(version=wp.config.version) for name in GOLDEN_DEFAULT]
+    report = {}
+    for folder in folders:
+        try:
+            report[folder] = golden_across.check(folder)
+        except AssertionError as error:
+            fail(f"golden {error}")
+    if "replayed" not in report.values():
+        fail(f"golden: no folder of warp-lang {wp.config.version} was replayed ({report})")
+    return report
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["golden"]:
+        print(json.dumps(golden(argv[1:])))
+        return
     if len(argv) < 2 or argv[0] not in ("save", "load", "save-host", "load-host"):
         sys.exit(__doc__)
     if argv[0] == "load":

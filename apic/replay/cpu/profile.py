@@ -12,7 +12,6 @@ aggregates them by op kind and kernel over many replays.
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from apic import _compat
+from apic._probes import host_os
 from apic._text import escape
 from apic.errors import ReplayError
 from apic.record import ops as rec
@@ -27,15 +27,18 @@ from apic.record.effects import EFFECTS, effects_of
 from apic.replay import program as _program
 from apic.replay.cpu import table as tbl
 
-CLOCK_MONOTONIC = 1  # Linux's id (the profile's clock is read through libc's clock_gettime)
+_CLOCK = host_os.monotonic_clock()  # (the C library's clock_gettime, CLOCK_MONOTONIC's id here) or None
+CLOCK_MONOTONIC = _CLOCK[1] if _CLOCK else 1  # the profile's clock, read through clock_gettime
 _CHECK = ("check", "index check")  # the label of a loaded graph's index-check row
 
 
 def clock_address() -> int:
-    """The address of libc's ``clock_gettime`` (the profile's clock); Linux only, refused elsewhere."""
-    if not sys.platform.startswith("linux"):
-        raise NotImplementedError("apic.profile reads libc's clock_gettime: Linux only for now")
-    return ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value
+    """The address of the C library's ``clock_gettime`` (the profile's clock); refused where apic does not know
+    the id of its monotonic clock (``apic._probes.host_os.monotonic_clock``: Linux, macOS, FreeBSD)."""
+    if _CLOCK is None:
+        raise NotImplementedError(f"apic.profile reads the C library's clock_gettime(CLOCK_MONOTONIC), whose clock "
+                                  f"id apic knows on Linux and macOS; this is {sys.platform}")
+    return _CLOCK[0]
 
 
 @dataclass(frozen=True)

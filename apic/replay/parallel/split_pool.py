@@ -22,9 +22,11 @@ never holds a row up: the caller runs its chunks (on a machine with busy cores, 
 about what serial ones do, instead of a scheduler time slice each).
 
 Workers are Python threads that entered a Numba ``nogil`` loop and never leave it: they spin briefly
-after each row (the next one of a graph usually follows within microseconds), then sleep on a
-futex that the caller wakes. Linux only (x86-64, AArch64); elsewhere :func:`unavailable` says why and
-graphs replay serially. One replay with split launches at a time uses the pool (:func:`workers`).
+after each row (the next one of a graph usually follows within microseconds), then sleep: on a
+futex that the caller wakes (Linux), or in ``nanosleep`` naps until a row begins (the portable wait, any
+POSIX C library); ``apic._probes.host_os.wait_primitive`` chooses, when the pool starts. Where neither
+can run (or on a CPU family apic does not know) :func:`unavailable` says why and graphs replay serially.
+One replay with split launches at a time uses the pool (:func:`workers`).
 
 The pool starts no more workers than the CPUs the process may run on (``thread_count.running``),
 whatever thread count a replay asks for. It survives ``os.fork()``: a child has the memory but not the
@@ -45,10 +47,11 @@ import threading
 import numpy as np
 from numba import cfunc, njit, types
 
+from apic._probes import host_os
 from apic.replay.cpu import table as _table
 from apic.replay.parallel import thread_count
-from apic.replay.cpu._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call4,
-                                         call4_i32, call10, load_i64_at)
+from apic.replay.cpu._intrinsics import (atomic_add, atomic_cas, atomic_load, atomic_store, call0_i32, call2_i32,
+                                         call4, call4_i32, call10, load_i64_at)
 from apic.replay.cpu.jit_cache import CACHE
 from apic.targets.cpu import FAMILY_NAMES, cpu_family
 
@@ -56,14 +59,15 @@ from apic.targets.cpu import FAMILY_NAMES, cpu_family
 _CLAIM = 0  # (generation << 32) | next chunk to claim
 _DONE = 8  # chunks of the current generation that have run
 _SEQ = 16  # futex word (its low 32 bits): incremented at every launch
-_SLEEPERS = 24  # workers asleep (or about to be) on the futex
+_SLEEPERS = 24  # workers asleep (or about to be): on the futex, or napping
 _HELPED = 25  # chunks run by workers since the pool started (what tests and benchmarks read)
 _ITEMS, _COUNT, _CHUNKS, _ROW_SLOTS, _ACTIVE = 32, 33, 34, 35, 37  # the row; workers allowed to help
 _SYSCALL, _YIELD, _FUTEX_NR, _MEMCMP = 40, 41, 42, 43  # libc's syscall, sched_yield, memcmp; the futex call number
-_SLOTS = 48
+_NAP, _NAP_SHORT, _NAP_LONG = 48, 50, 52  # the portable wait: nanosleep (0: the futex wait), its two timespecs
+_SLOTS = 56
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT / FUTEX_WAKE | FUTEX_PRIVATE_FLAG
 _SPINS = 20_000  # idle polls before a worker sleeps (a few tens of microseconds)
-_FAMILY = cpu_family(platform.machine())  # its FUTEX_SYSCALL: the futex call's number on this machine
+_FAMILY = cpu_family(platform.machine())
 
 # Numba freezes these literals into its on-disk cache, keyed on this file only: checked here.
 assert (_table.ITEM_ENTRY, _table.ITEM_BOUNDS, _table.ITEM_ARGS, _table.ITEM_TASKS, _table.ITEM_CHUNKS,
@@ -136,9 +140,14 @@ def _worker(base, index):
         if spins < _SPINS:
             continue
         atomic_add(base + 8 * _SLEEPERS, 1)
-        if atomic_load(seq) == ticket:  # else a launch began meanwhile: no sleep
+        nap = atomic_load(base + 8 * _NAP)
+        if nap == 0 and atomic_load(seq) == ticket:  # else a launch began meanwhile: no sleep
             call10(atomic_load(base + 8 * _SYSCALL), atomic_load(base + 8 * _FUTEX_NR), seq, _FUTEX_WAIT,
                    ticket & 0xFFFFFFFF, 0, 0, 0, 0, 0, 0)
+        naps = 0
+        while nap != 0 and atomic_load(seq) == ticket:  # the portable wait: short naps, then longer ones
+            call2_i32(nap, base + 8 * (_NAP_SHORT if naps < 20 else _NAP_LONG), 0)
+            naps += 1
         atomic_add(base + 8 * _SLEEPERS, -1)
 
 
@@ -170,7 +179,7 @@ def _splitter(base, items, count, chunks, slots, guards, guard_count, _a7, _a8, 
     atomic_store(base + 8 * _DONE, 0)
     atomic_store(claim, generation << 32)  # publishes the row
     atomic_add(base + 8 * _SEQ, 1)
-    if atomic_load(base + 8 * _SLEEPERS) > 0:
+    if atomic_load(base + 8 * _NAP) == 0 and atomic_load(base + 8 * _SLEEPERS) > 0:  # napping ones wake alone
         call10(atomic_load(base + 8 * _SYSCALL), atomic_load(base + 8 * _FUTEX_NR), base + 8 * _SEQ, _FUTEX_WAKE,
                0x7FFFFFFF, 0, 0, 0, 0, 0, 0)
     _help(base, generation, 0)
@@ -183,10 +192,11 @@ def _splitter(base, items, count, chunks, slots, guards, guard_count, _a7, _a8, 
 
 def unavailable() -> str | None:
     """Why split launches cannot run here (None when they can)."""
-    if not sys.platform.startswith("linux"):
-        return f"parallel replay needs Linux (futexes); this is {sys.platform}"
+    wait = host_os.wait_primitive() if _pool is None else _pool.wait  # a bad APIC_WAIT: its ValueError
+    if wait is None:
+        return f"parallel replay needs Linux futexes or a C library with nanosleep; this is {sys.platform}"
     if _FAMILY is None:
-        return f"parallel replay supports {' and '.join(FAMILY_NAMES)} Linux; this is {platform.machine()}"
+        return f"parallel replay supports {' and '.join(FAMILY_NAMES)} CPUs; this is {platform.machine()}"
     return None
 
 
@@ -198,11 +208,16 @@ class _Pool:
         pad = (-self._owner.ctypes.data % 64) // 8
         self.block = self._owner[pad : pad + _SLOTS]
         self.base = self.block.ctypes.data
-        libc = ctypes.CDLL(None)
-        self.block[_SYSCALL] = ctypes.cast(libc.syscall, ctypes.c_void_p).value
-        self.block[_YIELD] = ctypes.cast(libc.sched_yield, ctypes.c_void_p).value
-        self.block[_MEMCMP] = ctypes.cast(libc.memcmp, ctypes.c_void_p).value
-        self.block[_FUTEX_NR] = _FAMILY.FUTEX_SYSCALL
+        self.wait = host_os.wait_primitive()  # "futex" or "portable"
+        if self.wait is None:
+            raise RuntimeError(unavailable())
+        futex = self.wait == "futex"
+        self.block[_SYSCALL] = host_os.c_function("syscall") if futex else 0
+        self.block[_FUTEX_NR] = host_os.futex_syscall() if futex else 0
+        self.block[_NAP] = 0 if futex else host_os.c_function("nanosleep")
+        self.block[_NAP_SHORT + 1], self.block[_NAP_LONG + 1] = 50_000, 1_000_000  # tv_nsec: 50 us, then 1 ms
+        self.block[_YIELD] = host_os.c_function("sched_yield")
+        self.block[_MEMCMP] = host_os.c_function("memcmp")
         self.started = 0
         self.pid = os.getpid()
 
