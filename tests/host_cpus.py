@@ -5,9 +5,7 @@ process reads through :data:`PRELUDE`)."""
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 
 from apic.targets import aarch64
 from apic.targets.x86_64 import CPU_LEVELS
@@ -58,19 +56,3 @@ def pretend(name: str, monkeypatch=None) -> None:
         _compat.host_target = host_target
     else:
         monkeypatch.setattr(_compat, "host_target", host_target)
-
-
-def cli_each(commands: list[list[str]]) -> list[str]:
-    """The command line of a child that pretends as :data:`PRELUDE` says and runs ``python -m apic ARGS`` for
-    each of ``commands`` in turn (one Python start for many read-only commands such as ``inspect``); it prints
-    one JSON list, per command ``[exit status, stdout, stderr]``."""
-    code = PRELUDE + (
-        "import contextlib, io, json\nfrom apic.cli import main\nresults = []\n"
-        "for args in json.loads(sys.argv[1]):\n"
-        "    out, err = io.StringIO(), io.StringIO()\n"
-        "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
-        "        try:\n            status = main(args)\n"
-        "        except SystemExit as exit:\n            status = exit.code\n"
-        "    results.append([status or 0, out.getvalue(), err.getvalue()])\n"
-        "print(json.dumps(results))\n")
-    return [sys.executable, "-c", code, json.dumps(commands)]

@@ -109,6 +109,38 @@ def run_cli(args: list[str], cwd, python: str = sys.executable, timeout: float =
     )
 
 
+# Python that runs ``python -m apic ARGS`` for each ARGS of the JSON list in argv[1] in one process, each with
+# its own stdout and stderr (an exception that escapes prints its traceback there, as Python would), and
+# prints one JSON list: per command, [exit status, stdout, stderr].
+CLI_EACH = """
+import contextlib, io, json, sys, traceback
+from apic.cli import main
+results = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(args)
+        except SystemExit as exit:
+            status = exit.code
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+    results.append([status or 0, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def run_cli_each(commands: list[list[str]], cwd, prelude: str = "", env: dict | None = None) -> list[list]:
+    """``python -m apic ARGS`` for each of ``commands``, in one fresh interpreter (one Python start for many
+    commands that only read files, or whose files do not meet): per command ``[exit status, stdout, stderr]``.
+    ``prelude``: Python the child runs first."""
+    done = subprocess.run([sys.executable, "-c", prelude + CLI_EACH, json.dumps(commands)], cwd=cwd,
+                          env=env or child_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def same_bits(a, b) -> bool:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))

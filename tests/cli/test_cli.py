@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 
 import numpy as np
@@ -13,7 +14,7 @@ import apic
 
 import persist_kernels as pk
 from wrp_helpers import save_sim
-from persist_helpers import run_cli, same_bits
+from persist_helpers import run_cli, run_cli_each, same_bits
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
 
@@ -107,20 +108,25 @@ USER_MISTAKES = [
 ]
 
 
-@pytest.mark.parametrize("args, message", USER_MISTAKES, ids=[" ".join(a[:2]) + "|" + m[:20] for a, m in USER_MISTAKES])
-def test_user_mistakes_exit_2_without_traceback(saved, tmp_path, args, message):
-    np.save(tmp_path / "wrong.npy", np.zeros((pk.N, 3)))
-    (tmp_path / "garbage.npy").write_bytes(b"not numpy")
-    (tmp_path / "corrupt.wrp").write_bytes(saved.read_bytes()[:-10])
-    (tmp_path / "upstream.wrp").write_bytes(b"WRP1" + struct.pack("<I", 18) + bytes(32))
-    args = [a.format(saved=saved, tmp=tmp_path) for a in args]
-    done = run_cli(args, cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-    assert done.stderr.count("error:") == 1
-    import re
+@pytest.fixture(scope="module")
+def mistakes(saved, tmp_path_factory) -> list:
+    """Every USER_MISTAKES command run in one fresh process (none writes a file another reads)."""
+    tmp = tmp_path_factory.mktemp("mistakes")
+    np.save(tmp / "wrong.npy", np.zeros((pk.N, 3)))
+    (tmp / "garbage.npy").write_bytes(b"not numpy")
+    (tmp / "corrupt.wrp").write_bytes(saved.read_bytes()[:-10])
+    (tmp / "upstream.wrp").write_bytes(b"WRP1" + struct.pack("<I", 18) + bytes(32))
+    return run_cli_each([[a.format(saved=saved, tmp=tmp) for a in args] for args, _ in USER_MISTAKES], cwd=tmp)
 
-    assert re.search(message, done.stderr), done.stderr
+
+@pytest.mark.parametrize("case", range(len(USER_MISTAKES)),
+                         ids=[" ".join(a[:2]) + "|" + m[:20] for a, m in USER_MISTAKES])
+def test_user_mistakes_exit_2_without_traceback(mistakes, case):
+    status, stdout, stderr = mistakes[case]
+    assert status == 2, stdout + stderr
+    assert "Traceback" not in stderr
+    assert stderr.count("error:") == 1
+    assert re.search(USER_MISTAKES[case][1], stderr), stderr
 
 
 def test_bad_arguments_are_argparse_errors(tmp_path):

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 
 import numpy as np
 import pytest
@@ -32,7 +31,7 @@ import apic
 from apic import _compat
 import host_cpus
 from apic.format import reader, schema
-from persist_helpers import TESTS
+from persist_helpers import TESTS, run_cli_each
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
 
@@ -160,10 +159,7 @@ def _inspect(folder: str, host: str) -> list:
     folder (a fresh process that pretends to be the host; the inspections only read)."""
     if host not in _INSPECTED:
         commands = [["inspect", os.path.join(GOLDEN, f, "graph.wrp")] for f in FOLDERS]
-        result = subprocess.run(host_cpus.cli_each(commands), capture_output=True, text=True, timeout=600,
-                                env=os.environ.copy())
-        assert result.returncode == 0, result.stderr
-        _INSPECTED[host] = json.loads(result.stdout.strip().splitlines()[-1])
+        _INSPECTED[host] = run_cli_each(commands, cwd=GOLDEN, prelude=host_cpus.PRELUDE, env=os.environ.copy())
     return _INSPECTED[host][FOLDERS.index(folder)]
 
 
