@@ -26,15 +26,18 @@ TARGET_REGION, TARGET_ARENA, TARGET_KERNEL, TARGET_NATIVE = 1, 2, 3, 4
 # semantics changed between Warp releases (see _memset_native)
 NATIVES = ("memcpy_h2h", "memset_host", "memtile_host")
 _MEMSET_WORDS = 3  # the runtime's natives[3]: warp <= 1.12's memset_host, which fills 4-byte words when it can
-# Warp's host utilities (wp.utils) the runtime implements, ports of warp-lang 1.13+'s CPU code
-# (apic_natives.inc), its natives[4...] in this order, with the argument count they take there: a Warp
-# whose export takes another (warp <= 1.12's sorts) is refused, as its code may differ.
+# Warp's host utilities (wp.utils) the runtime implements (apic_natives.inc), its natives[4...] in this order:
+# (name, the argument count, the first warp-lang whose CPU code the port was checked against). A Warp whose
+# export takes another count, or an older Warp (warp-lang 1.12 sorts signed keys by their unsigned bits), is
+# refused: its code may differ.
+_SORTS_SCANS, _SINCE_1_12 = (1, 19), (1, 12)  # rle, sum and inner: the same code in 1.12 and 1.19
 UTILITIES = (
-    *((f"radix_sort_pairs_{t}_host", 6) for t in ("int", "uint", "float", "double", "int64", "uint64")),
-    ("segmented_sort_pairs_int_host", 6), ("segmented_sort_pairs_float_host", 6), ("runlength_encode_int_host", 5),
-    *((f"array_scan_{t}_host", 7) for t in ("int", "int64", "float", "double")),
-    ("array_sum_float_host", 5), ("array_sum_double_host", 5), ("array_inner_float_host", 7),
-    ("array_inner_double_host", 7),
+    *((f"radix_sort_pairs_{t}_host", 6, _SORTS_SCANS) for t in ("int", "uint", "float", "double", "int64", "uint64")),
+    ("segmented_sort_pairs_int_host", 6, _SORTS_SCANS), ("segmented_sort_pairs_float_host", 6, _SORTS_SCANS),
+    ("runlength_encode_int_host", 5, _SINCE_1_12),
+    *((f"array_scan_{t}_host", 7, _SORTS_SCANS) for t in ("int", "int64", "float", "double")),
+    ("array_sum_float_host", 5, _SINCE_1_12), ("array_sum_double_host", 5, _SINCE_1_12),
+    ("array_inner_float_host", 7, _SINCE_1_12), ("array_inner_double_host", 7, _SINCE_1_12),
 )
 _FIRST_UTILITY = 4
 # the opcodes the exported runtime runs
@@ -102,8 +105,9 @@ def _address_in(kind: int, index: int, offset: int, snap) -> int:
 def utilities() -> tuple[tuple[str, int], ...]:
     """The (name, index in the runtime's natives[]) of the host utilities the runtime runs for this Warp: those
     whose export takes the argument count the port was written for."""
-    return tuple((name, _FIRST_UTILITY + k) for k, (name, arity) in enumerate(UTILITIES)
-                 if recorded.host_arity(name) == arity)
+    version = tuple(int(part) for part in _compat.WARP_VERSION.split(".")[:2])
+    return tuple((name, _FIRST_UTILITY + k) for k, (name, arity, since) in enumerate(UTILITIES)
+                 if version >= since and recorded.host_arity(name) == arity)
 
 
 def refusals(snap) -> list[str]:
@@ -118,7 +122,8 @@ def refusals(snap) -> list[str]:
              *(f"NativeCall (wp_{name})" for name, _ in utilities()))
     others = sorted({kind for kind in snap.op_kinds if kind not in plain})
     if others:
-        found.append(f"its ops include {', '.join(others)}, which the exported runtime does not run")
+        found.append(f"its ops include {', '.join(others)}, which the exported runtime does not run (of Warp's "
+                     f"host utilities it runs ports of warp-lang {'.'.join(map(str, _SORTS_SCANS))}'s)")
     return found
 
 
