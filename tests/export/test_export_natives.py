@@ -267,3 +267,45 @@ def test_bad_segment_range_stops_the_c_replay_before_the_sort(tmp_path):
     graph.param_numpy("starts")[:] = [0, 12]
     with pytest.raises(RuntimeError, match="Invalid segment range at index 0"):
         wp.capture_launch(graph)
+
+
+def test_sort_and_scan_of_inputs_written_from_c(tmp_path):
+    """Keys written from C (another order, other NaNs than the saved ones) are sorted and scanned as the Python
+    replay and eager Warp do with the same keys: the runtime reads graph memory at replay, not the capture's."""
+    n = 300
+    keys = wp.array(np.concatenate([_keys(np.float32, n), np.zeros(n, np.float32)]), device=CPU)
+    values = wp.array(np.arange(2 * n, dtype=np.int32), device=CPU)
+    counts = wp.array(np.arange(n, dtype=np.int32), device=CPU)
+    sums = wp.zeros(n, dtype=wp.int32, device=CPU)
+
+    def program(a):
+        wp.utils.radix_sort_pairs(a["keys"], a["values"], n)
+        wp.utils.array_scan(a["counts"], a["sums"], inclusive=False)
+
+    with wp.ScopedCapture(device="cpu", apic=True) as capture:
+        program({"keys": keys, "values": values, "counts": counts, "sums": sums})
+    bound = {"keys": keys, "values": values, "counts": counts, "sums": sums}
+    apic.capture_save(capture.graph, tmp_path / "g.wrp", inputs=bound)
+    if _refused(capture.graph):
+        with pytest.raises(ExportError, match="NativeCall"):
+            exported(tmp_path / "g.wrp", tmp_path / "out", "g")
+        return
+    exported(tmp_path / "g.wrp", tmp_path / "out", "g")
+    runner = build("runner.c", tmp_path / "out", "g", tmp_path / "runner")
+    scratch = RNG.standard_normal(n).astype(np.float32)
+    written = {"keys": np.concatenate([RNG.permutation(_keys(np.float32, n)), scratch]),
+               "counts": RNG.integers(-1000, 1000, size=n).astype(np.int32)}
+    for name, array in written.items():
+        (tmp_path / f"{name}.in").write_bytes(array.tobytes())
+    (tmp_path / "d").mkdir()
+    steps = [f"w:{name}={tmp_path / f'{name}.in'}" for name in written]
+    done = run(runner, [*steps, "r:1", f"d:{tmp_path / 'd'}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = dumped(tmp_path / "d", list(bound))
+    python = python_replay(apic.capture_load(tmp_path / "g.wrp"), {k: v.tobytes() for k, v in written.items()}, {}, 1)
+    assert got == python
+    eager = {"keys": wp.array(written["keys"], device=CPU), "values": wp.array(values.numpy(), device=CPU),
+             "counts": wp.array(written["counts"], device=CPU), "sums": wp.zeros(n, dtype=wp.int32, device=CPU)}
+    program(eager)
+    assert got == {name: array.numpy().tobytes() for name, array in eager.items()}
+    assert got["keys"] != keys.numpy().tobytes()
