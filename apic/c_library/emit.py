@@ -16,7 +16,7 @@ C_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_DIMS = 8
 _SAFE = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+ ")
 # the runtime's files, copied into the build folder
-RUNTIME_FILES = ("apic_runtime.c", "apic_image.h", "apic_bindings.inc", "apic_interpreter.inc")
+RUNTIME_FILES = ("apic_runtime.c", "apic_image.h", "apic_bindings.inc", "apic_interpreter.inc", "apic_natives.inc")
 
 
 def c_string(text: str) -> str:

@@ -7,7 +7,8 @@ state), ``<name>.h``, ``<name>.hpp`` (C++ RAII), ``<name>.pc`` (pkg-config) and 
 The file is read by ``apic.capture_load`` (a file it refuses, export refuses with the same error), twice: the
 words of the two loads' op tables and arenas that differ are the addresses the library relocates at open
 (``relocatable.py``). Graphs whose ops need Warp's native runtime at replay (native handles: Mesh, Bvh,
-HashGrid, Volume; sorts, scans, sparse ops; CPU block kernels) are refused, naming what.
+HashGrid, Volume; sparse ops; CPU block kernels) are refused, naming what; Warp's host sorts, scans and
+reductions run as the runtime's ports of Warp's CPU code (``c/apic_natives.inc``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import numpy as np
 
 from apic import _compat
 from apic.errors import ApicError
+from apic.record import natives as recorded
 from apic.replay.cpu import table as tbl
 
 # what a relocation points at (the runtime's APIC_TARGET_*)
@@ -25,9 +26,24 @@ TARGET_REGION, TARGET_ARENA, TARGET_KERNEL, TARGET_NATIVE = 1, 2, 3, 4
 # semantics changed between Warp releases (see _memset_native)
 NATIVES = ("memcpy_h2h", "memset_host", "memtile_host")
 _MEMSET_WORDS = 3  # the runtime's natives[3]: warp <= 1.12's memset_host, which fills 4-byte words when it can
+# Warp's host utilities (wp.utils) the runtime implements (apic_natives.inc), its natives[4...] in this order:
+# (name, the argument count, the first warp-lang whose CPU code the port was checked against). A Warp whose
+# export takes another count, or an older Warp (warp-lang 1.12 sorts signed keys by their unsigned bits), is
+# refused: its code may differ.
+_SORTS_SCANS, _SINCE_1_12 = (1, 19), (1, 12)  # rle, sum and inner: the same code in 1.12 and 1.19
+UTILITIES = (
+    *((f"radix_sort_pairs_{t}_host", 6, _SORTS_SCANS) for t in ("int", "uint", "float", "double", "int64", "uint64")),
+    ("segmented_sort_pairs_int_host", 6, _SORTS_SCANS), ("segmented_sort_pairs_float_host", 6, _SORTS_SCANS),
+    ("runlength_encode_int_host", 5, _SINCE_1_12),
+    *((f"array_scan_{t}_host", 7, _SORTS_SCANS) for t in ("int", "int64", "float", "double")),
+    ("array_sum_float_host", 5, _SINCE_1_12), ("array_sum_double_host", 5, _SINCE_1_12),
+    ("array_inner_float_host", 7, _SINCE_1_12), ("array_inner_double_host", 7, _SINCE_1_12),
+)
+_FIRST_UTILITY = 4
 # the opcodes the exported runtime runs
 PORTED = frozenset((tbl.OP_NOP, *tbl.CALL_OPCODES.values(), tbl.OP_JUMP, tbl.OP_BRANCH_IF_ZERO,
-                    tbl.OP_CHECK_INDICES))
+                    tbl.OP_CHECK_INDICES, tbl.OP_SEGMENTED_SORT))
+_NATIVE_ROWS = frozenset((*tbl.CALL_OPCODES.values(), tbl.OP_SEGMENTED_SORT))  # rows whose COL_FN is a function
 
 
 class ExportError(ApicError, ValueError):
@@ -86,6 +102,14 @@ def _address_in(kind: int, index: int, offset: int, snap) -> int:
     return snap.region_addresses[index] + offset
 
 
+def utilities() -> tuple[tuple[str, int], ...]:
+    """The (name, index in the runtime's natives[]) of the host utilities the runtime runs for this Warp: those
+    whose export takes the argument count the port was written for."""
+    version = tuple(int(part) for part in _compat.WARP_VERSION.split(".")[:2])
+    return tuple((name, _FIRST_UTILITY + k) for k, (name, arity, since) in enumerate(UTILITIES)
+                 if version >= since and recorded.host_arity(name) == arity)
+
+
 def refusals(snap) -> list[str]:
     """Why the graph cannot be exported (empty: it can): handles, block kernels, ops the runtime lacks."""
     found = []
@@ -94,10 +118,12 @@ def refusals(snap) -> list[str]:
                      "native runtime at replay")
     if snap.block_kernels:
         found.append(f"kernel(s) {', '.join(snap.block_kernels)} run in CPU blocks (Warp's fiber runtime)")
-    plain = ("Launch", "Memcpy", "Memset", "Memtile", "Alloc", "Branch", "Jump")
+    plain = ("Launch", "Memcpy", "Memset", "Memtile", "Alloc", "Branch", "Jump",
+             *(f"NativeCall (wp_{name})" for name, _ in utilities()))
     others = sorted({kind for kind in snap.op_kinds if kind not in plain})
     if others:
-        found.append(f"its ops include {', '.join(others)}, which the exported runtime does not run")
+        found.append(f"its ops include {', '.join(others)}, which the exported runtime does not run (of Warp's "
+                     f"host utilities it runs ports of warp-lang {'.'.join(map(str, _SORTS_SCANS))}'s)")
     return found
 
 
@@ -112,6 +138,7 @@ def image(first, second) -> Image:
     kernels = {a: k for k, a in enumerate(first.kernel_addresses)}
     natives = {_compat.native_address(name): n for n, name in enumerate(NATIVES)}
     natives[_compat.native_address("memset_host")] = _memset_native()
+    natives.update((_compat.native_address(name), n) for name, n in utilities())
     table = first.table.copy()
     relocs = []
     for row, col in zip(*np.nonzero(first.table != second.table)):
@@ -127,11 +154,11 @@ def image(first, second) -> Image:
             name = tbl.OPCODES[opcode].name if opcode in tbl.OPCODES else str(opcode)
             raise ExportError(f"cannot export this graph: op-table row {row} is a {name!r} row, which the exported "
                               "runtime does not run")
-        if opcode in tbl.CALL_OPCODES.values() and not any(r[0] == row and r[1] == tbl.COL_FN for r in relocs):
+        if opcode in _NATIVE_ROWS and not any(r[0] == row and r[1] == tbl.COL_FN for r in relocs):
             n = natives.get(int(table[row, tbl.COL_FN]))
             if n is None:
                 raise ExportError(f"cannot export this graph: op-table row {row} calls a native function of Warp's "
-                                  f"library other than {', '.join('wp_' + n for n in NATIVES)}")
+                                  "library that the exported runtime does not implement")
             relocs.append((row, tbl.COL_FN, TARGET_NATIVE, n))
             table[row, tbl.COL_FN] = 0
     arena = first.arena.copy()

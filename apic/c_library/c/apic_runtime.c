@@ -23,7 +23,7 @@ extern const apic_image apic_graph_image; /* the generated <name>_graph.c */
 
 /* op-table opcodes (apic/replay/cpu/table.py) */
 enum { OP_NOP = 0, OP_CALL2 = 2, OP_CALL3 = 3, OP_CALL4 = 4, OP_CALL5 = 5, OP_CALL10 = 10, OP_JUMP = 16,
-       OP_BRANCH_IF_ZERO = 17, OP_CHECK_INDICES = 23 };
+       OP_BRANCH_IF_ZERO = 17, OP_SEGMENTED_SORT = 21, OP_CHECK_INDICES = 23 };
 enum { COL_OPCODE = 0, COL_FN = 1, COL_ARG0 = 2, COL_LOOP = 4 };
 #define ALIGN 64
 #define DEFAULT_MAX_LOOP_ITERATIONS (1LL << 24)
@@ -96,9 +96,16 @@ static void native_memtile_host(int64_t dest, int64_t source, int64_t srcsize, i
     else while (n--) { memcpy(dst, src, size); dst += size; }
 }
 
-/* apic/c_library/relocatable.py: NATIVES in this order, then _MEMSET_WORDS */
-static void* const natives[] = {(void*)native_memcpy_h2h, (void*)native_memset_host, (void*)native_memtile_host,
-                                (void*)native_memset_words};
+#include "apic_natives.inc"
+
+/* apic/c_library/relocatable.py: NATIVES in this order, then _MEMSET_WORDS, then UTILITIES in their order */
+static void* const natives[] = {
+    (void*)native_memcpy_h2h, (void*)native_memset_host, (void*)native_memtile_host, (void*)native_memset_words,
+    (void*)native_radix_sort_int, (void*)native_radix_sort_uint, (void*)native_radix_sort_float,
+    (void*)native_radix_sort_double, (void*)native_radix_sort_int64, (void*)native_radix_sort_uint64,
+    (void*)native_segmented_sort_int, (void*)native_segmented_sort_float, (void*)native_runlength_encode_int,
+    (void*)native_scan_int, (void*)native_scan_int64, (void*)native_scan_float, (void*)native_scan_double,
+    (void*)native_sum_float, (void*)native_sum_double, (void*)native_inner_float, (void*)native_inner_double};
 #define NATIVE_COUNT ((int64_t)(sizeof natives / sizeof natives[0]))
 
 /* --- open and close --------------------------------------------------------------------------------------- */
