@@ -353,6 +353,28 @@ def level_features(level: str) -> list[str]:
 _STARTUP_SECTIONS = (b".init_array\0", b".ctors\0", b".preinit_array\0")
 
 
+def _level_pragma(attribute: str) -> bytes:
+    """What goes before a module's source to give every function the target ``attribute``; an attribute the
+    compiler would ignore is an error rather than a silent build for this host."""
+    return ('#pragma clang diagnostic error "-Wignored-attributes"\n'
+            f'#pragma clang attribute push(__attribute__((target("{attribute}"))), apply_to = function)\n').encode()
+
+
+@functools.lru_cache(maxsize=None)
+def target_attribute(level: str) -> str:
+    """The target attribute that builds for CPU ``level`` with this Warp: ``arch=<level>`` where its compiler
+    takes an architecture there (a small compile tells), else the level's features as ``+name`` (warp-lang
+    1.12's clang for AArch64 takes only CPU names after ``arch=``): no more than the level promises."""
+    probe = _level_pragma(f"arch={level}") + b'extern "C" int apic_level_probe(int x) { return x; }\n'
+    try:
+        _build_cpu(probe + b"#pragma clang attribute pop\n", {"mode": "release"}, "")
+        return f"arch={level}"
+    except RuntimeError as error:
+        if "unknown architecture" not in str(error):
+            raise
+    return ",".join(f"+{feature}" for feature in sorted(CPU_LEVELS[level]))
+
+
 def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -> bytes:
     """Compile a module's generated C++ with this process's Warp and ``options`` (``module_build_options``,
     or a saved file's, checked by ``apic.format.source``); the ``.o``.
@@ -370,10 +392,8 @@ def compile_cpu_source(source: bytes, options: dict, level: str | None = None) -
     family = cpu_family(level=level)
     if cpu_family(platform.machine()) is not family:
         raise ValueError(f"CPU level {level} is an {family.NAME} level; this machine is {platform.machine()}")
-    prefix = ('#pragma clang diagnostic error "-Wignored-attributes"\n'
-              f'#pragma clang attribute push(__attribute__((target("arch={level}"))), apply_to = function)\n')
-    image = _build_cpu(prefix.encode() + source + b"\n#pragma clang attribute pop\n", options,
-                       _without_cpu_choice(flags))
+    image = _build_cpu(_level_pragma(target_attribute(level)) + source + b"\n#pragma clang attribute pop\n",
+                       options, _without_cpu_choice(flags))
     if any(section in image for section in _STARTUP_SECTIONS):
         raise RuntimeError(f"the module has static initializers, which the compiler builds for this host's CPU "
                            f"rather than {level}")
