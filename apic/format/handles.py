@@ -189,8 +189,8 @@ def read_slots(value, ctx, handle_count: int) -> tuple[tuple[int, int, int], ...
 
 
 def _valid_slots(items: list, ctx, handle_count: int) -> tuple[tuple[int, int, int], ...] | None:
-    """The slots of ``items`` when every entry passes ``read_slots``'s checks, checked with NumPy (an array of
-    a million mesh ids reads in a second, not a minute); None when any entry fails one."""
+    """The slots of ``items`` when every entry passes ``read_slots``'s checks, checked with NumPy (a file with
+    an array of a million mesh ids loads several times faster); None when any entry fails one."""
     if not items or not handle_count or not ctx.regions:
         return None
     if not all(type(item) is list and len(item) == 3 and type(item[0]) is int and type(item[1]) is int
