@@ -1,7 +1,7 @@
 """``handle_slots`` read at once and one by one (``apic.format.handles.read_slots``).
 
-A file's slots are checked with NumPy when every entry is valid (an array of a million mesh ids reads in
-about a second) and entry by entry otherwise, so that the error names the first bad entry. Each attack
+A file's slots are checked with NumPy when every entry is valid (a million mesh ids load several times
+faster) and entry by entry otherwise, so that the error names the first bad entry. Each attack
 below spoils only the last entry of a valid list: the fast check must refuse the list and the error must
 name that entry, as the one-by-one reader always did. The valid file reads to the same slots either way
 and replays as eager Warp does.
