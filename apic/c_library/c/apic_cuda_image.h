@@ -29,7 +29,7 @@ typedef struct apic_cuda_kernel {
     const int64_t* layout; /* (offset, size) of each */
 } apic_cuda_kernel;
 
-/* one op of the replay, as apic.replay.cuda_lowering lowers it */
+/* one op of the replay, as apic.replay.cuda.lowering lowers it */
 typedef struct apic_cuda_step {
     int64_t kind, function, grid[3], block[3], smem, params_start, nparams;
     int64_t dst_region, dst_offset, src_region, src_offset, value, width, count;
