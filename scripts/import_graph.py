@@ -152,38 +152,49 @@ def build(root: str = ROOT, package: str = PACKAGE) -> Graph:
     return graph
 
 
-def cycles(graph: Graph) -> list:
-    """The strongly connected components of the module-level graph that hold more than one module."""
-    index, low, stack, on_stack, out = {}, {}, [], set(), []
-    counter = [0]
-
-    def strongconnect(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
+def strongly_connected(edges: dict) -> list:
+    """The strongly connected components of more than one node of the graph ``edges`` (node -> the nodes it
+    points to; every node a key), each as a sorted list, in sorted order: Tarjan's algorithm, iteratively (no
+    recursion limit on a deep graph)."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+    for v in sorted(edges):
+        if v in index:
+            continue
+        index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in sorted(graph.edges[v]):
-            if w not in index:
-                strongconnect(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                out.append(sorted(component))
+        work = [(v, iter(sorted(edges[v])))]
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return sorted(components)
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
-    for v in graph.modules:
-        if v not in index:
-            strongconnect(v)
-    return sorted(out)
+
+def cycles(graph: Graph) -> list:
+    """The strongly connected components of the module-level graph that hold more than one module."""
+    return strongly_connected({m: graph.edges.get(m, set()) for m in graph.modules})
 
 
 def cycles_with_local(graph: Graph) -> list:

@@ -19,6 +19,7 @@ import pytest
 
 import apic
 from persist_helpers import REPO
+from test_layering import import_graph  # scripts/import_graph.py, loaded by path
 
 pytestmark = [pytest.mark.once]
 
@@ -103,44 +104,8 @@ def build(files: dict) -> dict:
 def circles(edges: dict) -> list:
     """One circle per strongly connected component of more than one module: ``[(module, file, line), ...]``
     from a module back to it."""
-    index, low, stack, on_stack, components = {}, {}, [], set(), []
-
-    def connect(v):  # Tarjan's algorithm, iteratively (no recursion limit on a deep tree)
-        work = [(v, iter(sorted(edges[v])))]
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = set()
-                while True:
-                    w = stack.pop()
-                    on_stack.discard(w)
-                    component.add(w)
-                    if w == node:
-                        break
-                if len(component) > 1:
-                    components.append(component)
-
-    for v in sorted(edges):
-        if v not in index:
-            connect(v)
     found = []
-    for component in components:
+    for component in map(set, import_graph.strongly_connected(edges)):
         start = min(component)
         # the shortest way back to start inside the component (breadth first)
         came = {start: None}
