@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from apic.c_library import toolchain
-from apic.c_library.emit import C_NAME, MAX_DIMS, c_string, runtime_file
+from apic.c_library.emit import C_NAME, MAX_DIMS, c_ints, c_string, incbin_image, runtime_file
 from apic.c_library.relocatable import ExportError
 from apic.format import cuda_source, reader, writer
 from apic import persist
@@ -72,10 +72,6 @@ def refusals(saved, images) -> list[str]:
         if not C_NAME.match(kernel.symbol):
             found.append(f"kernel symbol {kernel.symbol!r} is not a C identifier")
     return found
-
-
-def _ints(values) -> str:
-    return "{" + ", ".join(f"{int(v)}LL" for v in values) + "}" if len(values) else "{0}"
 
 
 class _Layout:
@@ -204,14 +200,7 @@ def sources(folder: str, saved, images) -> list[str]:
     for k, blob in enumerate(blobs):
         ptx = files[k].endswith(".ptx")
         data[f"module_{k}"] = (blob.rstrip(b"\0") + b"\0") if ptx else blob  # PTX is a C string to the driver
-    asm = []
-    for key, value in data.items():
-        with open(os.path.join(folder, f"{key}.bin"), "wb") as f:
-            f.write(value)
-        asm += [f"    .globl apic_cuda_{key}", f"    .hidden apic_cuda_{key}", "    .balign 64",
-                f"apic_cuda_{key}:", f'    .incbin "{key}.bin"', "    .byte 0"]
-    with open(os.path.join(folder, "image.S"), "w") as f:
-        f.write("    .section .rodata\n" + "\n".join(asm) + '\n    .section .note.GNU-stack,"",@progbits\n')
+    incbin_image(folder, "apic_cuda_", data)
 
     lines = ["#include <stdint.h>", '#include "apic_export_api.h"', '#include "apic_cuda_image.h"']
     lines += [f"extern const unsigned char apic_cuda_{key}[];" for key in data]
@@ -220,17 +209,17 @@ def sources(folder: str, saved, images) -> list[str]:
     lines.append("static const apic_cuda_module modules[] = {" + (", ".join(modules) or "{0}") + "};")
     layouts = [[v for param in kernel.params for v in param] for kernel in recording.kernels]
     for k, layout_k in enumerate(layouts):  # each kernel's (offset, size) pairs, checked against the driver's
-        lines.append(f"static const int64_t layout_{k}[] = {_ints(layout_k)};")
+        lines.append(f"static const int64_t layout_{k}[] = {c_ints(layout_k)};")
     kernels = [f"{{{c_string(s)}, {module_of[k]}, {smem[k] if smem[k] > DEFAULT_SMEM else 0}, "
                + (f"{len(layouts[k]) // 2}, layout_{k}}}" if k < len(layouts) else "-1, 0}")  # the fill kernel's: -1
                for k, s in enumerate(symbols)]
     lines.append("static const apic_cuda_kernel kernels[] = {" + (", ".join(kernels) or "{0}") + "};")
-    lines.append(f"static const int64_t region_sizes[] = {_ints([r.nbytes for r in recording.regions])};")
-    lines.append(f"static const int64_t region_offsets[] = {_ints(region_offsets)};")
+    lines.append(f"static const int64_t region_sizes[] = {c_ints([r.nbytes for r in recording.regions])};")
+    lines.append(f"static const int64_t region_offsets[] = {c_ints(region_offsets)};")
     lines.append("static const apic_cuda_reloc relocs[] = {" +
-                 (", ".join(_ints(r) for r in layout.relocs) or "{0}") + "};")
-    lines.append(f"static const int64_t params[] = {_ints(layout.params)};")
-    lines.append("static const apic_cuda_step steps[] = {" + (", ".join(_ints(s) for s in layout.steps) or "{0}")
+                 (", ".join(c_ints(r) for r in layout.relocs) or "{0}") + "};")
+    lines.append(f"static const int64_t params[] = {c_ints(layout.params)};")
+    lines.append("static const apic_cuda_step steps[] = {" + (", ".join(c_ints(s) for s in layout.steps) or "{0}")
                  + "};")
     bindings = []
     for b in saved.bindings:
@@ -240,7 +229,7 @@ def sources(folder: str, saved, images) -> list[str]:
         lo, hi = b.extent()
         kind = "APIC_BINDING_OUTPUT" if b.kind == "output" else "APIC_BINDING_INPUT"
         bindings.append(f"{{{c_string(b.name)}, {kind}, {c_string(b.dtype)}, {b.region}, {b.offset}, {b.nbytes}, "
-                        f"{b.elem_size}, {len(shape)}, {_ints(shape)}, {_ints(strides)}, {lo}, {hi}}}")
+                        f"{b.elem_size}, {len(shape)}, {c_ints(shape)}, {c_ints(strides)}, {lo}, {hi}}}")
     lines.append("static const apic_cuda_binding bindings[] = {" + (", ".join(bindings) or "{0}") + "};")
     lines.append(
         f"const apic_cuda_image apic_cuda_graph = {{APIC_EXPORT_ABI_VERSION, {len(files)}, modules, {len(symbols)}, "

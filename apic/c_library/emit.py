@@ -39,9 +39,17 @@ def cpp_header(name: str) -> str:
     return runtime_file("header.hpp.in").replace("@NAME@", name)
 
 
-def _binary(folder: str, file: str, data: bytes) -> None:
-    with open(os.path.join(folder, file), "wb") as f:
-        f.write(data)
+def incbin_image(folder: str, prefix: str, blobs: dict[str, bytes]) -> None:
+    """Write each blob to ``folder/<key>.bin`` and ``image.S``, which includes them as the read-only, hidden
+    symbols ``<prefix><key>``, each 64-byte aligned and followed by a NUL (a PTX image is then a C string)."""
+    asm = []
+    for key, data in blobs.items():
+        with open(os.path.join(folder, f"{key}.bin"), "wb") as f:
+            f.write(data)
+        asm += [f"    .globl {prefix}{key}", f"    .hidden {prefix}{key}", "    .balign 64", f"{prefix}{key}:",
+                f'    .incbin "{key}.bin"', "    .byte 0"]
+    with open(os.path.join(folder, "image.S"), "w") as f:
+        f.write("    .section .rodata\n" + "\n".join(asm) + '\n    .section .note.GNU-stack,"",@progbits\n')
 
 
 def _regions(img: Image) -> tuple[bytes, list[int]]:
@@ -57,7 +65,8 @@ def _regions(img: Image) -> tuple[bytes, list[int]]:
     return bytes(packed), offsets
 
 
-def _ints(values) -> str:
+def c_ints(values) -> str:
+    """``values`` as a C initializer of 64-bit integers."""
     return "{" + ", ".join(f"{int(v)}LL" for v in values) + "}" if len(values) else "{0}"
 
 
@@ -70,13 +79,7 @@ def graph_sources(folder: str, img: Image, snap) -> list[str]:
     regions, region_offsets = _regions(img)
     blobs = {"table": img.table.astype("<i8").tobytes(), "table_relocs": img.table_relocs.astype("<i8").tobytes(),
              "arena": img.arena, "arena_relocs": img.arena_relocs.astype("<i8").tobytes(), "regions": regions}
-    asm = []
-    for key, data in blobs.items():
-        _binary(folder, f"{key}.bin", data)
-        asm += [f"    .globl apic_img_{key}", f"    .hidden apic_img_{key}", "    .balign 64",
-                f"apic_img_{key}:", f'    .incbin "{key}.bin"', "    .byte 0"]
-    with open(os.path.join(folder, "image.S"), "w") as f:
-        f.write("    .section .rodata\n" + "\n".join(asm) + '\n    .section .note.GNU-stack,"",@progbits\n')
+    incbin_image(folder, "apic_img_", blobs)
 
     for symbol in snap.kernel_symbols:
         if not C_NAME.match(symbol):
@@ -86,8 +89,8 @@ def graph_sources(folder: str, img: Image, snap) -> list[str]:
     lines += [f"extern void {symbol}(void);" for symbol in sorted(set(snap.kernel_symbols))]
     kernels = ", ".join(f"(void*)&{s}" for s in snap.kernel_symbols) or "0"
     lines.append(f"static void* const kernels[] = {{{kernels}}};")
-    lines.append(f"static const int64_t region_sizes[] = {_ints(img.region_sizes)};")
-    lines.append(f"static const int64_t region_offsets[] = {_ints(region_offsets)};")
+    lines.append(f"static const int64_t region_sizes[] = {c_ints(img.region_sizes)};")
+    lines.append(f"static const int64_t region_offsets[] = {c_ints(region_offsets)};")
     bindings = []
     for b in snap.bindings:
         shape, strides = tuple(b.shape), tuple(b.strides)
@@ -96,12 +99,12 @@ def graph_sources(folder: str, img: Image, snap) -> list[str]:
         kind = "APIC_BINDING_OUTPUT" if b.kind == "output" else "APIC_BINDING_INPUT"
         bindings.append(f"{{{c_string(b.name)}, {kind}, {c_string(b.dtype)}, {b.region}, {b.offset}, "
                         f"{int(np.prod(shape, dtype=np.int64)) * b.elem_size}, {b.elem_size}, {len(shape)}, "
-                        f"{_ints(shape)}, {_ints(strides)}}}")
+                        f"{c_ints(shape)}, {c_ints(strides)}}}")
     lines.append("static const apic_image_binding bindings[] = {" + (", ".join(bindings) or "{0}") + "};")
     scalars = []
     for k, (name, dtype, value, offsets) in enumerate(snap.scalars):
         lines.append(f"static const unsigned char scalar_value_{k}[] = {_bytes(value)};")
-        lines.append(f"static const int64_t scalar_offsets_{k}[] = {_ints(offsets)};")
+        lines.append(f"static const int64_t scalar_offsets_{k}[] = {c_ints(offsets)};")
         scalars.append(f"{{{c_string(name)}, {c_string(dtype)}, {len(value)}, scalar_value_{k}, {len(offsets)}, "
                        f"scalar_offsets_{k}}}")
     lines.append("static const apic_image_scalar scalars[] = {" + (", ".join(scalars) or "{0}") + "};")
