@@ -52,7 +52,7 @@ def host(request, monkeypatch):
     """The CPU the loads check the files against: this one, or (tests/host_cpus.py) a Zen 3 without AVX-512."""
     if request.param != "this-cpu":
         host_cpus.pretend(request.param, monkeypatch)
-        monkeypatch.setenv(host_cpus.VARIABLE, request.param)  # and the child processes (host_cpus.cli)
+        monkeypatch.setenv(host_cpus.VARIABLE, request.param)  # and the child processes (host_cpus.PRELUDE)
     return request.param
 
 
