@@ -6,8 +6,9 @@
 #     (dpkg --add-architecture arm64; apt-get download; dpkg -x into a root folder);
 #   * the Python packages: PyPI's aarch64 wheels (pip download --platform manylinux_2_34_aarch64), installed
 #     into a site folder with `pip install --target` run by the host's pip.
-# Kept under a cache folder ($APIC_AARCH64_CACHE, default ~/.cache/apic-aarch64), keyed by the versions, with
-# Warp's kernel cache for the tier (the first compile of a module under emulation takes about 70 s on 2 cores).
+# Kept under a cache folder ($APIC_AARCH64_CACHE, default $XDG_CACHE_HOME or ~/.cache, then apic-aarch64), keyed
+# by what is installed, with Warp's kernel cache for the tier (the first compile of a module under emulation
+# takes about 70 s on 2 cores).
 #
 # No binfmt_misc registration: that is a change to the whole host (every process on it would run AArch64
 # binaries through this QEMU) and needs a privileged mount a CI container may not have. Each step below is
@@ -18,25 +19,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
+# The whole tier on WARP_VERSION, and on OTHER_VERSION (the other end of the supported range) what depends on
+# the warp-lang version: capture, save, load in a fresh process, threads, CPU levels, the CLI, the demo
+# (launches go through that version's launch-bounds ABI); OTHER_VERSION="" leaves it out. See run().
 WARP_VERSION="${APIC_AARCH64_WARP:-1.19.0}"
+OTHER_VERSION="${APIC_AARCH64_OTHER-1.12.1}"
 PYV=3.11
-CACHE="${APIC_AARCH64_CACHE:-$HOME/.cache/apic-aarch64}"
-# the wheels, pinned where apic pins them and otherwise as pip resolves them for cp311 aarch64 (pytest: to
-# debug inside the emulator; the tier's checks do not use it)
-WHEELS=("warp-lang==${WARP_VERSION}" numpy numba llvmlite "msgpack>=1.0" pytest)
+CACHE="${APIC_AARCH64_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/apic-aarch64}"
+# the wheels besides warp-lang, as pip resolves them for cp311 aarch64 (pytest: to debug inside the emulator;
+# the tier's checks do not use it)
+OTHER_WHEELS=(numpy numba llvmlite "msgpack>=1.0" pytest)
 # the arm64 packages whose dependency closure makes the root: Python, and the C++ runtime Warp and LLVM use
 ROOT_PACKAGES=(python3.11 libstdc++6 libgcc-s1)
-# a change to what is installed is a new cache folder
-KEY="bookworm-py${PYV}-warp${WARP_VERSION}-$(echo "${WHEELS[*]} ${ROOT_PACKAGES[*]}" | sha256sum | cut -c1-8)"
-ROOT="$CACHE/$KEY/root"
-SITE="$CACHE/$KEY/site"
-DEBS="$CACHE/$KEY/debs"
-KERNELS="$CACHE/$KEY/warp-kernels"
+# a change to what is installed is a new cache folder: the root is shared by the legs, the rest is per version
+ROOT_KEY="bookworm-py${PYV}-$(echo "${ROOT_PACKAGES[*]}" | sha256sum | cut -c1-8)"
+ROOT="$CACHE/$ROOT_KEY/root"
+DEBS="$CACHE/$ROOT_KEY/debs"
 WORK="${APIC_AARCH64_WORK:-$(mktemp -d)}"
-# the x86-64 half (saving the files AArch64 loads, loading AArch64's): a Python with apic and warp-lang
-HOST_PYTHON="${APIC_AARCH64_HOST_PYTHON:-$REPO/.venv-warp-${WARP_VERSION}/bin/python}"
 
-log() { echo "[aarch64 $(date +%H:%M:%S)] $*"; }
+use_version() {  # VERSION: the leg's wheels and folders (site, Warp's kernel cache, HOME)
+    VERSION="$1"
+    WHEELS=("warp-lang==${VERSION}" "${OTHER_WHEELS[@]}")
+    LEG="$CACHE/${ROOT_KEY}-warp${VERSION}-$(echo "${WHEELS[*]}" | sha256sum | cut -c1-8)"
+    SITE="$LEG/site"
+    KERNELS="$LEG/warp-kernels"
+    # the x86-64 half (saving the files AArch64 loads, loading AArch64's): a Python with apic and warp-lang
+    HOST_PYTHON="${APIC_AARCH64_HOST_PYTHON:-$REPO/.venv-warp-${VERSION}/bin/python}"
+}
+
+log() { echo "[aarch64 ${VERSION:-} $(date +%H:%M:%S)] $*"; }
 
 host_tools() {
     command -v qemu-aarch64 >/dev/null && return 0
@@ -76,49 +87,97 @@ make_site() {
     touch "$SITE/.done"
 }
 
-setup() {
+setup() {  # the emulator, the shared root, then each leg's site folder
+    local version
     host_tools
     make_root
-    make_site
-    mkdir -p "$KERNELS" "$CACHE/$KEY/home/.cache"
+    for version in "$WARP_VERSION" ${OTHER_VERSION:+"$OTHER_VERSION"}; do
+        use_version "$version"
+        make_site
+        mkdir -p "$KERNELS" "$LEG/home/.cache"
+    done
+    VERSION=""
 }
 
 # apy ARGS...: the emulated AArch64 Python, with the site folder and this checkout on its path. Its caches
 # (Warp's kernels, Numba's, apic's) are the tier's own, never the host's: an x86-64 Warp and an AArch64 one
 # must not share a kernel cache.
 apy() {
-    env -i PATH=/usr/bin:/bin HOME="$CACHE/$KEY/home" XDG_CACHE_HOME="$CACHE/$KEY/home/.cache" LANG=C.UTF-8 \
+    env -i PATH=/usr/bin:/bin HOME="$LEG/home" XDG_CACHE_HOME="$LEG/home/.cache" LANG=C.UTF-8 \
         PYTHONPATH="$REPO:$SITE:$REPO/tests" PYTHONDONTWRITEBYTECODE=1 APIC_AARCH64_KERNELS="$KERNELS" \
-        WARP_CACHE_PATH="$KERNELS" NUMBA_CACHE_DIR="$CACHE/$KEY/numba" \
+        WARP_CACHE_PATH="$KERNELS" NUMBA_CACHE_DIR="$LEG/numba" \
         qemu-aarch64 -L "$ROOT" "$ROOT/usr/bin/python$PYV" "$@"
 }
 
-run() {
-    local start=$SECONDS
-    mkdir -p "$WORK/aarch64" "$WORK/x86-64"
-    if [ -x "$HOST_PYTHON" ]; then
-        log "x86-64: the tier's graph saved with and without source (host Python)"
-        PYTHONPATH="$REPO:$REPO/tests" "$HOST_PYTHON" tests/aarch64/tier.py save-host "$WORK/x86-64"
-    else
+cli() {  # DIR: `python -m apic replay` (its outputs DIR/cli_*.npy, checked by `tier.py load`) and `inspect`
+    local outputs=() name
+    log "AArch64: the CLI's replay and inspect"
+    for name in x acc out wide counter; do outputs+=(--output "$name=$1/cli_$name.npy"); done
+    apy -m apic replay "$1/graph.wrp" --iters 2 "${outputs[@]}"
+    apy -m apic inspect "$1/graph.wrp" >"$1/inspect.txt"
+    grep -q "loads here: yes" "$1/inspect.txt"
+}
+
+demo() {
+    log "AArch64: python -m apic demo"
+    mkdir -p "$WORK/demo-$VERSION"
+    (cd "$WORK/demo-$VERSION" && apy -m apic demo --frames 20)
+}
+
+across_leg() {  # x86-64 <-> AArch64: each family's files loaded on the other, beside AArch64's own save and load
+    local mine="$WORK/aarch64-$VERSION" theirs="$WORK/x86-64-$VERSION"
+    mkdir -p "$mine" "$theirs"
+    if [ ! -x "$HOST_PYTHON" ]; then
         echo "aarch64 tier: no host Python with apic at $HOST_PYTHON (APIC_AARCH64_HOST_PYTHON)" >&2; return 1
     fi
+    log "x86-64: the tier's graph saved with and without source (host Python)"
+    PYTHONPATH="$REPO:$REPO/tests" "$HOST_PYTHON" tests/aarch64/tier.py save-host "$theirs"
     log "AArch64: eager, capture, live replay, save (one emulated process)"
-    apy tests/aarch64/tier.py save "$WORK/aarch64"
-    log "AArch64: load in a fresh process, replay, threads=2, the x86-64 files"
-    apy tests/aarch64/tier.py load "$WORK/aarch64" "$WORK/x86-64"
+    apy tests/aarch64/tier.py save "$mine"
+    cli "$mine"
+    log "AArch64: load in a fresh process, replay, threads=2, the CLI's outputs, the x86-64 files"
+    apy tests/aarch64/tier.py load "$mine" "$theirs"
+    log "x86-64: the AArch64 files (compiled here from source; objects refused)"
+    PYTHONPATH="$REPO:$REPO/tests" "$HOST_PYTHON" tests/aarch64/tier.py load-host "$mine"
+}
+
+golden_leg() {  # the x86-64 golden files on AArch64, and the demo
     log "AArch64: the x86-64 golden files (tests/data/golden)"
     apy tests/aarch64/tier.py golden
-    log "AArch64: the CLI's replay and inspect"
-    local outputs=() name
-    for name in x acc out wide counter; do outputs+=(--output "$name=$WORK/aarch64/cli_$name.npy"); done
-    apy -m apic replay "$WORK/aarch64/graph.wrp" --iters 2 "${outputs[@]}"
-    apy -m apic inspect "$WORK/aarch64/graph.wrp" >"$WORK/inspect.txt"
-    grep -q "loads here: yes" "$WORK/inspect.txt"
-    log "x86-64: the AArch64 files (compiled here from source; objects refused), the CLI's outputs"
-    PYTHONPATH="$REPO:$REPO/tests" "$HOST_PYTHON" tests/aarch64/tier.py load-host "$WORK/aarch64"
-    log "AArch64: python -m apic demo"
-    (cd "$WORK" && apy -m apic demo --frames 20)
+    demo
+}
+
+version_leg() {  # what depends on the warp-lang version, on AArch64 alone
+    local mine="$WORK/aarch64-$VERSION"
+    mkdir -p "$mine"
+    log "AArch64: eager, capture, live replay, save (one emulated process)"
+    apy tests/aarch64/tier.py save "$mine"
+    cli "$mine"
+    log "AArch64: load in a fresh process, replay, threads=2, the CLI's outputs"
+    apy tests/aarch64/tier.py load "$mine"
+    demo
+}
+
+# The legs: on WARP_VERSION across_leg and golden_leg, on OTHER_VERSION version_leg. Each is one emulated process
+# at a time and they share nothing but the read-only root (the two on WARP_VERSION write different modules into
+# its kernel cache, which Warp writes by renaming), so they run side by side: on 2 cores the tier takes about
+# half its CPU time. Each leg's output is shown when all have ended.
+run() {
+    local start=$SECONDS status=0 leg version name i pids=() logs=()
+    local legs=("$WARP_VERSION across_leg" "$WARP_VERSION golden_leg")
+    [ -z "$OTHER_VERSION" ] || legs+=("$OTHER_VERSION version_leg")
+    for leg in "${legs[@]}"; do
+        read -r version name <<<"$leg"
+        logs+=("$WORK/${name}-${version}.log")
+        (use_version "$version"; t0=$SECONDS; "$name"; log "${name}: $((SECONDS - t0)) s") >"${logs[-1]}" 2>&1 &
+        pids+=($!)
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { status=1; echo "aarch64 tier: FAILED: ${legs[$i]}" >&2; }
+    done
+    cat "${logs[@]}"
     log "run: $((SECONDS - start)) s"
+    return "$status"
 }
 
 # golden: the AArch64 file the ordinary suite loads on x86-64 (tests/aarch64/test_aarch64_golden.py), written
@@ -127,6 +186,7 @@ golden() {
     local into="$REPO/tests/data/golden/aarch64-v3-warp${WARP_VERSION}"
     [ -e "$into" ] && { echo "aarch64 tier: $into exists; golden files are never rewritten" >&2; return 1; }
     setup
+    use_version "$WARP_VERSION"
     mkdir -p "$WORK/golden"
     apy tests/aarch64/tier.py save "$WORK/golden"
     mkdir -p "$into"
