@@ -18,9 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # scripts/pytest_passes.sh, scripts/test_wheel.sh; tests/README.md's table)
 RUNS = {
     "warp-lang 1.19.0 (whole suite)": "",
-    "warp-lang 1.12.1": "warp_version",
     "reference interpreter": "interpreter",
-    "wheel, per version": "install",
+    "warp-lang 1.12.1 (the installed wheel)": "warp_version or install",
+    "warp-lang 1.19.0 (the installed wheel)": "install",
     "serial pass (of the whole suite)": "serial",
 }
 

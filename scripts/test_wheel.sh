@@ -7,7 +7,11 @@
 # (APIC_TEST_INSTALLED=1: tests/conftest.py stops unless apic comes from site-packages; the suite includes
 # `bench --quick`): the files that can behave differently installed than from a checkout (marked `install`,
 # tests/README.md) on every version, in two passes (scripts/pytest_passes.sh).
-# Usage: bash scripts/test_wheel.sh [VERSION...]   (default: 1.19.0 1.12.1)
+# Usage: bash scripts/test_wheel.sh [VERSION[=MARKERS]...]   (default: 1.19.0 1.12.1)
+#   VERSION=MARKERS runs the tests that marker expression chooses there instead of those marked `install`:
+#   .ci/run gives "1.12.1=warp_version or install", so that the other end of the range runs its version checks
+#   and its install checks in one run, against the installed wheel (a test marked `warp_version` and not
+#   `install` behaves the same installed as from a checkout: the marker rules say so).
 #
 # Read-only: root ignores file permissions, so as root every command runs in a private mount namespace
 # (unshare --mount) where the venv is bind-mounted read-only; as another user, `chmod -R a-w` on the venv
@@ -65,7 +69,10 @@ else:
     sys.exit("error: the installed package is writable here: the read-only check would prove nothing")
 '
 status=0
-for version in "${versions[@]}"; do
+for choice in "${versions[@]}"; do
+    version="${choice%%=*}"
+    markers="install"  # the files that can behave differently installed (see below)
+    [ "$choice" = "$version" ] || markers="${choice#*=}"
     echo "=== warp-lang ${version}: the installed wheel, read-only ==="
     start=$SECONDS
     venv="$work/venv-${version}"
@@ -73,6 +80,10 @@ for version in "${versions[@]}"; do
     quietly "$venv/bin/python" -m pip install "${wheel}[test,plot]" "warp-lang==${version}"
     # cuda-python for the suite's offline driver checks, as scripts/test.sh
     "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
+    # torch for a run wider than `install` (the version checks pass torch tensors), pinned as scripts/test.sh pins it
+    if [ "$markers" != install ]; then
+        "$venv/bin/python" -m pip install -q "torch==2.13.0" >"$log" 2>&1 || echo "note: torch not installed; torch tests will skip"
+    fi
     [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
     echo "installed $(basename "$wheel") with warp-lang ${version}"
     took $start
@@ -101,7 +112,6 @@ for version in "${versions[@]}"; do
     # first use, the package's own sources, the wheel's metadata): marked `install` in the files themselves
     # (tests/project/test_ci_markers.py checks that every file decides). scripts/test.sh ran every test from
     # the checkout already; the whole suite here again cost CI about 11 minutes (APIC_WHEEL_FULL_SUITE=1 runs it).
-    markers="install"
     [ -z "${APIC_WHEEL_FULL_SUITE:-}" ] || markers=""
     echo "--- the test suite against the installed package (from $outside): ${markers:-every test} ---"
     start=$SECONDS
