@@ -110,15 +110,18 @@ def run_cli(args: list[str], cwd, python: str = sys.executable, timeout: float =
 
 
 # Python that runs ``python -m apic ARGS`` for each ARGS of the JSON list in argv[1] in one process, each with
-# its own stdout and stderr (an exception that escapes prints its traceback there, as Python would), and
-# prints one JSON list: per command, [exit status, stdout, stderr].
+# its own stdout and stderr, taken at the file descriptors (so that what native code prints is caught too, as
+# in a process of its own; an exception that escapes prints its traceback there, as Python would), and prints
+# one JSON list: per command, [exit status, stdout, stderr].
 CLI_EACH = """
-import contextlib, io, json, sys, traceback
+import json, os, sys, tempfile, traceback
 from apic.cli import main
 results = []
+real = os.dup(1), os.dup(2)
 for args in json.loads(sys.argv[1]):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush(); sys.stderr.flush()
+        os.dup2(out.fileno(), 1); os.dup2(err.fileno(), 2)
         try:
             status = main(args)
         except SystemExit as exit:
@@ -126,7 +129,14 @@ for args in json.loads(sys.argv[1]):
         except BaseException:
             traceback.print_exc()
             status = 1
-    results.append([status or 0, out.getvalue(), err.getvalue()])
+        finally:
+            sys.stdout.flush(); sys.stderr.flush()
+            os.dup2(real[0], 1); os.dup2(real[1], 2)
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read().decode("utf-8", "replace"))
+    results.append([status or 0, *texts])
 print(json.dumps(results))
 """
 

@@ -3,8 +3,9 @@
 Each subcommand's every option is tried, as a careless user would, with every kind of name (an array
 parameter, a scalar parameter, an unknown name, an empty one) and value (malformed, out of range, a file
 that is missing, a folder, a FIFO, a device node, not a .npy, a .npz, a .npy of the wrong dtype or shape
-or byte order, a hostile .npy header claiming 10^12 elements, a truncated one). Real processes
-(``python -m apic``), two at a time.
+or byte order, a hostile .npy header claiming 10^12 elements, a truncated one). Two fresh processes answer
+them all (``persist_helpers.run_cli_each``: each mistake with its own stdout and stderr, taken at the file
+descriptors); a sample of them also runs as ``python -m apic`` processes of their own, which must end the same.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import cli_kernels as ck
-from persist_helpers import run_cli
+from persist_helpers import run_cli, run_cli_each
 
 pytestmark = [pytest.mark.install]
 
@@ -161,24 +162,42 @@ def _error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if not line.startswith("Warp CUDA")]
 
 
+def _commands(tmp_path, graph) -> list[list[str]]:
+    return [[a.format(g=graph, t=tmp_path) for a in args] for args, _ in MISTAKES]
+
+
 def test_every_user_mistake_is_one_error_line(graph, tmp_path):
     _files(tmp_path, graph)
-
-    def attempt(case):
-        args, _ = case
-        return run_cli([a.format(g=graph, t=tmp_path) for a in args], cwd=tmp_path, timeout=120)
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(attempt, MISTAKES))
+    commands = _commands(tmp_path, graph)
+    halves = [commands[: len(commands) // 2], commands[len(commands) // 2:]]
+    with ThreadPoolExecutor(2) as pool:  # two children, side by side
+        results = [r for half in pool.map(lambda cs: run_cli_each(cs, cwd=tmp_path), halves) for r in half]
     failures = []
-    for (args, pattern), done in zip(MISTAKES, results):
-        lines = _error_lines(done.stderr)
-        ok = (done.returncode == 2 and "Traceback" not in done.stderr and len(lines) == 1
-              and lines[0].startswith("error: ") and re.search(pattern, lines[0]) and not done.stdout)
+    for (args, pattern), (status, stdout, stderr) in zip(MISTAKES, results):
+        lines = _error_lines(stderr)
+        ok = (status == 2 and "Traceback" not in stderr and len(lines) == 1
+              and lines[0].startswith("error: ") and re.search(pattern, lines[0]) and not stdout)
         if not ok:
-            failures.append(f"{' '.join(args)[:120]}\n  exit {done.returncode}, stdout {done.stdout[-300:]!r}\n"
-                            f"  stderr {done.stderr[-1500:]!r}")
+            failures.append(f"{' '.join(args)[:120]}\n  exit {status}, stdout {stdout[-300:]!r}\n"
+                            f"  stderr {stderr[-1500:]!r}")
     assert not failures, f"{len(failures)} of {len(MISTAKES)} mistakes:\n" + "\n".join(failures)
+
+
+SAMPLE = 7  # every 7th mistake (12 of them, of every kind of value) also as a process of its own
+
+
+def test_a_mistake_ends_a_process_of_its_own_as_it_ends_among_others(graph, tmp_path):
+    """``python -m apic`` (the entry point, a fresh interpreter per mistake) ends as the shared child did."""
+    _files(tmp_path, graph)
+    commands = _commands(tmp_path, graph)[::SAMPLE]
+    shared = run_cli_each(commands, cwd=tmp_path)
+    with ThreadPoolExecutor(2) as pool:
+        own = list(pool.map(lambda c: run_cli(c, cwd=tmp_path, timeout=120), commands))
+    def seen(status, stdout, stderr):  # an object's address in a message differs between processes
+        return status, stdout, [re.sub(r"0x[0-9a-f]+", "0x...", line) for line in _error_lines(stderr)]
+
+    for command, shared_result, done in zip(commands, shared, own):
+        assert seen(done.returncode, done.stdout, done.stderr) == seen(*shared_result), " ".join(command)[:120]
 
 
 def test_input_files_are_read_as_saved_and_outputs_written_where_named(graph, tmp_path):
