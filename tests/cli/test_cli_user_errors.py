@@ -193,11 +193,13 @@ def test_a_mistake_ends_a_process_of_its_own_as_it_ends_among_others(graph, tmp_
     shared = run_cli_each(commands, cwd=tmp_path)
     with ThreadPoolExecutor(2) as pool:
         own = list(pool.map(lambda c: run_cli(c, cwd=tmp_path, timeout=120), commands))
-    def seen(status, stdout, stderr):  # an object's address in a message differs between processes
-        return status, stdout, [re.sub(r"0x[0-9a-f]+", "0x...", line) for line in _error_lines(stderr)]
-
     for command, shared_result, done in zip(commands, shared, own):
-        assert seen(done.returncode, done.stdout, done.stderr) == seen(*shared_result), " ".join(command)[:120]
+        assert _seen(done.returncode, done.stdout, done.stderr) == _seen(*shared_result), " ".join(command)[:120]
+
+
+def _seen(status: int, stdout: str, stderr: str) -> tuple:
+    """How a mistake ended, as the user sees it (an object's address in a message differs between processes)."""
+    return status, stdout, [re.sub(r"0x[0-9a-f]+", "0x...", line) for line in _error_lines(stderr)]
 
 
 def test_input_files_are_read_as_saved_and_outputs_written_where_named(graph, tmp_path):
