@@ -7,6 +7,7 @@
 # `bash scripts/test.sh -q` runs the default version with pytest's -q.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/pins.sh
 warp_version="1.19.0"
 if [ "$#" -gt 0 ] && [[ "$1" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?([a-z]+[0-9]*)?$ ]]; then
     warp_version="$1"
@@ -25,7 +26,7 @@ if ! { "$venv/bin/python" -m pip install --upgrade pip && "$venv/bin/python" -m 
     cat "$log"; echo "error: installing apic with warp-lang ${warp_version} failed" >&2; exit 1
 fi
 # torch (CPU) is optional: the tests that pass torch tensors skip, saying so, without it.
-"$venv/bin/python" -m pip install -q "torch==2.13.0" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
+"$venv/bin/python" -m pip install -q "$TORCH_PIN" >/dev/null 2>&1 || echo "note: torch not installed; torch tests will skip"
 # Ray (apic's 'ray' extra) is optional too: with it, tests/distributed/test_ray.py runs apic.ray on a local Ray cluster
 # (loopback only); without it those tests skip, saying so. Installed for the default version's run only.
 if [ "$warp_version" = "1.19.0" ]; then

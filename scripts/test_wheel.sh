@@ -20,6 +20,7 @@
 # land in that HOME's ~/.cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/pins.sh
 versions=("$@")
 [ "${#versions[@]}" -gt 0 ] || versions=(1.19.0 1.12.1)
 work="$(mktemp -d "${TMPDIR:-/tmp}/apic-wheel.XXXXXX")"
@@ -80,9 +81,9 @@ for choice in "${versions[@]}"; do
     quietly "$venv/bin/python" -m pip install "${wheel}[test,plot]" "warp-lang==${version}"
     # cuda-python for the suite's offline driver checks, as scripts/test.sh
     "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
-    # torch for a run wider than `install` (the version checks pass torch tensors), pinned as scripts/test.sh pins it
+    # torch for a run wider than `install` (the version checks pass torch tensors), as scripts/test.sh installs it
     if [ "$markers" != install ]; then
-        "$venv/bin/python" -m pip install -q "torch==2.13.0" >"$log" 2>&1 || echo "note: torch not installed; torch tests will skip"
+        "$venv/bin/python" -m pip install -q "$TORCH_PIN" >"$log" 2>&1 || echo "note: torch not installed; torch tests will skip"
     fi
     [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
     echo "installed $(basename "$wheel") with warp-lang ${version}"
