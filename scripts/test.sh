@@ -37,21 +37,30 @@ fi
 "$venv/bin/python" -m pip install -q -e ".[cuda]" >/dev/null 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
 # The client tier (tests/clients: mujoco-warp and newton, current releases) runs on warp-lang 1.19.0
 # only, in a venv of its own so that the clients' dependencies never change the main suite's.
-# Best effort: if they cannot be installed, it says so and the tier's tests skip, saying why.
+# Best effort: if they cannot be installed, it says so and the tier's tests skip, saying why. Installed in the
+# background while the suite runs (the downloads wait on the network; pip's CPU at a low priority).
 client_python=""
+clients_install=""
 if [ "$warp_version" = "1.19.0" ] && [ "${APIC_CLIENT_TIER:-1}" != "0" ]; then
     clients=".venv-clients"
-    if { [ -x "$clients/bin/python" ] || python3 -m venv "$clients"; } >"$log" 2>&1 &&
-        "$clients/bin/python" -m pip install -e ".[test]" "warp-lang==${warp_version}" mujoco-warp newton >"$log" 2>&1; then
-        client_python="$clients/bin/python"
-    else
-        echo "note: mujoco-warp / newton could not be installed; the client tier (tests/clients) skips"
-    fi
+    clients_log="$(mktemp)"
+    trap 'rm -f "$log" "$clients_log"' EXIT
+    { { [ -x "$clients/bin/python" ] || python3 -m venv "$clients"; } &&
+        nice -n 10 "$clients/bin/python" -m pip install -e ".[test]" "warp-lang==${warp_version}" \
+            mujoco-warp newton; } >"$clients_log" 2>&1 &
+    clients_install=$!
 fi
 status=0
 # The linter first (configured in pyproject.toml): a style or pyflakes error fails the run, after the tests.
 "$venv/bin/python" -m ruff check . || { echo "error: ruff check found the problems above" >&2; status=1; }
 bash scripts/pytest_passes.sh "$venv/bin/python" "$@" || status=$?
+if [ -n "$clients_install" ]; then
+    if wait "$clients_install"; then
+        client_python="$clients/bin/python"
+    else
+        echo "note: mujoco-warp / newton could not be installed; the client tier (tests/clients) skips"
+    fi
+fi
 if [ -n "$client_python" ]; then
     echo "=== client tier (mujoco-warp, newton) on warp-lang ${warp_version} ==="
     # one worker per client (each file in one worker): mujoco-warp and newton compile and run side by side

@@ -7,7 +7,12 @@
 # (APIC_TEST_INSTALLED=1: tests/conftest.py stops unless apic comes from site-packages; the suite includes
 # `bench --quick`): the files that can behave differently installed than from a checkout (marked `install`,
 # tests/README.md) on every version, in two passes (scripts/pytest_passes.sh).
-# Usage: bash scripts/test_wheel.sh [VERSION[=MARKERS]...]   (default: 1.19.0 1.12.1)
+# Usage: bash scripts/test_wheel.sh [--prepare] [VERSION[=MARKERS]...]   (default: 1.19.0 1.12.1)
+#   --prepare  only build, install and warm (below), into APIC_WHEEL_DIR, for a later run to use: .ci/run starts
+#              it in the background while the earlier steps run (downloads and installs wait on the network and
+#              the disk; the warming uses a core those steps leave idle).
+#   APIC_WHEEL_DIR=DIR  work in DIR and leave it there (default: a temporary folder, removed at the end); what a
+#              --prepare left there (the wheel, the suite's copy, a venv per version) is used as it is.
 #   VERSION=MARKERS runs the tests that marker expression chooses there instead of those marked `install`:
 #   .ci/run gives "1.12.1=warp_version or install", so that the other end of the range runs its version checks
 #   and its install checks in one run, against the installed wheel (a test marked `warp_version` and not
@@ -21,15 +26,31 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/pins.sh
+prepare_only=""
+[ "${1:-}" != "--prepare" ] || { prepare_only=1; shift; }
 versions=("$@")
 [ "${#versions[@]}" -gt 0 ] || versions=(1.19.0 1.12.1)
-work="$(mktemp -d "${TMPDIR:-/tmp}/apic-wheel.XXXXXX")"
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-log="$work/log"
+if [ -n "${APIC_WHEEL_DIR:-}" ]; then
+    work="$APIC_WHEEL_DIR"
+    mkdir -p "$work"
+else
+    work="$(mktemp -d "${TMPDIR:-/tmp}/apic-wheel.XXXXXX")"
+    trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+fi
+log="$work/log${prepare_only:+-prepare}"  # a --prepare in the background and a run may overlap
 quietly() {  # run "$@" with its chatter in the log, shown only if it fails
     "$@" >"$log" 2>&1 || { cat "$log"; echo "error: $*" >&2; return 1; }
 }
 took() { echo "    ($(( SECONDS - $1 )) s)"; }
+copy_tree() {  # DEST PATH...: the checkout's PATHs into DEST, less Python's caches and built docs. A test run in the
+    # checkout may be writing there (.ci/run prepares beside one): a file that vanishes or changes while copied is
+    # tar's status 1, not an error.
+    mkdir -p "$1"
+    local dest="$1"
+    shift
+    { tar -c --warning=no-file-changed --warning=no-file-removed --exclude=__pycache__ --exclude='*.py[co]' \
+        --exclude=docs/_build "$@" || [ $? = 1 ]; } | tar -x -C "$dest"
+}
 
 readonly_run() {  # VENV COMMAND...: run COMMAND with VENV read-only to it
     local venv="$1"
@@ -42,20 +63,29 @@ readonly_run() {  # VENV COMMAND...: run COMMAND with VENV read-only to it
     fi
 }
 
-start=$SECONDS
-echo "=== build: wheel and sdist ==="
-quietly python3 -m venv "$work/build"
-quietly "$work/build/bin/python" -m pip install build
-quietly "$work/build/bin/python" -m build --outdir "$work/dist" .
+if [ ! -e "$work/dist/.built" ]; then  # else a --prepare built it
+    start=$SECONDS
+    echo "=== build: wheel and sdist ==="
+    quietly python3 -m venv "$work/build"
+    quietly "$work/build/bin/python" -m pip install build
+    # from a copy of what the sdist holds (MANIFEST.in): setuptools writes apic_warp.egg-info where it builds, and
+    # .ci/run runs this beside scripts/test.sh's installs from the checkout
+    copy_tree "$work/source" apic tests docs scripts examples benchmarks CHANGELOG.md README.md LICENSE MANIFEST.in \
+        pyproject.toml
+    quietly "$work/build/bin/python" -m build --outdir "$work/dist" "$work/source"
+    touch "$work/dist/.built"
+    took $start
+fi
 wheel="$(ls "$work"/dist/apic_warp-*-py3-none-any.whl)"
 ls "$work/dist"
-took $start
 
 # The suite's copy: everything the tests read except the package itself.
 outside="$work/outside"
-mkdir "$outside"
-cp -r tests scripts examples benchmarks docs README.md CHANGELOG.md LICENSE pyproject.toml "$outside/"
-find "$outside" -name __pycache__ -prune -exec rm -rf {} +
+if [ ! -e "$outside/.copied" ]; then
+    rm -rf "$outside"
+    copy_tree "$outside" tests scripts examples benchmarks docs README.md CHANGELOG.md LICENSE pyproject.toml
+    touch "$outside/.copied"
+fi
 
 write_probe='
 import os, sys, sysconfig, apic
@@ -75,19 +105,32 @@ for choice in "${versions[@]}"; do
     markers="install"  # the files that can behave differently installed (see below)
     [ "$choice" = "$version" ] || markers="${choice#*=}"
     echo "=== warp-lang ${version}: the installed wheel, read-only ==="
-    start=$SECONDS
     venv="$work/venv-${version}"
-    quietly python3 -m venv "$venv"
-    quietly "$venv/bin/python" -m pip install "${wheel}[test,plot]" "warp-lang==${version}"
-    # cuda-python for the suite's offline driver checks, as scripts/test.sh
-    "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
-    # torch for a run wider than `install` (the version checks pass torch tensors), as scripts/test.sh installs it
-    if [ "$markers" != install ]; then
-        "$venv/bin/python" -m pip install -q "$TORCH_PIN" >"$log" 2>&1 || echo "note: torch not installed; torch tests will skip"
+    if [ ! -e "$venv/.apic-installed" ]; then  # else a --prepare installed it
+        start=$SECONDS
+        rm -rf "$venv"
+        quietly python3 -m venv "$venv"
+        quietly "$venv/bin/python" -m pip install "${wheel}[test,plot]" "warp-lang==${version}"
+        # cuda-python for the suite's offline driver checks, as scripts/test.sh
+        "$venv/bin/python" -m pip install -q "${wheel}[cuda]" >"$log" 2>&1 || echo "note: cuda-python not installed; its offline checks will skip"
+        # torch for a run wider than `install` (the version checks pass torch tensors), as scripts/test.sh installs it
+        if [ "$markers" != install ]; then
+            "$venv/bin/python" -m pip install -q "$TORCH_PIN" >"$log" 2>&1 || echo "note: torch not installed; torch tests will skip"
+        fi
+        touch "$venv/.apic-installed"
+        [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
+        took $start
     fi
-    [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
     echo "installed $(basename "$wheel") with warp-lang ${version}"
-    took $start
+    if [ -n "$prepare_only" ]; then
+        # Warm the caches the run below reads (scripts/warm_caches.py), as that run: read-only, from the copy,
+        # with its environment, at the lowest priority: it takes only what the steps running beside it leave.
+        start=$SECONDS
+        (cd "$outside" && readonly_run "$venv" env -u PYTHONPATH nice -n 19 \
+            "$venv/bin/python" "$outside/scripts/warm_caches.py" "$outside/tests") || echo "note: warming failed"
+        took $start
+        continue
+    fi
 
     # the installed package (not a checkout: cd away from it) must refuse a write, or nothing below proves anything
     (cd "$work" && readonly_run "$venv" env -u PYTHONPATH "$venv/bin/python" -c "$write_probe")

@@ -86,6 +86,47 @@ def kept_in(cache, kind: str) -> list[str]:
                   + glob.glob(os.path.join(cache, "**", kind, ".*"), recursive=True))
 
 
+_seed_folder: list = []  # this process's folder of the Warp modules its children compiled (seed_kernel_cache)
+
+
+def _warp_module_folders(cache: str) -> list[str]:
+    """The folders of compiled Warp modules (``wp_<module>_<hash>``) in a Warp kernel cache folder, relative to it
+    (Warp may put them in a folder per version)."""
+    import glob
+
+    return [os.path.relpath(path, cache) for depth in ("", "*")
+            for path in glob.glob(os.path.join(cache, depth, "wp_*")) if os.path.isdir(path)]
+
+
+def seed_kernel_cache(cache):
+    """``cache`` made a Warp kernel cache folder holding the Warp modules that earlier children of this process
+    compiled in theirs (``keep_kernel_modules``), so that a child with a cache folder of its own loads the kernels
+    every child compiles alike instead of compiling them again (the most of a child's time). Only Warp's
+    compiled modules travel: nothing that apic keeps in the folder (``apic-range``, ``apic-footprint``)."""
+    import shutil
+
+    os.makedirs(cache, exist_ok=True)
+    if _seed_folder:
+        for relative in _warp_module_folders(_seed_folder[0]):
+            shutil.copytree(os.path.join(_seed_folder[0], relative), os.path.join(cache, relative), dirs_exist_ok=True)
+    return cache
+
+
+def keep_kernel_modules(cache) -> None:
+    """Keep the Warp modules a child compiled in its cache folder ``cache``, for ``seed_kernel_cache``."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if not _seed_folder:
+        _seed_folder.append(tempfile.mkdtemp(prefix="apic-test-kernels-"))
+        atexit.register(shutil.rmtree, _seed_folder[0], True)
+    for relative in _warp_module_folders(str(cache)):
+        target = os.path.join(_seed_folder[0], relative)
+        if not os.path.exists(target):
+            shutil.copytree(os.path.join(cache, relative), target)
+
+
 def child_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, env.get("PYTHONPATH", "")) if p)

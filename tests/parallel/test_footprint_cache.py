@@ -20,7 +20,7 @@ import footprint_kernels as fk
 from apic._probes import cache_store
 from apic.record.parallel.footprint_values import Array
 from apic.replay.parallel import footprint_cache
-from persist_helpers import child_env, kept_in
+from persist_helpers import child_env, keep_kernel_modules, kept_in, seed_kernel_cache
 
 pytestmark = [pytest.mark.warp_version]
 
@@ -58,12 +58,15 @@ def _child(cache, case: str = "children", seed: int = 5, **env) -> dict:
     done = subprocess.run([sys.executable, "-c", _CHILD, str(cache), case, str(seed)],
                           env={**environment, **env}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    keep_kernel_modules(cache)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
 def cache(tmp_path):
-    return tmp_path / "kernels"
+    """A kernel cache folder of the test's own, holding the Warp modules earlier children compiled (never a
+    verdict: what the children find there is the test's doing)."""
+    return seed_kernel_cache(tmp_path / "kernels")
 
 
 @pytest.mark.parametrize("case", ["children", "children_shared"])

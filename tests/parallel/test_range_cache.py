@@ -15,7 +15,7 @@ import textwrap
 import pytest
 
 from apic.replay.parallel import range_cache
-from persist_helpers import child_env, kept_in
+from persist_helpers import child_env, keep_kernel_modules, kept_in, seed_kernel_cache
 
 pytestmark = [pytest.mark.warp_version]
 
@@ -64,12 +64,15 @@ def _child(cache, mode: str = "", **env) -> dict:
     done = subprocess.run([sys.executable, script, str(cache), mode], env={**child_env(), **env},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    keep_kernel_modules(cache)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
 def cache(tmp_path):
-    return tmp_path / "kernels"
+    """A kernel cache folder of the test's own, holding the Warp modules earlier children compiled (never a
+    range object: what the children find there is the test's doing)."""
+    return seed_kernel_cache(tmp_path / "kernels")
 
 
 def test_a_later_process_loads_the_object_an_earlier_one_built(cache):
