@@ -4,8 +4,9 @@ Two places, one rule. In apic's own cache folder (:func:`cache_folder`): the nat
 object (``serial-interpreter-*.o``, ``apic.replay.cpu.native_interpreter``) and the host's CPU target
 (``host-target-*.json``, ``apic._probes.cpu``). In Warp's kernel cache folder, one sub-folder per kind, what
 the parallel replay keeps (:func:`kept_path`, :func:`load_kept`, :func:`keep`): range objects
-(``apic-range``, ``apic.replay.parallel.range_cache``) and footprint verdicts (``apic-footprint``,
-``apic.replay.parallel.footprint_cache``), each switched off by its own environment variable set to ``"0"``.
+(``apic-range``, ``apic.replay.parallel.range_cache``), footprint verdicts (``apic-footprint``,
+``apic.replay.parallel.footprint_cache``) and objects compiled from a loaded graph's saved source (``apic-source``,
+``apic.format.source_cache``), each switched off by its own environment variable set to ``"0"``.
 
 Every file is named ``<kind>-<32 hex digits>.<ext>`` and starts with its kind's magic bytes; a kept file
 ends with the SHA-256 of what precedes it, so that a truncated or damaged one (a process killed while
@@ -177,6 +178,15 @@ def kept_path(kind: str, variable: str, name: str, ext: str) -> str | None:
     if not cache:
         return None
     return os.path.join(cache, kind, f"{kind}-{hashlib.sha256(name.encode()).hexdigest()[:32]}.{ext}")
+
+
+def compiled_key(source: bytes, options: dict, level: str | None, host: dict) -> str:
+    """The name an object compiled from ``source`` with ``options`` for CPU ``level`` (None: the host's) is kept
+    under: the SHA-256 of everything the object depends on, the warp-lang version and the ``host`` target
+    (``apic._compat.host_target()``) included. Warp builds for the host (``-march=native``): a cache folder
+    shared by other machines must not hand one of them code for another CPU."""
+    facts = (sorted(options.items()), level, wp.config.version, host.get("cpu"), sorted(host.get("features", ())))
+    return hashlib.sha256(source + repr(facts).encode()).hexdigest()
 
 
 def kept_bytes(kind: str, contents: bytes) -> bytes:

@@ -25,7 +25,7 @@ import re
 from apic import _compat
 from apic.errors import CaptureError, FormatError, IncompatibleGraphError
 from apic.format import manifest as kernel_manifest
-from apic.format import module_folder, schema, sealed_claims
+from apic.format import module_folder, schema, sealed_claims, source_cache
 from apic.record.recording import module_source as recorded_source
 from apic.targets import files
 from apic.targets.cpu import cpu_family
@@ -169,7 +169,7 @@ def compile_saved(module, data: bytes, why: str, written_by: str) -> bytes:
     """``module``'s checked saved source ``data`` compiled here for this host; ``why`` says why it is needed
     and ``written_by`` is the warp-lang that generated the source (named when the compile fails)."""
     try:
-        return _compat.compile_cpu_source(data, module.source.options)
+        return source_cache.compiled(data, module.source.options)
     except Exception as error:  # Warp's compiler: any failure is this module's, reported with it
         family = cpu_family(platform.machine())
         portable = (f", or save it again with capture_save(..., cpu_target='{family.PORTABLE_LEVEL}'), whose "

@@ -15,10 +15,6 @@ memory, once per process, as before.
 
 from __future__ import annotations
 
-import hashlib
-
-import warp as wp
-
 from apic import _compat
 from apic._probes import cache_store
 
@@ -28,9 +24,7 @@ _KIND = "apic-range"
 
 def key(source: bytes, options: dict, level: str | None) -> str:
     """The name the range object compiled from ``source`` with ``options`` is kept under."""
-    host = _compat.host_target()
-    facts = (sorted(options.items()), level, wp.config.version, host.get("cpu"), sorted(host.get("features", ())))
-    return hashlib.sha256(source + repr(facts).encode()).hexdigest()
+    return cache_store.compiled_key(source, options, level, _compat.host_target())
 
 
 def load(name: str) -> bytes | None:
