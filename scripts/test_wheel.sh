@@ -106,7 +106,9 @@ for choice in "${versions[@]}"; do
     [ "$choice" = "$version" ] || markers="${choice#*=}"
     echo "=== warp-lang ${version}: the installed wheel, read-only ==="
     venv="$work/venv-${version}"
-    if [ ! -e "$venv/.apic-installed" ]; then  # else a --prepare installed it
+    # beside the venv, written once it is read-only: .ci/run starts a run when it appears
+    installed="$venv.installed"
+    if [ ! -e "$installed" ]; then  # else a --prepare installed it
         start=$SECONDS
         rm -rf "$venv"
         quietly python3 -m venv "$venv"
@@ -117,8 +119,8 @@ for choice in "${versions[@]}"; do
         if [ "$markers" != install ]; then
             "$venv/bin/python" -m pip install -q "$TORCH_PIN" >"$log" 2>&1 || echo "note: torch not installed; torch tests will skip"
         fi
-        touch "$venv/.apic-installed"
         [ "$(id -u)" = 0 ] || chmod -R a-w "$venv"
+        touch "$installed"
         took $start
     fi
     echo "installed $(basename "$wheel") with warp-lang ${version}"

@@ -138,9 +138,10 @@ def test_capture_api_forms(form):
         import json
         import subprocess
 
-        here = os.path.dirname(os.path.abspath(__file__))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here)), os.environ.get("PYTHONPATH", "")]))
+        from persist_helpers import TESTS, child_env
+
+        env = child_env()
+        env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), TESTS, env["PYTHONPATH"]])
         done = subprocess.run([sys.executable, "-c", _FORCE_LOAD_CHILD], env=env, capture_output=True, text=True,
                               timeout=600)
         assert done.returncode == 0, done.stderr
