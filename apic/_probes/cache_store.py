@@ -5,8 +5,9 @@ object (``serial-interpreter-*.o``, ``apic.replay.cpu.native_interpreter``) and 
 (``host-target-*.json``, ``apic._probes.cpu``). In Warp's kernel cache folder, one sub-folder per kind, what
 the parallel replay keeps (:func:`kept_path`, :func:`load_kept`, :func:`keep`): range objects
 (``apic-range``, ``apic.replay.parallel.range_cache``), footprint verdicts (``apic-footprint``,
-``apic.replay.parallel.footprint_cache``) and objects compiled from a loaded graph's saved source (``apic-source``,
-``apic.format.source_cache``), each switched off by its own environment variable set to ``"0"``.
+``apic.replay.parallel.footprint_cache``), and objects compiled from a loaded graph's saved source with the
+compiler's refusals of such source (``apic-source``, ``apic-source-refused``, ``apic.format.source_cache``), each
+switched off by its own environment variable set to ``"0"``.
 
 Every file is named ``<kind>-<32 hex digits>.<ext>`` and starts with its kind's magic bytes; a kept file
 ends with the SHA-256 of what precedes it, so that a truncated or damaged one (a process killed while

@@ -285,10 +285,10 @@ def module_build_options(module_name: str, module_exec) -> dict:
 
 
 def _build_cpu(source: bytes, options: dict, extra_flags: str) -> bytes:
-    """Compile ``source`` with this process's Warp (``warp._src.build.build_cpu``); the ``.o``.
-
-    Options this warp-lang's ``build_cpu`` does not take are left out (1.12 takes mode, verify_fp,
-    fast_math and fuse_fp only, and reads the tile setting from its config).
+    """Compile ``source`` with this process's Warp (``warp._src.build.build_cpu``); the ``.o``. Options this
+    warp-lang's ``build_cpu`` does not take are left out (1.12 takes mode, verify_fp, fast_math and fuse_fp only,
+    and reads the tile setting from its config). A compiler error names the source ``module.cpp``, the same
+    words in every process (``apic.format.source_cache`` keeps them), never its temporary folder.
     """
     if getattr(wp_context, "runtime", None) is None:
         wp.init()
@@ -303,7 +303,7 @@ def _build_cpu(source: bytes, options: dict, extra_flags: str) -> bytes:
             try:
                 wp_build.build_cpu(obj_path, cpp_path, **kwargs)
             except Exception as error:
-                raise RuntimeError(f"{error}: {messages()}") from None
+                raise RuntimeError(f"{error}: {messages().replace(folder + os.sep, '')}") from None
         with open(obj_path, "rb") as f:
             return f.read()
 

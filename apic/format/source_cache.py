@@ -7,17 +7,33 @@ the same source on this host takes the object instead, as Warp takes a module it
 (:func:`apic._probes.cache_store.compiled_key`, as the parallel replay's range objects') is the SHA-256 of the
 source, its build options, the warp-lang version, and this host's CPU and its features.
 
+A compile that the compiler refuses with an error in the source itself (``module.cpp:LINE:COLUMN: error:`` or
+``fatal error:``, as the source of another warp-lang gets from this one's headers) is kept too, under
+``apic-source-refused/``, as its message: a later load of the same source on this host is refused with the same
+words at once, instead of after seconds of compiling to the same end. Its key adds the names, sizes and times of
+Warp's native headers, so that a reinstalled or mended Warp tries again. Any other failure (no such diagnostic: a
+full disk, a killed compiler, a missing temporary folder) is never kept, so it is tried again at the next load.
+
 Files are kept by :mod:`apic._probes.cache_store` (a damaged one is compiled again, never loaded; a folder that
 cannot be written keeps nothing; unused ones are pruned). ``APIC_SOURCE_CACHE=0`` compiles at every load.
 """
 
 from __future__ import annotations
 
+import functools
+import os
+import re
+
+import warp as wp
+
 from apic import _compat
 from apic._probes import cache_store
 
 VARIABLE = "APIC_SOURCE_CACHE"  # "0": neither read nor write the folder
 _KIND = "apic-source"
+_REFUSED_KIND = "apic-source-refused"
+# the compiler's own diagnostic of an error at a place in the module's source: the source cannot compile here
+_SOURCE_ERROR = re.compile(r"\bmodule\.cpp:\d+:\d+: (?:fatal )?error: ")
 
 
 def key(source: bytes, options: dict) -> str:
@@ -25,13 +41,35 @@ def key(source: bytes, options: dict) -> str:
     return cache_store.compiled_key(source, options, None, _compat.host_target())
 
 
+@functools.lru_cache(maxsize=1)
+def _headers() -> str:
+    """The headers a module's source includes (Warp's ``native`` folder), by name, size and modification time."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(wp.__file__)), "native")
+    try:
+        with os.scandir(folder) as entries:
+            return repr(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()))
+    except OSError:
+        return "unreadable"
+
+
 def compiled(source: bytes, options: dict) -> bytes:
     """``source`` (a module's checked saved source) compiled for this host with ``options``: the object an
-    earlier load kept, or compiled here and kept. A compiler error propagates, and nothing is kept."""
+    earlier load kept, or compiled here and kept. A compiler error propagates (``RuntimeError``); one in the
+    source itself is kept, and raised again by a later call without compiling."""
     _compat.runtime()  # Warp's kernel cache folder is set when Warp initialises
     name = key(source, options)
     image = cache_store.load_kept(_KIND, VARIABLE, name, "o")
-    if image is None:
+    if image is not None:
+        return image
+    refused_name = f"{name} {_headers()}"
+    refusal = cache_store.load_kept(_REFUSED_KIND, VARIABLE, refused_name, "txt")
+    if refusal is not None:
+        raise RuntimeError(refusal.decode("utf-8", "replace"))  # the words of the compile it keeps
+    try:
         image = _compat.compile_cpu_source(source, options)
-        cache_store.keep(_KIND, VARIABLE, name, "o", image)
+    except RuntimeError as error:
+        if _SOURCE_ERROR.search(str(error)):
+            cache_store.keep(_REFUSED_KIND, VARIABLE, refused_name, "txt", str(error).encode("utf-8"))
+        raise
+    cache_store.keep(_KIND, VARIABLE, name, "o", image)
     return image

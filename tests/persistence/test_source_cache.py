@@ -4,22 +4,29 @@ for bit as eager; a damaged kept file is compiled again (never loaded) and repla
 keeps nothing; the key follows the source, its options and the host. Each process is a real child
 with a Warp kernel cache folder of the test's own, loading a file whose objects cannot be used here (re-encoded as
 saved on a CPU with a feature this one lacks, the objects overwritten), so that only its source can replay it.
+
+The compiler's refusal of a source is kept too: a golden file of the other supported warp-lang (whose source this
+one's headers refuse) is refused by a second process with the same words and no compile; a damaged kept refusal is
+compiled again; a failure that is not the compiler's diagnostic of the source (no temporary folder) is never kept.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+import warp as wp
 
 from apic._probes import cache_store
 from apic.format import source_cache
-from persist_helpers import child_env, kept_in, same_bits
+from persist_helpers import TESTS, child_env, kept_in, same_bits
 from test_source_fallback import _break_objects, _eager, _foreign_cpu, _save
 
 pytestmark = [pytest.mark.warp_version]
@@ -118,3 +125,103 @@ def test_the_key_follows_what_the_object_depends_on(monkeypatch):
 
     pretend(sorted(HOST_CPUS)[0], monkeypatch)
     assert source_cache.key(b"int f();", options) != base
+
+
+# --- the compiler's refusals -----------------------------------------------------------------------------
+
+OTHER = {"1.19.0": "1.12.1", "1.12.1": "1.19.0"}.get(wp.config.version)
+REFUSED_MAGIC = b"apic apic-source-refused\n"
+
+_REFUSING_CHILD = textwrap.dedent(
+    """
+    import json, sys
+    import warp as wp
+    wp.config.kernel_cache_dir = sys.argv[1]
+    wp.config.quiet = True
+    import apic
+    from apic import _compat
+
+    compiled = []
+    original = _compat.compile_cpu_source
+    def counted(*args, **kwargs):
+        compiled.append(1)
+        return original(*args, **kwargs)
+    _compat.compile_cpu_source = counted
+    try:
+        wp.capture_load(sys.argv[2])
+    except apic.IncompatibleGraphError as error:
+        print(json.dumps({"compiled": len(compiled), "refused": str(error)}))
+    else:
+        print(json.dumps({"compiled": len(compiled), "loaded": True}))
+    """
+)
+
+
+def _refusing_child(cache, path: str, preexec=None, **env) -> dict:
+    done = subprocess.run([sys.executable, "-c", _REFUSING_CHILD, str(cache), path], env={**child_env(), **env},
+                          capture_output=True, text=True, timeout=600, preexec_fn=preexec)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def other_warps_source(tmp_path):
+    """A golden file saved by the other supported warp-lang: its objects are refused here, and its source
+    does not compile against this warp-lang's headers."""
+    if OTHER is None:
+        pytest.skip("golden files of another warp-lang are kept for 1.12.1 and 1.19.0")
+    folder = tmp_path / "golden"
+    shutil.copytree(os.path.join(TESTS, "data", "golden", f"v3-warp{OTHER}"), folder)
+    return str(folder / "graph.wrp")
+
+
+def test_a_source_this_warp_refuses_is_refused_again_without_compiling(tmp_path, other_warps_source):
+    cache = tmp_path / "kernels"
+    first = _refusing_child(cache, other_warps_source)
+    assert first["compiled"] == 1 and "module.cpp:" in first["refused"], first
+    assert "apic-source-" not in first["refused"]  # the source named by its file, not its temporary folder
+    (kept,) = kept_in(cache, "apic-source-refused")
+    assert kept.endswith(".txt") and kept_in(cache, "apic-source") == []
+    assert _refusing_child(cache, other_warps_source) == {"compiled": 0, "refused": first["refused"]}
+    # switched off, the kept refusal is neither read nor written: the compiler says it again
+    assert _refusing_child(cache, other_warps_source, **{source_cache.VARIABLE: "0"}) == {
+        "compiled": 1, "refused": first["refused"]}
+
+
+def test_a_damaged_kept_refusal_is_compiled_again_and_replaced(tmp_path, other_warps_source):
+    cache = tmp_path / "kernels"
+    first = _refusing_child(cache, other_warps_source)
+    (kept,) = kept_in(cache, "apic-source-refused")
+    with open(kept, "rb") as f:
+        whole = f.read()
+    assert whole.startswith(REFUSED_MAGIC)
+    for damage, damaged in {
+        "truncated": whole[: len(whole) // 2],
+        "a byte flipped": whole[:-40] + bytes([whole[-40] ^ 1]) + whole[-39:],
+        "empty": b"",
+        "another kind's file": cache_store.kept_bytes("apic-source", whole[len(REFUSED_MAGIC):-32]),
+    }.items():
+        with open(kept, "wb") as f:
+            f.write(damaged)
+        assert _refusing_child(cache, other_warps_source) == {"compiled": 1, "refused": first["refused"]}, damage
+        with open(kept, "rb") as f:
+            assert f.read() == whole, damage
+
+
+def test_a_failure_that_is_not_the_sources_is_never_kept(tmp_path, other_warps_source):
+    cache = tmp_path / "kernels"
+
+    def full_disk():  # a write past 4 KiB fails (EFBIG: Python ignores SIGXFSZ), as on a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    # the module's source (tens of KiB) cannot be written for the compiler: refused, and nothing kept for it
+    failed = _refusing_child(cache, other_warps_source, preexec=full_disk)
+    assert failed["compiled"] == 1 and "File too large" in failed["refused"], failed
+    assert kept_in(cache, "apic-source-refused") == []
+    assert _refusing_child(cache, other_warps_source)["compiled"] == 1  # tried again, and now kept
+    assert len(kept_in(cache, "apic-source-refused")) == 1
+
+
+def test_the_refusals_key_follows_warps_headers():
+    headers = source_cache._headers()
+    assert "'builtin.h'" in headers  # the header every module's source includes, with its size and time
