@@ -12,7 +12,7 @@ A compile that the compiler refuses with an error in the source itself (``module
 ``apic-source-refused/``, as its message: a later load of the same source on this host is refused with the same
 words at once, instead of after seconds of compiling to the same end. Its key adds the names, sizes and times of
 Warp's native headers, so that a reinstalled or mended Warp tries again. Any other failure (no such diagnostic: a
-full disk, a killed compiler, a missing temporary folder) is never kept, so it is tried again at the next load.
+full disk, a killed compiler) is never kept, so it is tried again at the next load.
 
 Files are kept by :mod:`apic._probes.cache_store` (a damaged one is compiled again, never loaded; a folder that
 cannot be written keeps nothing; unused ones are pruned). ``APIC_SOURCE_CACHE=0`` compiles at every load.
@@ -41,10 +41,13 @@ def key(source: bytes, options: dict) -> str:
     return cache_store.compiled_key(source, options, None, _compat.host_target())
 
 
-@functools.lru_cache(maxsize=1)
-def _headers() -> str:
-    """The headers a module's source includes (Warp's ``native`` folder), by name, size and modification time."""
-    folder = os.path.join(os.path.dirname(os.path.abspath(wp.__file__)), "native")
+# where Warp's CPU compiler takes the headers a module's source includes (warp._src.build: <warp_home>/native)
+_WARP_HEADERS = os.path.join(os.path.dirname(os.path.realpath(wp.__file__)), "native")
+
+
+@functools.lru_cache(maxsize=None)
+def _headers(folder: str = _WARP_HEADERS) -> str:
+    """The files in ``folder`` (the headers a module's source includes), by name, size and modification time."""
     try:
         with os.scandir(folder) as entries:
             return repr(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()))

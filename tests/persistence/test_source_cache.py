@@ -222,6 +222,15 @@ def test_a_failure_that_is_not_the_sources_is_never_kept(tmp_path, other_warps_s
     assert len(kept_in(cache, "apic-source-refused")) == 1
 
 
-def test_the_refusals_key_follows_warps_headers():
-    headers = source_cache._headers()
-    assert "'builtin.h'" in headers  # the header every module's source includes, with its size and time
+def test_the_refusals_key_follows_warps_headers(tmp_path):
+    assert "'builtin.h'" in source_cache._headers()  # Warp's: the header every module's source includes
+    listing = source_cache._headers.__wrapped__  # uncached: a mended folder is read again
+    header = tmp_path / "builtin.h"
+    header.write_bytes(b"// one\n")
+    seen = [listing(str(tmp_path))]
+    for change in (lambda: header.write_bytes(b"// one, mended\n"),  # another size
+                   lambda: os.utime(header, ns=(1, 1)),  # another time
+                   lambda: (tmp_path / "added.h").write_bytes(b"")):  # another header
+        change()
+        seen.append(listing(str(tmp_path)))
+        assert seen[-1] != seen[-2]
