@@ -7,12 +7,12 @@ the same source on this host takes the object instead, as Warp takes a module it
 (:func:`apic._probes.cache_store.compiled_key`, as the parallel replay's range objects') is the SHA-256 of the
 source, its build options, the warp-lang version, and this host's CPU and its features.
 
-A compile that the compiler refuses with an error in the source itself (``module.cpp:LINE:COLUMN: error:`` or
-``fatal error:``, as the source of another warp-lang gets from this one's headers) is kept too, under
-``apic-source-refused/``, as its message: a later load of the same source on this host is refused with the same
-words at once, instead of after seconds of compiling to the same end. Its key adds the names, sizes and times of
-Warp's native headers, so that a reinstalled or mended Warp tries again. Any other failure (no such diagnostic: a
-full disk, a killed compiler) is never kept, so it is tried again at the next load.
+A compile that the compiler refuses with an error in the source itself (``module.cpp:LINE:COLUMN: error:``, or a
+``fatal error:`` for a header it does not find, as the source of another warp-lang gets from this one's headers)
+is kept too, under ``apic-source-refused/``, as its message: a later load of the same source on this host is
+refused with the same words at once, instead of after seconds of compiling to the same end. Its key adds the
+names, sizes and times of Warp's native headers, so that a reinstalled or mended Warp tries again. Any other
+failure (a full disk, too many open files, a killed compiler) is never kept, so it is tried again at the next load.
 
 Files are kept by :mod:`apic._probes.cache_store` (a damaged one is compiled again, never loaded; a folder that
 cannot be written keeps nothing; unused ones are pruned). ``APIC_SOURCE_CACHE=0`` compiles at every load.
@@ -32,8 +32,15 @@ from apic._probes import cache_store
 VARIABLE = "APIC_SOURCE_CACHE"  # "0": neither read nor write the folder
 _KIND = "apic-source"
 _REFUSED_KIND = "apic-source-refused"
-# the compiler's own diagnostic of an error at a place in the module's source: the source cannot compile here
-_SOURCE_ERROR = re.compile(r"\bmodule\.cpp:\d+:\d+: (?:fatal )?error: ")
+# the compiler's own diagnostic of an error at a place in the module's source: the source cannot compile here.
+# Of the fatal ones only a missing header: "cannot open file 'x.h': Too many open files" is the machine's
+_SOURCE_ERROR = re.compile(r"\bmodule\.cpp:\d+:\d+: (?:error: |fatal error: '[^']*' file not found)")
+
+
+def is_source_error(message: str) -> bool:
+    """Whether a failed compile's ``message`` is the compiler's refusal of the source itself, which a later
+    compile of the same source with the same headers would repeat (kept), rather than a failure of the machine."""
+    return _SOURCE_ERROR.search(message) is not None
 
 
 def key(source: bytes, options: dict) -> str:
@@ -71,7 +78,7 @@ def compiled(source: bytes, options: dict) -> bytes:
     try:
         image = _compat.compile_cpu_source(source, options)
     except RuntimeError as error:
-        if _SOURCE_ERROR.search(str(error)):
+        if is_source_error(str(error)):
             cache_store.keep(_REFUSED_KIND, VARIABLE, refused_name, "txt", str(error).encode("utf-8"))
         raise
     cache_store.keep(_KIND, VARIABLE, name, "o", image)

@@ -234,3 +234,21 @@ def test_the_refusals_key_follows_warps_headers(tmp_path):
         change()
         seen.append(listing(str(tmp_path)))
         assert seen[-1] != seen[-2]
+
+
+@pytest.mark.parametrize("message, kept", [
+    # the two warp-langs' own refusals of each other's source (the golden files)
+    ("CPU kernel build failed with error code -1: module.cpp:27:5: error: use of class template "
+     "'wp::launch_bounds_t' requires template arguments | 27 |     wp::launch_bounds_t dim,", True),
+    ("CPU kernel build failed with error code -1: module.cpp:6:10: fatal error: 'deterministic.h' file not found",
+     True),
+    # the machine's: tried again at the next load
+    ("CPU kernel build failed with error code -1: module.cpp:6:10: fatal error: cannot open file 'builtin.h': "
+     "Too many open files", False),
+    ("CPU kernel build failed with error code -1: fatal error: error in backend: IO failure on output stream: "
+     "No space left on device", False),
+    ("CPU kernel build failed with error code -1: no compiler message", False),
+    ("CPU kernel build failed with error code -1: builtin.h:12:3: error: unknown type name", False),  # not the source
+])
+def test_only_the_compilers_refusal_of_the_source_is_kept(message, kept):
+    assert source_cache.is_source_error(message) is kept
