@@ -7,7 +7,7 @@ saved on a CPU with a feature this one lacks, the objects overwritten), so that 
 
 The compiler's refusal of a source is kept too: a golden file of the other supported warp-lang (whose source this
 one's headers refuse) is refused by a second process with the same words and no compile; a damaged kept refusal is
-compiled again; a failure that is not the compiler's diagnostic of the source (no temporary folder) is never kept.
+compiled again; a failure that is not the compiler's diagnostic of the source (a full disk) is never kept.
 """
 
 from __future__ import annotations
