@@ -34,7 +34,9 @@ pytestmark = [pytest.mark.warp_version]
 ITERS = 3
 MAGIC = b"apic apic-source\n"  # what a kept file of this kind starts with (apic._probes.cache_store)
 
-_CHILD = textwrap.dedent(
+# what every child runs first: Warp's kernel cache folder is the test's (argv[1]), and each compile of a saved
+# source is counted (apic.format.source_cache compiles through _compat.compile_cpu_source)
+_COUNTING = textwrap.dedent(
     """
     import json, sys
     import numpy as np
@@ -50,6 +52,10 @@ _CHILD = textwrap.dedent(
         compiled.append(1)
         return original(*args, **kwargs)
     _compat.compile_cpu_source = counted
+    """
+)
+_CHILD = _COUNTING + textwrap.dedent(
+    """
     graph = wp.capture_load(sys.argv[2])
     for _ in range(int(sys.argv[3])):
         wp.capture_launch(graph)
@@ -61,13 +67,28 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _child(cache, path: str, out, **env) -> dict:
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(cache), path, str(ITERS), str(out)],
-                          env={**child_env(), **env}, capture_output=True, text=True, timeout=600)
+def _run(script: str, args: list, env: dict, preexec=None) -> dict:
+    """``script`` in a fresh interpreter with ``args``; its JSON report (the last line it prints)."""
+    done = subprocess.run([sys.executable, "-c", script, *map(str, args)], env={**child_env(), **env},
+                          capture_output=True, text=True, timeout=600, preexec_fn=preexec)
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _child(cache, path: str, out, **env) -> dict:
+    report = _run(_CHILD, [cache, path, ITERS, out], env)
     report["same"] = same_bits(np.load(out), _eager(ITERS)[1])
     return report
+
+
+def _damaged(whole: bytes, magic: bytes, other_kind: str) -> dict:
+    """A kept file's ``whole`` bytes damaged as a killed writer, a bad disk or a mix-up would leave them."""
+    return {
+        "truncated": whole[: len(whole) // 2],
+        "a byte flipped": whole[:-40] + bytes([whole[-40] ^ 1]) + whole[-39:],
+        "empty": b"",
+        "another kind's file": cache_store.kept_bytes(other_kind, whole[len(magic):-32]),
+    }
 
 
 @pytest.fixture
@@ -93,12 +114,7 @@ def test_a_damaged_kept_object_is_compiled_again_and_replaced(tmp_path, foreign)
     (kept,) = kept_in(cache, "apic-source")
     with open(kept, "rb") as f:
         whole = f.read()
-    for damage, damaged in {
-        "truncated": whole[: len(whole) // 2],
-        "a byte flipped": whole[:-40] + bytes([whole[-40] ^ 1]) + whole[-39:],
-        "empty": b"",
-        "another kind's file": cache_store.kept_bytes("apic-range", whole[len(MAGIC):-32]),
-    }.items():
+    for damage, damaged in _damaged(whole, MAGIC, "apic-range").items():
         with open(kept, "wb") as f:
             f.write(damaged)
         assert _child(cache, foreign, tmp_path / "again.npy") == {"compiled": 1, "same": True}, damage
@@ -132,21 +148,8 @@ def test_the_key_follows_what_the_object_depends_on(monkeypatch):
 OTHER = {"1.19.0": "1.12.1", "1.12.1": "1.19.0"}.get(wp.config.version)
 REFUSED_MAGIC = b"apic apic-source-refused\n"
 
-_REFUSING_CHILD = textwrap.dedent(
+_REFUSING_CHILD = _COUNTING + textwrap.dedent(
     """
-    import json, sys
-    import warp as wp
-    wp.config.kernel_cache_dir = sys.argv[1]
-    wp.config.quiet = True
-    import apic
-    from apic import _compat
-
-    compiled = []
-    original = _compat.compile_cpu_source
-    def counted(*args, **kwargs):
-        compiled.append(1)
-        return original(*args, **kwargs)
-    _compat.compile_cpu_source = counted
     try:
         wp.capture_load(sys.argv[2])
     except apic.IncompatibleGraphError as error:
@@ -158,10 +161,7 @@ _REFUSING_CHILD = textwrap.dedent(
 
 
 def _refusing_child(cache, path: str, preexec=None, **env) -> dict:
-    done = subprocess.run([sys.executable, "-c", _REFUSING_CHILD, str(cache), path], env={**child_env(), **env},
-                          capture_output=True, text=True, timeout=600, preexec_fn=preexec)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return _run(_REFUSING_CHILD, [cache, path], env, preexec)
 
 
 @pytest.fixture
@@ -195,12 +195,7 @@ def test_a_damaged_kept_refusal_is_compiled_again_and_replaced(tmp_path, other_w
     with open(kept, "rb") as f:
         whole = f.read()
     assert whole.startswith(REFUSED_MAGIC)
-    for damage, damaged in {
-        "truncated": whole[: len(whole) // 2],
-        "a byte flipped": whole[:-40] + bytes([whole[-40] ^ 1]) + whole[-39:],
-        "empty": b"",
-        "another kind's file": cache_store.kept_bytes("apic-source", whole[len(REFUSED_MAGIC):-32]),
-    }.items():
+    for damage, damaged in _damaged(whole, REFUSED_MAGIC, "apic-source").items():
         with open(kept, "wb") as f:
             f.write(damaged)
         assert _refusing_child(cache, other_warps_source) == {"compiled": 1, "refused": first["refused"]}, damage
