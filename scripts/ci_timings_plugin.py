@@ -50,6 +50,13 @@ def _patch_warp() -> None:
         Module.load = _timed("warp_modules", Module.load)
 
 
+def _patch_fork_server() -> None:
+    """Time the children the suite forks (``tests/fork_server.py``) as children too."""
+    fork_server = sys.modules.get("fork_server")
+    if fork_server is not None and not hasattr(fork_server.run, "__wrapped__"):
+        fork_server.run = _timed("children", fork_server.run)
+
+
 class _FileClock:
     def __init__(self, out_path: str) -> None:
         self.out_path = out_path
@@ -82,6 +89,7 @@ if _folder:
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
         _patch_warp()  # Warp is imported by the test files, after this plugin
+        _patch_fork_server()
         _clock.begin(item.nodeid.split("::", 1)[0])
         yield
 

@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 
 from apic.format import writer
+import fork_server
 from host_cpus import PRELUDE
 
 TESTS = os.path.dirname(os.path.abspath(__file__))  # the support modules, data/, the child scripts
@@ -135,7 +136,7 @@ def child_env() -> dict:
 
 def run_child(job: dict, cwd, python: str = sys.executable) -> dict:
     """Run ``CHILD`` with ``job`` in a fresh interpreter in ``cwd``; return its JSON report."""
-    result = subprocess.run(
+    result = fork_server.run(
         [python, "-c", CHILD, json.dumps(job)], cwd=cwd, env=child_env(), capture_output=True, text=True,
         timeout=600,
     )
@@ -145,7 +146,7 @@ def run_child(job: dict, cwd, python: str = sys.executable) -> dict:
 
 def run_cli(args: list[str], cwd, python: str = sys.executable, timeout: float = 600) -> subprocess.CompletedProcess:
     """``python -m apic ARGS`` in a fresh interpreter."""
-    return subprocess.run(
+    return fork_server.run(
         [python, "-m", "apic", *args], cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=timeout
     )
 
@@ -186,7 +187,7 @@ def run_cli_each(commands: list[list[str]], cwd, prelude: str = "", env: dict | 
     """``python -m apic ARGS`` for each of ``commands``, in one fresh interpreter (one Python start for many
     commands that only read files, or whose files do not meet): per command ``[exit status, stdout, stderr]``.
     ``prelude``: Python the child runs first."""
-    done = subprocess.run([sys.executable, "-c", prelude + CLI_EACH, json.dumps(commands)], cwd=cwd,
+    done = fork_server.run([sys.executable, "-c", prelude + CLI_EACH, json.dumps(commands)], cwd=cwd,
                           env=env or child_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

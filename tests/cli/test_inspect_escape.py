@@ -18,6 +18,7 @@ import pytest
 import warp as wp
 
 from apic.format import schema, writer
+import fork_server
 from persist_helpers import child_env
 
 pytestmark = [pytest.mark.warp_version]
@@ -56,7 +57,7 @@ def hostile_file(tmp_path):
 
 
 def inspect(path, *flags):
-    result = subprocess.run([sys.executable, "-m", "apic", "inspect", str(path), *flags], env=child_env(),
+    result = fork_server.run([sys.executable, "-m", "apic", "inspect", str(path), *flags], env=child_env(),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -130,7 +131,7 @@ def _hostile_copy(stem: str, fields: set[str]) -> None:
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "apic", *map(str, args)], env=child_env(), capture_output=True,
+    return fork_server.run([sys.executable, "-m", "apic", *map(str, args)], env=child_env(), capture_output=True,
                           text=True, timeout=300)
 
 

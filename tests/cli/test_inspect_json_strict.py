@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+import fork_server
 import cli_kernels as ck
 from apic._text import json_text, plain
 from persist_helpers import child_env, rewrite_wrp, wrp_body
@@ -35,7 +35,7 @@ def strict(text: str):
 
 
 def inspect(path, *flags) -> str:
-    done = subprocess.run([sys.executable, "-m", "apic", "inspect", str(path), *flags], env=child_env(),
+    done = fork_server.run([sys.executable, "-m", "apic", "inspect", str(path), *flags], env=child_env(),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+import fork_server
 import footprint_kernels as fk
 from apic._probes import cache_store
 from apic.record.parallel.footprint_values import Array
@@ -55,7 +55,7 @@ def _child(cache, case: str = "children", seed: int = 5, **env) -> dict:
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     environment = child_env()
     environment["PYTHONPATH"] = tests + os.pathsep + environment["PYTHONPATH"]
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(cache), case, str(seed)],
+    done = fork_server.run([sys.executable, "-c", _CHILD, str(cache), case, str(seed)],
                           env={**environment, **env}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     keep_kernel_modules(cache)

@@ -12,7 +12,6 @@ emptied shows the change would otherwise come out wrong; so these tests can fail
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 import warp as wp
 
+import fork_server
 import footprint_kernels as fk
 from footprint_helpers import evaluate
 from apic.record.parallel.footprint import written_params
@@ -116,7 +116,7 @@ def _mutant(mutation: str) -> dict:
     here = __file__.rsplit("/", 1)[0]
     env = child_env()
     env["PYTHONPATH"] = here + ":" + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, "-c", _MUTANT, mutation], env=env, capture_output=True, text=True,
+    done = fork_server.run([sys.executable, "-c", _MUTANT, mutation], env=env, capture_output=True, text=True,
                           timeout=600, cwd=fk.__file__.rsplit("/", 1)[0])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

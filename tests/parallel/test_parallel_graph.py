@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -23,6 +22,7 @@ import warp as wp
 
 import apic
 import kernels as K
+import fork_server
 import persist_kernels as P
 import test_control_flow as cf
 from apic.replay.cpu import reference
@@ -358,7 +358,7 @@ def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback
     for _ in range(iters):
         _diffuse_program(eager)
     job = {"path": path, "threads": 2, "iters": iters, "out": str(tmp_path / "out-")}
-    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=child_env(), capture_output=True,
+    done = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=child_env(), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 from apic.replay.parallel import range_cache
+import fork_server
 from persist_helpers import child_env, keep_kernel_modules, kept_in, seed_kernel_cache
 
 pytestmark = [pytest.mark.warp_version]
@@ -61,7 +61,7 @@ def _child(cache, mode: str = "", **env) -> dict:
     script = os.path.join(os.path.dirname(cache), "range_child.py")  # Warp reads a kernel's source from its file
     with open(script, "w") as f:
         f.write(_CHILD)
-    done = subprocess.run([sys.executable, script, str(cache), mode], env={**child_env(), **env},
+    done = fork_server.run([sys.executable, script, str(cache), mode], env={**child_env(), **env},
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     keep_kernel_modules(cache)

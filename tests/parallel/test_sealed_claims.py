@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -30,6 +29,7 @@ import numpy as np
 import pytest
 import warp as wp
 
+import fork_server
 import tile_kernels as tk
 import world_kernels as wk
 from apic.format import manifest as kernel_manifest
@@ -110,7 +110,7 @@ def _load(folder, iters: int = 2, interpreter: str = "numba") -> dict:
     env = child_env()
     if interpreter == "reference":
         env["APIC_REPLAY"] = "reference"
-    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=env, capture_output=True, text=True,
+    done = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=env, capture_output=True, text=True,
                           timeout=600, cwd=TESTS)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

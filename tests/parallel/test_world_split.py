@@ -14,13 +14,13 @@ cut without regard to worlds the accepted order-dependent forms must too; so the
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+import fork_server
 import world_kernels as wk
 from world_kernels import same_bits
 from apic.record.parallel.splittable import kernel_verdict
@@ -232,7 +232,7 @@ _MUTANT = textwrap.dedent(
 
 
 def _mutant(mutation: str, names: list[str]) -> dict:
-    done = subprocess.run([sys.executable, "-c", _MUTANT, mutation, json.dumps(names)], env=child_env(),
+    done = fork_server.run([sys.executable, "-c", _MUTANT, mutation, json.dumps(names)], env=child_env(),
                           capture_output=True, text=True, timeout=600, cwd=wk.__file__.rsplit("/", 1)[0])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

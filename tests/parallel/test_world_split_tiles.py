@@ -23,6 +23,7 @@ import textwrap
 
 import pytest
 
+import fork_server
 import tile_kernels as tk
 from apic.record.parallel.world_split import world_verdict
 from apic.replay.cpu import table as tbl
@@ -112,7 +113,7 @@ def _child(mode: str) -> subprocess.CompletedProcess:
     # The pool's worker threads are what share or own a tile memory: the child replays through the Numba
     # interpreter's pool even in a suite run with APIC_REPLAY=reference (which runs every chunk itself).
     env = dict(child_env(), APIC_REPLAY="numba")
-    return subprocess.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True,
+    return fork_server.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True,
                           timeout=600, cwd=tk.__file__.rsplit("/", 1)[0])
 
 

@@ -16,7 +16,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -26,6 +25,7 @@ import warp as wp
 
 from apic._probes import cache_store
 from apic.format import source_cache
+import fork_server
 from persist_helpers import TESTS, child_env, kept_in, same_bits
 from test_source_fallback import _break_objects, _eager, _foreign_cpu, _save
 
@@ -69,7 +69,7 @@ _CHILD = _COUNTING + textwrap.dedent(
 
 def _run(script: str, args: list, env: dict, preexec=None) -> dict:
     """``script`` in a fresh interpreter with ``args``; its JSON report (the last line it prints)."""
-    done = subprocess.run([sys.executable, "-c", script, *map(str, args)], env={**child_env(), **env},
+    done = fork_server.run([sys.executable, "-c", script, *map(str, args)], env={**child_env(), **env},
                           capture_output=True, text=True, timeout=600, preexec_fn=preexec)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

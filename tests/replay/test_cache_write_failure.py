@@ -13,7 +13,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -23,6 +22,7 @@ import warp as wp
 
 from apic import _compat
 
+import fork_server
 from persist_helpers import child_env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
@@ -72,7 +72,7 @@ def test_a_replay_works_when_no_cache_file_can_be_written(tmp_path, replay):
     env = child_env()
     env.pop("NUMBA_CACHE_DIR", None)
     env.update(XDG_CACHE_HOME=str(cache), APIC_REPLAY=replay)
-    done = subprocess.run([sys.executable, "-c", CHILD, path, str(LIMIT)], env=env, capture_output=True,
+    done = fork_server.run([sys.executable, "-c", CHILD, path, str(LIMIT)], env=env, capture_output=True,
                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -93,7 +93,7 @@ def test_the_limit_bites_here():
             "try:\n    os.write(fd, bytes(1))\nexcept OSError as e:\n    print(e.errno)")
     target = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"apic-fsize-{os.getpid()}")
     try:
-        done = subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True, timeout=60)
+        done = fork_server.run([sys.executable, "-c", code, target], capture_output=True, text=True, timeout=60)
     finally:
         if os.path.exists(target):
             os.unlink(target)

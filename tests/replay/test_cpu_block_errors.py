@@ -12,7 +12,6 @@ limit; with the limit lifted, a fresh load replays as eager did, bit for bit.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -21,6 +20,7 @@ import pytest
 import warp as wp
 
 from apic import _compat
+import fork_server
 from persist_helpers import child_env
 
 HAS_CPU_BLOCKS = hasattr(wp.config, "enable_cpu_blocks") and _compat.invoke_cpu_blocks is not None
@@ -92,7 +92,7 @@ def saved(tmp_path_factory):
 def test_a_block_launch_warp_cannot_run_raises_replay_error(saved, tmp_path, replay, how):
     path, eager = saved
     env = {**child_env(), "APIC_REPLAY": replay}
-    done = subprocess.run([sys.executable, "-c", CHILD, path, how, str(HEADROOM)], env=env, capture_output=True,
+    done = fork_server.run([sys.executable, "-c", CHILD, path, how, str(HEADROOM)], env=env, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
@@ -132,6 +132,6 @@ def test_eager_warp_fails_the_same_way_under_the_limit(tmp_path):
     )
     script = tmp_path / "eager_blocks.py"  # Warp reads a kernel's source from its file
     script.write_text(code)
-    done = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True,
+    done = fork_server.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True,
                           timeout=600)
     assert "failed to allocate" in done.stdout, (done.stdout, done.stderr[-2000:])

@@ -23,6 +23,7 @@ import pytest
 
 from apic._probes import cache_store, cpu
 from apic.replay.cpu import native_interpreter
+import fork_server
 from test_native_interpreter import CHILD, REPO, _env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install]
@@ -54,7 +55,7 @@ def _run_child(cache_home, modes=False, preexec=None, timeout=600) -> subprocess
         except (subprocess.SubprocessError, OSError) as error:
             pytest.skip(f"root here cannot give up reading and writing past file modes: {error}")
         preexec = _drop_file_mode_override
-    return subprocess.run([sys.executable, CHILD, "launch", ""], env=_env(cache_home), cwd=REPO,
+    return fork_server.run([sys.executable, CHILD, "launch", ""], env=_env(cache_home), cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
 
 
@@ -280,7 +281,7 @@ def test_a_writer_killed_mid_write_leaves_no_object_to_run(tmp_path):
     # once 1000 bytes are on disk
     dying = ("import runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
              f"sys.argv = [{CHILD!r}, 'launch', '']; runpy.run_path({CHILD!r}, run_name='__main__')")
-    killed = subprocess.run([sys.executable, "-c", dying], env=_env(home), cwd=REPO, capture_output=True,
+    killed = fork_server.run([sys.executable, "-c", dying], env=_env(home), cwd=REPO, capture_output=True,
                             text=True, timeout=600, preexec_fn=_limit_file_size(1000))
     assert killed.returncode == -signal.SIGXFSZ, killed.stderr
     partials = _cache_files(folder)

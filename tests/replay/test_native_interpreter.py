@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -18,6 +17,7 @@ import warp as wp
 from apic.errors import ReplayError
 from apic.replay.cpu import native_interpreter
 from apic.replay.program import Program
+import fork_server
 from persist_helpers import REPO, TESTS
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.install]
@@ -39,7 +39,7 @@ def _env(cache_home) -> dict:
 
 
 def _child(mode: str, path="", cache_home=None) -> dict:
-    result = subprocess.run([sys.executable, CHILD, mode, str(path)], env=_env(cache_home), cwd=REPO,
+    result = fork_server.run([sys.executable, CHILD, mode, str(path)], env=_env(cache_home), cwd=REPO,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])
