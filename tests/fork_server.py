@@ -2,7 +2,7 @@
 
 A child ``python -c ...`` that imports NumPy, Warp and apic takes about 1 s here before it does anything, and one
 run of the suite starts some 300 children. ``run`` is ``subprocess.run`` for the calls a fork can serve
-faithfully: one fork server per test process imports NumPy and Warp once and forks one child per call, which then
+faithfully: fork servers started by the test process import NumPy and Warp once and fork one child per call, which then
 sets the call's argv, environment, working folder, ``sys.path`` and standard streams and runs the code as
 ``python`` would, to a normal interpreter exit (threads joined, ``atexit`` run, streams flushed).
 
@@ -12,9 +12,9 @@ and every call while ``APIC_TEST_FORK=0``, goes to ``subprocess.run`` unchanged:
 (``-X``, ``-W``, ``-I``...), options such as ``preexec_fn`` or ``start_new_session``, or an environment that
 differs from the server's in a variable read at start-up or at ``import numpy, warp`` (``PYTHON*``, thread
 counts, locale, ``WARP_*`` other than ``WARP_CACHE_PATH``). What a fork shares with its siblings and a fresh
-process would not: the hash seed, and the modules NumPy and Warp import. So a test whose point is that two
-processes agree (output that must not depend on the hash seed), or what a fresh process imports, or in which
-order, keeps calling ``subprocess`` itself.
+process would not: the modules NumPy and Warp import, and the hash seed with every other child of its server.
+There are two servers, taken in turn, so two children in a row have different seeds. A test of what a fresh
+process imports, or in which order, keeps calling ``subprocess`` itself.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import json
 import locale
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -67,6 +68,11 @@ def serve():
     selector.register(listener, selectors.EVENT_READ)
     selector.register(0, selectors.EVENT_READ)
     waiting = {}  # pidfd -> (pid, connection)
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):  # a kernel before Linux 5.3: the test process starts its children itself
+        os.write(1, b"no pidfd\n")
+        sys.exit(0)
     os.write(1, b"ready\n")
     while True:
         for key, _ in selector.select():
@@ -166,19 +172,21 @@ class _Server:
                                         stdout=subprocess.PIPE, cwd=self.folder, env=self.env)
         ready = self.process.stdout.readline()
         self.process.stdout.close()
-        if ready != b"ready\n":
+        self.running = ready == b"ready\n"
+        if not self.running and ready != b"no pidfd\n":
             raise RuntimeError(f"the fork server did not start (exit status {self.process.wait()})")
         atexit.register(self.stop)
 
     def stop(self) -> None:
-        if os.getpid() == self.owner and self.process.poll() is None:
+        if os.getpid() == self.owner:
             self.process.stdin.close()
             self.process.wait()
-            os.unlink(self.path)
-            os.rmdir(self.folder)
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def serves(self, env: dict) -> bool:
         """Whether a child with ``env`` starts as one of this server's forks would."""
+        if not self.running:
+            return False
         differing = {name for name in env.keys() | self.env.keys() if env.get(name) != self.env.get(name)}
         if not all(may_differ(name) for name in differing):
             return False
@@ -188,16 +196,28 @@ class _Server:
         return True
 
 
-_server: _Server | None = None
+# Two servers, taken in turn: each has a hash seed of its own (drawn at its start, as every process's is), so two
+# children in a row never share one, and a test of "a later process finds what an earlier one made" still fails
+# for a key that depends on the seed, as it would with fresh processes.
+_servers: list[_Server] = []
+_turn = 0
 _starting = threading.Lock()
 
 
-def _the_server() -> _Server:
-    global _server
+def _the_servers() -> list[_Server]:
+    global _servers
     with _starting:
-        if _server is None or _server.owner != os.getpid():
-            _server = _Server()
-        return _server
+        if not _servers or _servers[0].owner != os.getpid():
+            _servers = [_Server(), _Server()]
+        return _servers
+
+
+def _next_server() -> _Server:
+    global _turn
+    servers = _the_servers()
+    with _starting:
+        _turn += 1
+        return servers[_turn % len(servers)]
 
 
 def _python_argv(args) -> list[str] | None:
@@ -215,7 +235,7 @@ def forkable(args, **options) -> bool:
     env = options.get("env") if options.get("env") is not None else os.environ
     unserved = [name for name, value in options.items() if name not in _SERVED and value not in (None, False)]
     return (_python_argv(args) is not None and not unserved and os.environ.get("APIC_TEST_FORK") != "0"
-            and hasattr(os, "pidfd_open") and _the_server().serves(dict(env)))
+            and _the_servers()[0].serves(dict(env)))
 
 
 def run(args, **options) -> subprocess.CompletedProcess:
@@ -261,7 +281,7 @@ def _forked(args, argv, env, *, cwd=None, capture_output=False, stdout=None, std
         request = json.dumps({"argv": argv, "env": env, "cwd": os.path.abspath(os.fspath(cwd or os.getcwd()))})
         body = request.encode()
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(_the_server().path)
+            conn.connect(_next_server().path)
             socket.send_fds(conn, [_LENGTH.pack(len(body))], [in_fd, out_fd, err_fd])
             conn.sendall(body)
             replies = _Lines(conn)

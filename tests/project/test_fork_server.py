@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import fork_server
 import pytest
@@ -125,3 +126,25 @@ def test_the_variables_a_child_may_change_are_not_read_at_import():
     read = __import__("json").loads(done.stdout.strip().splitlines()[-1])
     assert read, "the probe caught no reads: it cannot show anything"
     assert not [name for name in read if fork_server.may_differ(name)], read
+
+
+def test_children_started_from_several_threads_at_once_each_get_their_own_streams_and_status():
+    code = ("import sys, time; time.sleep(0.3); print(sys.argv[1]); print(sys.argv[1], file=sys.stderr); "
+            "sys.exit(int(sys.argv[1]))")
+
+    def child(k):
+        args = [sys.executable, "-c", code, str(k)]
+        assert fork_server.forkable(args, env=child_env())
+        return fork_server.run(args, capture_output=True, text=True, env=child_env())
+
+    with ThreadPoolExecutor(6) as pool:
+        done = list(pool.map(child, range(6)))
+    assert [(d.returncode, d.stdout, d.stderr) for d in done] == [(k, f"{k}\n", f"{k}\n") for k in range(6)]
+
+
+def test_two_children_in_a_row_have_different_hash_seeds():
+    """A later child must not find, by a key that depends on the hash seed, what an earlier one kept."""
+    args = [sys.executable, "-c", "print(hash('apic'))"]
+    assert fork_server.forkable(args, env=child_env())
+    seeds = [fork_server.run(args, capture_output=True, text=True, env=child_env()).stdout for _ in range(3)]
+    assert seeds[0] != seeds[1] and seeds[1] != seeds[2], seeds
