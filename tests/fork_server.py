@@ -209,6 +209,10 @@ def _the_servers() -> list[_Server]:
     with _starting:
         if not _servers or _servers[0].owner != os.getpid():
             _servers = [_Server(), _Server()]
+        for k, server in enumerate(_servers):
+            if server.running and server.process.poll() is not None:  # killed (by the OOM killer, a test): anew
+                server.stop()
+                _servers[k] = _Server()
         return _servers
 
 

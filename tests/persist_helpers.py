@@ -188,7 +188,7 @@ def run_cli_each(commands: list[list[str]], cwd, prelude: str = "", env: dict | 
     commands that only read files, or whose files do not meet): per command ``[exit status, stdout, stderr]``.
     ``prelude``: Python the child runs first."""
     done = fork_server.run([sys.executable, "-c", prelude + CLI_EACH, json.dumps(commands)], cwd=cwd,
-                          env=env or child_env(), capture_output=True, text=True, timeout=600)
+                           env=env or child_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -1,15 +1,15 @@
 """The demo runs end to end and finds eager and replay identical."""
 
-import subprocess
 import sys
 
+import fork_server
 import pytest
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
 
 
 def test_demo_runs_and_matches():
-    result = subprocess.run(
+    result = fork_server.run(
         [sys.executable, "-m", "apic", "demo", "--frames", "3"], capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr

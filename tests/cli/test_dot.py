@@ -12,6 +12,7 @@ import sys
 import pytest
 import warp as wp
 
+import fork_server
 from apic import dot
 from apic._compat import wp_context
 from apic.demo import Chain
@@ -88,8 +89,8 @@ def _inspect_flow(tmp_path, *extra):
     wrp = str(tmp_path / "flow.wrp")
     wp.capture_save(graph, wrp, inputs={"x": state["x"], "flag": state["flag"]})
     dot_path = tmp_path / "flow.dot"
-    result = subprocess.run([sys.executable, "-m", "apic", "inspect", wrp, "--dot", str(dot_path), *extra],
-                            capture_output=True, text=True, timeout=600)
+    result = fork_server.run([sys.executable, "-m", "apic", "inspect", wrp, "--dot", str(dot_path), *extra],
+                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "loads here: yes" in result.stdout
     text = dot_path.read_text()

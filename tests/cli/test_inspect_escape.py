@@ -58,7 +58,7 @@ def hostile_file(tmp_path):
 
 def inspect(path, *flags):
     result = fork_server.run([sys.executable, "-m", "apic", "inspect", str(path), *flags], env=child_env(),
-                            capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -132,7 +132,7 @@ def _hostile_copy(stem: str, fields: set[str]) -> None:
 
 def _cli(*args) -> subprocess.CompletedProcess:
     return fork_server.run([sys.executable, "-m", "apic", *map(str, args)], env=child_env(), capture_output=True,
-                          text=True, timeout=300)
+                           text=True, timeout=300)
 
 
 def _lines(text: str) -> list[str]:

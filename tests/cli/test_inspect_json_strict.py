@@ -36,7 +36,7 @@ def strict(text: str):
 
 def inspect(path, *flags) -> str:
     done = fork_server.run([sys.executable, "-m", "apic", "inspect", str(path), *flags], env=child_env(),
-                          capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import apic
+import fork_server
 from apic.c_library.from_graph import python_replay
 from export_helpers import bare_env
 from persist_helpers import REPO, child_env
@@ -33,8 +34,8 @@ def _expected(stem) -> str:
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     folder = tmp_path_factory.mktemp("example")
-    done = subprocess.run([sys.executable, f"{EXAMPLE}/save_chain.py", str(folder / "chain")], env=child_env(),
-                          capture_output=True, text=True, timeout=600)
+    done = fork_server.run([sys.executable, f"{EXAMPLE}/save_chain.py", str(folder / "chain")], env=child_env(),
+                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return folder
 

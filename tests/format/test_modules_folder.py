@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import stat
 import shutil
-import subprocess
 import sys
 import textwrap
 
@@ -20,6 +19,7 @@ import pytest
 import warp as wp
 
 import apic
+import fork_server
 from persist_helpers import child_env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
@@ -141,8 +141,8 @@ def test_fifo_is_refused_without_blocking(saved, tmp_path):
     os.mkfifo(module)
     script = tmp_path / "child_load.py"
     script.write_text(CHILD_LOAD)
-    result = subprocess.run([sys.executable, str(script), str(stem)], env=child_env(), capture_output=True,
-                            text=True, timeout=120)
+    result = fork_server.run([sys.executable, str(script), str(stem)], env=child_env(), capture_output=True,
+                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "FormatError:" in result.stdout and "not a regular file" in result.stdout, result.stdout
 
@@ -153,7 +153,7 @@ def test_inspect_reports_odd_entries_without_blocking(saved, tmp_path):
     stem, module = saved
     os.unlink(module)
     os.mkfifo(module)
-    result = subprocess.run([sys.executable, "-m", "apic", "inspect", str(stem)], env=child_env(),
-                            capture_output=True, text=True, timeout=120)
+    result = fork_server.run([sys.executable, "-m", "apic", "inspect", str(stem)], env=child_env(),
+                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "refused:" in result.stdout and "not a regular file" in result.stdout, result.stdout

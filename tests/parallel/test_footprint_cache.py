@@ -56,7 +56,7 @@ def _child(cache, case: str = "children", seed: int = 5, **env) -> dict:
     environment = child_env()
     environment["PYTHONPATH"] = tests + os.pathsep + environment["PYTHONPATH"]
     done = fork_server.run([sys.executable, "-c", _CHILD, str(cache), case, str(seed)],
-                          env={**environment, **env}, capture_output=True, text=True, timeout=600)
+                           env={**environment, **env}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     keep_kernel_modules(cache)
     return json.loads(done.stdout.strip().splitlines()[-1])

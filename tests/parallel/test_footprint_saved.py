@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 import warp as wp
 
+import fork_server
 import footprint_kernels as fk
 from apic.errors import FormatError
 from apic.format import manifest, sealed_claims
@@ -111,9 +111,9 @@ _CHILD = textwrap.dedent(
 
 def test_a_fresh_process_without_the_kernels_splits_as_eager(tmp_path):
     eager = _eager("ancestors", _saved(tmp_path, "ancestors"))
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "g.wrp"), str(REPLAYS),
+    done = fork_server.run([sys.executable, "-c", _CHILD, str(tmp_path / "g.wrp"), str(REPLAYS),
                            str(tmp_path / "out.npy")], env=child_env(), capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
+                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"chunks": 8, "kernels": False}
     assert same_bits([eager], [np.load(tmp_path / "out.npy")])

@@ -117,7 +117,7 @@ def _mutant(mutation: str) -> dict:
     env = child_env()
     env["PYTHONPATH"] = here + ":" + env.get("PYTHONPATH", "")
     done = fork_server.run([sys.executable, "-c", _MUTANT, mutation], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=fk.__file__.rsplit("/", 1)[0])
+                           timeout=600, cwd=fk.__file__.rsplit("/", 1)[0])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

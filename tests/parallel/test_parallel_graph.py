@@ -359,7 +359,7 @@ def test_loaded_graph_splits_as_eager_in_fresh_process(tmp_path, source_fallback
         _diffuse_program(eager)
     job = {"path": path, "threads": 2, "iters": iters, "out": str(tmp_path / "out-")}
     done = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=child_env(), capture_output=True,
-                          text=True, timeout=600)
+                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     # with its source saved, the loaded graph builds its range entries: 6 diffuse + 3 integrate launches split;

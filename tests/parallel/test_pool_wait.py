@@ -13,13 +13,13 @@ workers may keep a CPU busy.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
 
+import fork_server
 from persist_helpers import TESTS, child_env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install, pytest.mark.serial]
@@ -102,8 +102,8 @@ def _child(wait: str, job: dict) -> dict:
     # the Numba interpreter's pool, whatever APIC_REPLAY the suite runs with (the reference interpreter runs
     # every chunk itself, with no pool to wait in)
     env = dict(child_env(), APIC_WAIT=wait, APIC_REPLAY="numba")
-    done = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=env, cwd=TESTS, capture_output=True,
-                          text=True, timeout=600)
+    done = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=env, cwd=TESTS, capture_output=True,
+                           text=True, timeout=600)
     assert done.returncode == 0, f"child ({wait}) failed:\n{done.stdout}\n{done.stderr}"
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -150,7 +150,7 @@ def test_misspelt_wait_setting_is_refused():
     """A misspelt APIC_WAIT is refused at the first threaded replay, naming the variable and the choices, not
     turned into a silent serial replay."""
     env = dict(child_env(), APIC_WAIT="sleepy", APIC_REPLAY="numba")
-    done = subprocess.run([sys.executable, "-c", _BAD_SETTING], env=env, cwd=TESTS, capture_output=True, text=True,
-                          timeout=600)
+    done = fork_server.run([sys.executable, "-c", _BAD_SETTING], env=env, cwd=TESTS, capture_output=True, text=True,
+                           timeout=600)
     assert done.returncode == 0, done.stderr
     assert "refused: APIC_WAIT='sleepy' names no wait" in done.stdout and "futex, portable" in done.stdout, done.stdout

@@ -62,7 +62,7 @@ def _child(cache, mode: str = "", **env) -> dict:
     with open(script, "w") as f:
         f.write(_CHILD)
     done = fork_server.run([sys.executable, script, str(cache), mode], env={**child_env(), **env},
-                          capture_output=True, text=True, timeout=600)
+                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     keep_kernel_modules(cache)
     return json.loads(done.stdout.strip().splitlines()[-1])

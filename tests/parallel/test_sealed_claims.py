@@ -111,7 +111,7 @@ def _load(folder, iters: int = 2, interpreter: str = "numba") -> dict:
     if interpreter == "reference":
         env["APIC_REPLAY"] = "reference"
     done = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=TESTS)
+                           timeout=600, cwd=TESTS)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -233,7 +233,7 @@ _MUTANT = textwrap.dedent(
 
 def _mutant(mutation: str, names: list[str]) -> dict:
     done = fork_server.run([sys.executable, "-c", _MUTANT, mutation, json.dumps(names)], env=child_env(),
-                          capture_output=True, text=True, timeout=600, cwd=wk.__file__.rsplit("/", 1)[0])
+                           capture_output=True, text=True, timeout=600, cwd=wk.__file__.rsplit("/", 1)[0])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

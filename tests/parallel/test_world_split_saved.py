@@ -96,7 +96,7 @@ def _save(name: str, folder, source_fallback: bool = True):
 def _load_and_replay(folder, interpreter: str, iters: int) -> dict:
     job = {"path": str(folder / "g"), "iters": iters, "interpreter": interpreter, "out": str(folder / "out-")}
     done = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(job)], env=child_env(), capture_output=True,
-                          text=True, timeout=600, cwd=TESTS)
+                           text=True, timeout=600, cwd=TESTS)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -129,7 +129,7 @@ def test_a_file_that_clears_a_tile_kernels_tiles_flag_is_refused(tmp_path):
     rewrite_wrp(str(tmp_path / "g"), body)
     load = "import apic, sys; apic.capture_load(sys.argv[1])"
     done = fork_server.run([sys.executable, "-c", load, str(tmp_path / "g")],
-                          env=child_env(), capture_output=True, text=True, timeout=600, cwd=TESTS)
+                           env=child_env(), capture_output=True, text=True, timeout=600, cwd=TESTS)
     assert done.returncode == 1 and "FormatError" in done.stderr, done.stderr
     assert "sealed in its module's kernel manifest" in done.stderr, done.stderr
 

@@ -114,7 +114,7 @@ def _child(mode: str) -> subprocess.CompletedProcess:
     # interpreter's pool even in a suite run with APIC_REPLAY=reference (which runs every chunk itself).
     env = dict(child_env(), APIC_REPLAY="numba")
     return fork_server.run([sys.executable, "-c", _CHILD, mode], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=tk.__file__.rsplit("/", 1)[0])
+                           timeout=600, cwd=tk.__file__.rsplit("/", 1)[0])
 
 
 def test_per_thread_copies_replay_as_eager():

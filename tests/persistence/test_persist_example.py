@@ -4,11 +4,11 @@ fresh process that has never seen the simulation's source, writing PNG images.""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
+import fork_server
 from persist_helpers import REPO, child_env
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter, pytest.mark.install]
@@ -19,8 +19,8 @@ EXAMPLES = os.path.join(REPO, "examples")
 
 
 def test_capture_then_view(tmp_path):
-    save = subprocess.run([sys.executable, os.path.join(EXAMPLES, "wave_capture.py"), "--out", "wave", "--size", "48"],
-                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
+    save = fork_server.run([sys.executable, os.path.join(EXAMPLES, "wave_capture.py"), "--out", "wave", "--size", "48"],
+                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
     assert save.returncode == 0, save.stderr
     # one file per module (its manifest inside)
     assert (tmp_path / "wave.wrp").is_file() and sorted(
@@ -30,9 +30,9 @@ def test_capture_then_view(tmp_path):
     view_dir.mkdir()
     for name in ("wave.wrp", "wave_modules"):
         os.rename(tmp_path / name, view_dir / name)
-    view = subprocess.run([sys.executable, os.path.join(EXAMPLES, "wave_view.py"), "wave.wrp", "--frames", "24",
+    view = fork_server.run([sys.executable, os.path.join(EXAMPLES, "wave_view.py"), "wave.wrp", "--frames", "24",
                            "--every", "12", "--out", "frames"],
-                          cwd=view_dir, env=child_env(), capture_output=True, text=True, timeout=600)
+                           cwd=view_dir, env=child_env(), capture_output=True, text=True, timeout=600)
     assert view.returncode == 0, view.stderr
     frames = sorted(os.listdir(view_dir / "frames"))
     assert frames == ["frame_0012.png", "frame_0024.png"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
@@ -14,6 +13,7 @@ import pytest
 import warp as wp
 
 import apic
+import fork_server
 import param_kernels as PK
 from apic.format import reader, schema
 from conftest import CPU, churn, snapshot
@@ -103,8 +103,8 @@ def loaded_runs(tmp_path_factory):
         _, _, _, initial, values = PK.CASES[case]
         jobs[case] = {"path": str(stem), "values": [_json_value(v) for v in [initial, *values]],
                       "outputs": list(ARRAYS), "out": str(folder / f"out_{case}")}
-    result = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(list(jobs.values()))], cwd=folder,
-                            env=child_env(), capture_output=True, text=True, timeout=600)
+    result = fork_server.run([sys.executable, "-c", _CHILD, json.dumps(list(jobs.values()))], cwd=folder,
+                             env=child_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     params = json.loads(result.stdout.strip().splitlines()[-1])
     return {case: (job, found) for (case, job), found in zip(jobs.items(), params)}
@@ -378,7 +378,7 @@ def test_uninstall_restores_pack_arg_and_install_routes_it_again():
     )
     env = child_env()
     env["PYTHONPATH"] = os.pathsep.join([TESTS, env["PYTHONPATH"]])
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    result = fork_server.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("OK"), result.stderr
 
 

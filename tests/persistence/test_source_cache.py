@@ -70,7 +70,7 @@ _CHILD = _COUNTING + textwrap.dedent(
 def _run(script: str, args: list, env: dict, preexec=None) -> dict:
     """``script`` in a fresh interpreter with ``args``; its JSON report (the last line it prints)."""
     done = fork_server.run([sys.executable, "-c", script, *map(str, args)], env={**child_env(), **env},
-                          capture_output=True, text=True, timeout=600, preexec_fn=preexec)
+                           capture_output=True, text=True, timeout=600, preexec_fn=preexec)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

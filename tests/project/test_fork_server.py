@@ -148,3 +148,14 @@ def test_two_children_in_a_row_have_different_hash_seeds():
     assert fork_server.forkable(args, env=child_env())
     seeds = [fork_server.run(args, capture_output=True, text=True, env=child_env()).stdout for _ in range(3)]
     assert seeds[0] != seeds[1] and seeds[1] != seeds[2], seeds
+
+
+def test_a_killed_server_is_started_again():
+    args = [sys.executable, "-c", "print('after')"]
+    assert fork_server.run(args, capture_output=True, text=True, env=child_env()).stdout == "after\n"
+    for server in fork_server._the_servers():
+        server.process.kill()
+        server.process.wait()
+    assert fork_server.forkable(args, env=child_env())
+    assert [fork_server.run(args, capture_output=True, text=True, env=child_env()).stdout for _ in range(2)] == \
+        ["after\n", "after\n"]

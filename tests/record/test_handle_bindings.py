@@ -10,7 +10,6 @@ test_apic_mesh_handle_in_struct). Eager Warp is the oracle for every query made 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -19,6 +18,7 @@ import pytest
 import warp as wp
 
 import apic
+import fork_server
 from conftest import CPU
 from persist_helpers import child_env, same_bits, wrp_body
 
@@ -156,7 +156,7 @@ def _fresh_process_queries(tmp_path, path: str, expected: np.ndarray) -> dict:
     script = tmp_path / "child.py"  # a file: Warp reads the child's kernel source from it
     script.write_text(_CHILD)
     np.save(tmp_path / "points.npy", POINTS)
-    result = subprocess.run(
+    result = fork_server.run(
         [sys.executable, str(script), path, str(tmp_path / "points.npy"), str(tmp_path / "closest.npy"), str(N)],
         cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600,
     )

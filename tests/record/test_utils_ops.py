@@ -17,6 +17,7 @@ import pytest
 import warp as wp
 
 import apic
+import fork_server
 from apic import _compat
 from apic.format import reader, schema, writer
 from apic.record import natives
@@ -378,7 +379,6 @@ print(json.dumps(out))
 
 def test_saved_segmented_sort_invalid_range_stops_the_replay_in_a_fresh_process(tmp_path):
     import json
-    import subprocess
     import sys
 
     from persist_helpers import child_env
@@ -391,8 +391,8 @@ def test_saved_segmented_sort_invalid_range_stops_the_replay_in_a_fresh_process(
         _sort_then_more(state)
     wp.capture_save(capture.graph, str(tmp_path / "segments"), outputs=state)
     job = {"path": str(tmp_path / "segments"), "steps": BAD_STEP}
-    result = subprocess.run([sys.executable, "-c", SEGMENT_CHILD, json.dumps(job)], cwd=tmp_path, env=child_env(),
-                            capture_output=True, text=True, timeout=600)
+    result = fork_server.run([sys.executable, "-c", SEGMENT_CHILD, json.dumps(job)], cwd=tmp_path, env=child_env(),
+                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     for step in range(1, BAD_STEP + 1):

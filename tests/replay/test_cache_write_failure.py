@@ -73,7 +73,7 @@ def test_a_replay_works_when_no_cache_file_can_be_written(tmp_path, replay):
     env.pop("NUMBA_CACHE_DIR", None)
     env.update(XDG_CACHE_HOME=str(cache), APIC_REPLAY=replay)
     done = fork_server.run([sys.executable, "-c", CHILD, path, str(LIMIT)], env=env, capture_output=True,
-                          text=True, timeout=900)
+                           text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert bytes.fromhex(report["y"]) == eager.tobytes()

@@ -93,7 +93,7 @@ def test_a_block_launch_warp_cannot_run_raises_replay_error(saved, tmp_path, rep
     path, eager = saved
     env = {**child_env(), "APIC_REPLAY": replay}
     done = fork_server.run([sys.executable, "-c", CHILD, path, how, str(HEADROOM)], env=env, capture_output=True,
-                          text=True, timeout=600)
+                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome["raised"] == "ReplayError", outcome
@@ -133,5 +133,5 @@ def test_eager_warp_fails_the_same_way_under_the_limit(tmp_path):
     script = tmp_path / "eager_blocks.py"  # Warp reads a kernel's source from its file
     script.write_text(code)
     done = fork_server.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True,
-                          timeout=600)
+                           timeout=600)
     assert "failed to allocate" in done.stdout, (done.stdout, done.stderr[-2000:])

@@ -56,7 +56,7 @@ def _run_child(cache_home, modes=False, preexec=None, timeout=600) -> subprocess
             pytest.skip(f"root here cannot give up reading and writing past file modes: {error}")
         preexec = _drop_file_mode_override
     return fork_server.run([sys.executable, CHILD, "launch", ""], env=_env(cache_home), cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+                           capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
 
 
 def _replayed(cache_home, modes=False, preexec=None) -> dict:
@@ -282,7 +282,7 @@ def test_a_writer_killed_mid_write_leaves_no_object_to_run(tmp_path):
     dying = ("import runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_DFL); "
              f"sys.argv = [{CHILD!r}, 'launch', '']; runpy.run_path({CHILD!r}, run_name='__main__')")
     killed = fork_server.run([sys.executable, "-c", dying], env=_env(home), cwd=REPO, capture_output=True,
-                            text=True, timeout=600, preexec_fn=_limit_file_size(1000))
+                             text=True, timeout=600, preexec_fn=_limit_file_size(1000))
     assert killed.returncode == -signal.SIGXFSZ, killed.stderr
     partials = _cache_files(folder)
     assert len(partials) == 1 and partials[0].startswith(f".{_object_name()}.") and partials[0].endswith(".partial")

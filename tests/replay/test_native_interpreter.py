@@ -40,7 +40,7 @@ def _env(cache_home) -> dict:
 
 def _child(mode: str, path="", cache_home=None) -> dict:
     result = fork_server.run([sys.executable, CHILD, mode, str(path)], env=_env(cache_home), cwd=REPO,
-                            capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -7,7 +7,6 @@ oracle), count every executed row (loop iterations included), and map rows to ke
 from __future__ import annotations
 
 import gc
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ import pytest
 import warp as wp
 
 import apic
+import fork_server
 from apic.demo import Chain
 from viz_graphs import flow_outputs, flow_program, flow_state
 
@@ -121,9 +121,9 @@ def test_cli_replay_profile(tmp_path):
     for _ in range(5):
         eager.step()
     out_x, out_v = tmp_path / "x.npy", tmp_path / "v.npy"
-    result = subprocess.run([sys.executable, "-m", "apic", "replay", path, "--iters", "5", "--profile",
+    result = fork_server.run([sys.executable, "-m", "apic", "replay", path, "--iters", "5", "--profile",
                              "--output", f"x={out_x}", "--output", f"v={out_v}"],
-                            capture_output=True, text=True, timeout=600)
+                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert np.load(out_x).tobytes() == eager.x.numpy().tobytes()
     assert np.load(out_v).tobytes() == eager.v.numpy().tobytes()

@@ -13,6 +13,7 @@ import warp as wp
 
 import apic
 import kernels as K
+import fork_server
 from conftest import CPU, churn
 
 pytestmark = [pytest.mark.warp_version, pytest.mark.interpreter]
@@ -136,14 +137,13 @@ def test_capture_api_forms(form):
         pytest.skip("the default device is a CUDA device: the default-device forms would capture on it")
     if form == "force_module_load":
         import json
-        import subprocess
 
         from persist_helpers import TESTS, child_env
 
         env = child_env()
         env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(__file__)), TESTS, env["PYTHONPATH"]])
-        done = subprocess.run([sys.executable, "-c", _FORCE_LOAD_CHILD], env=env, capture_output=True, text=True,
-                              timeout=600)
+        done = fork_server.run([sys.executable, "-c", _FORCE_LOAD_CHILD], env=env, capture_output=True, text=True,
+                               timeout=600)
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout.strip().splitlines()[-1])
         assert report["apic_graph"] and report["op_count"] == 2 and report["untouched"]
