@@ -234,21 +234,29 @@ def _python_argv(args) -> list[str] | None:
     return None if argv[0].startswith("-") else argv
 
 
+def _plan(args, options: dict):
+    """What a fork of ``args`` with ``options`` runs, ``(argv less the interpreter, environment)``, or None where a
+    fork would not start the child a fresh process would."""
+    argv = _python_argv(args)
+    env = dict(options.get("env") if options.get("env") is not None else os.environ)
+    unserved = [name for name, value in options.items() if name not in _SERVED and value not in (None, False)]
+    if argv is None or unserved or os.environ.get("APIC_TEST_FORK") == "0" or not _the_servers()[0].serves(env):
+        return None
+    return argv, env
+
+
 def forkable(args, **options) -> bool:
     """Whether ``run(args, **options)`` forks the child from this process's server."""
-    env = options.get("env") if options.get("env") is not None else os.environ
-    unserved = [name for name, value in options.items() if name not in _SERVED and value not in (None, False)]
-    return (_python_argv(args) is not None and not unserved and os.environ.get("APIC_TEST_FORK") != "0"
-            and _the_servers()[0].serves(dict(env)))
+    return _plan(args, options) is not None
 
 
 def run(args, **options) -> subprocess.CompletedProcess:
     """``subprocess.run(args, **options)``, in a fork of this process's server where that starts the same child."""
-    if not forkable(args, **options):
+    plan = _plan(args, options)
+    if plan is None:
         return subprocess.run(args, **options)
-    env = dict(options.get("env") if options.get("env") is not None else os.environ)
     served = {name: value for name, value in options.items() if name in _SERVED and name != "env"}
-    return _forked(list(args), _python_argv(args), env, **served)
+    return _forked(list(args), *plan, **served)
 
 
 def _stream(option, default: int, opened: list):
@@ -297,12 +305,13 @@ def _forked(args, argv, env, *, cwd=None, capture_output=False, stdout=None, std
                 os.kill(pid, signal.SIGKILL)  # as subprocess.run does; the server still reaps it
                 conn.settimeout(None)
                 replies.next()
-                output, error = (_read(catch, text, encoding, errors) for catch in (out_catch, err_catch))
-                raise subprocess.TimeoutExpired(args, timeout, output, error) from None
+                returncode = None
         output, error = (_read(catch, text, encoding, errors) for catch in (out_catch, err_catch))
     finally:
         for file in opened:
             file.close()
+    if returncode is None:
+        raise subprocess.TimeoutExpired(args, timeout, output, error)
     if check and returncode:
         raise subprocess.CalledProcessError(returncode, args, output, error)
     return subprocess.CompletedProcess(args, returncode, output, error)

@@ -20,6 +20,13 @@ from persist_helpers import TESTS, child_env
 
 pytestmark = [pytest.mark.warp_version]
 
+
+@pytest.fixture(autouse=True)
+def _a_server():
+    """A kernel without ``pidfd_open`` (Linux before 5.3) has no server: every call runs as ``subprocess.run``."""
+    if not fork_server._the_servers()[0].running:
+        pytest.skip("no fork server on this kernel (no pidfd_open): the suite's children are fresh processes")
+
 # What a process sees of how it was started
 _WHO = textwrap.dedent("""
     import json, os, sys
